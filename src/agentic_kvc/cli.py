@@ -1,0 +1,83 @@
+"""`akvc`: the workbench's command line. Each concept folder contributes its own commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from agentic_kvc.config import ConfigError, load_config
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="agentic-kvc")
+def main() -> None:
+    """agentic_kvc: route multi-turn agentic requests across vLLM instances, real or simulated."""
+
+
+@main.command("run")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config field by dotted key, e.g. --set fleet.instances=8 (repeatable).",
+)
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root; the run goes to RESULTS/runs/<run_id>/.",
+)
+@click.option(
+    "--print-id", is_flag=True, help="Resolve and validate, print the run_id, run nothing."
+)
+def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: bool) -> None:
+    """Resolve and validate CONFIG, run it (unless already complete), print the run directory.
+
+    The run_id is a short hash of the canonical resolved config: the same config always maps
+    to the same directory, and any changed field to a new one.
+    """
+    from agentic_kvc.runs import execute
+
+    try:
+        cfg = load_config(config, list(overrides))
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if print_id:
+        click.echo(cfg.run_id())
+        return
+    run_dir = execute(cfg, results, log=lambda m: click.echo(m, err=True))
+    click.echo(str(run_dir))
+
+
+def _register_subcommands() -> None:
+    """Attach the command groups that live with their concepts (missing ones are skipped)."""
+    import importlib
+
+    for module, attr in (
+        ("agentic_kvc.workload.cli", "workload"),
+        ("agentic_kvc.policy.cli", "policies"),
+        ("agentic_kvc.serve.cli", "serve"),
+        ("agentic_kvc.proxy.cli", "proxy"),
+        ("agentic_kvc.replay.cli", "replay"),
+        ("agentic_kvc.sim.cli", "calibrate"),
+        ("agentic_kvc.serve.model_cli", "model"),
+    ):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        main.add_command(getattr(mod, attr))
+
+
+_register_subcommands()
+
+if __name__ == "__main__":
+    main()

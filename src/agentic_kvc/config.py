@@ -1,0 +1,183 @@
+"""Typed run configuration: YAML in, validated model out, canonical JSON hashed into run_id.
+
+Every field has a default so that a config file only states what differs from them. Unknown
+keys are errors (a typo must not silently fall back to a default), and every error names the
+dotted field it is about.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentic_kvc.io import dumps_canonical
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GeneratorConfig(_Strict):
+    """A synthetic workload made by `akvc workload synth` at run time."""
+
+    preset: str = "agentic-coding"
+    sessions: int = Field(16, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkloadConfig(_Strict):
+    trace: str | None = None
+    format: str = "auto"
+    generator: GeneratorConfig | None = None
+    mode: Literal["closed", "open"] = "closed"
+    # Subsetting and scaling, applied in this order: sessions/window, then scales.
+    max_sessions: int | None = Field(None, ge=1)
+    max_requests: int | None = Field(None, ge=1)
+    window_s: tuple[float, float] | None = None
+    time_scale: float = Field(1.0, gt=0)
+    rate_scale: float = Field(1.0, gt=0)
+    token_scale: float = Field(1.0, gt=0, le=1.0)
+    max_input_tokens: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadConfig:
+        if (self.trace is None) == (self.generator is None):
+            raise ValueError("set exactly one of workload.trace or workload.generator")
+        return self
+
+
+class FleetConfig(_Strict):
+    instances: int = Field(2, ge=1, le=1024)
+    model: str = "tiny"
+    hardware: str = "cpu-tiny"
+    roles: list[Literal["combined", "prefill", "decode", "both"]] | None = None
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    block_size: int = Field(16, ge=1)
+    kv_cache_tokens: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # Real engines only: extra CLI flags and env for every instance.
+    vllm_args: list[str] = Field(default_factory=list)
+    vllm_env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _roles_len(self) -> FleetConfig:
+        if self.roles is not None and len(self.roles) != self.instances:
+            raise ValueError(
+                f"fleet.roles has {len(self.roles)} entries but fleet.instances is {self.instances}"
+            )
+        return self
+
+
+class PolicyConfig(_Strict):
+    name: str = "round_robin"
+    params: dict[str, Any] = Field(default_factory=dict)
+    cache_view: Literal["estimated", "exact"] = "estimated"
+
+
+class SimConfig(_Strict):
+    scrape_interval_s: float = Field(1.0, ge=0)
+    sample_interval_s: float = Field(1.0, gt=0)
+    kv_transfer_fixed_s: float = Field(0.05, ge=0)
+    kv_transfer_gbps: float = Field(200.0, gt=0)
+
+
+class ReplayConfig(_Strict):
+    max_inflight_sessions: int | None = Field(None, ge=1)
+    request_timeout_s: float = Field(600.0, gt=0)
+    stream: bool = True
+
+
+class RunConfig(_Strict):
+    backend: Literal["sim", "vllm"] = "sim"
+    seed: int = 0
+    workload: WorkloadConfig
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @model_validator(mode="after")
+    def _policy_known(self) -> RunConfig:
+        # Imported here: the policy registry imports config types for its own params.
+        from agentic_kvc.policy.registry import validate_policy
+
+        validate_policy(self.policy.name, self.policy.params)
+        return self
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def run_id(self) -> str:
+        return run_id_of(self.canonical())
+
+
+def run_id_of(canonical: dict[str, Any]) -> str:
+    return hashlib.sha256(dumps_canonical(canonical).encode()).hexdigest()[:12]
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value parsed as YAML so numbers and lists work)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected dotted.key=value")
+    key, raw = item.split("=", 1)
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"--set {item!r}: empty key component")
+    return key.split("."), yaml.safe_load(raw) if raw != "" else ""
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {part!r} is not a mapping")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid config"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"  field '{loc}': {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(
+    source: str | Path | dict[str, Any], overrides: list[str] | None = None
+) -> RunConfig:
+    """Read YAML (or take a dict), apply `--set` overrides, validate; ConfigError on failure."""
+    if isinstance(source, dict):
+        data, name = dict(source), "<config>"
+    else:
+        path = Path(source)
+        name = str(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError as exc:
+            raise ConfigError(f"{path}: no such config file") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(name, exc)) from None
+    except ValueError as exc:  # raised by validate_policy outside pydantic's wrapping
+        raise ConfigError(f"{name}: {exc}") from None

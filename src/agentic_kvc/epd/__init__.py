@@ -1,0 +1,1 @@
+"""Encoder-cache transfer for encode/prefill/decode (EPD) disaggregation."""

@@ -1,0 +1,1 @@
+"""The PD transfer lifecycle microbenchmark (t0..t10 timestamps)."""

@@ -1,0 +1,1 @@
+"""Records every backend writes, and the summaries computed from them."""

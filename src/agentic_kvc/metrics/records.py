@@ -1,0 +1,83 @@
+"""The per-request and per-instance record schema shared by real and simulated runs.
+
+Times are seconds. `t_*` fields are on the run's own clock (seconds since the run started);
+`arrival_s` is when the workload says the request arrives (open loop) or was released by its
+session (closed loop). Derived latencies follow `vllm bench serve`:
+TTFT = t_first_token - t_proxy_recv; E2E = t_done - t_proxy_recv;
+TPOT = (E2E - TTFT) / (output_tokens - 1) for output_tokens > 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+ROUTE_CLASSES = ("COLOCATED", "WARM", "MEDIUM", "HEAVY", "HEAVY_COLO", "HEAVY_P2P", "PD")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    session_id: str
+    turn: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int = 0
+    cached_tokens: int = 0  # actual prefix-cache hit tokens (engine-reported when known)
+    predicted_cached_tokens: int | None = None  # what the router's cache view predicted
+    cache_view: str | None = None
+    policy: str = ""
+    route_class: str = ""
+    reason: str = ""
+    prefill_instance: int | None = None
+    decode_instance: int | None = None
+    t_proxy_recv: float | None = None
+    t_prefill_sent: float | None = None
+    t_prefill_done: float | None = None
+    t_first_token: float | None = None
+    t_done: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    kv_transfer_tokens: int | None = None
+    kv_transfer_s: float | None = None
+    scores: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def finalize(self) -> RequestRecord:
+        """Fill the derived latencies from the timestamps (idempotent)."""
+        if self.t_proxy_recv is not None and self.t_first_token is not None:
+            self.ttft_s = self.t_first_token - self.t_proxy_recv
+        if self.t_proxy_recv is not None and self.t_done is not None:
+            self.e2e_s = self.t_done - self.t_proxy_recv
+        if self.ttft_s is not None and self.e2e_s is not None and self.output_tokens > 1:
+            self.tpot_s = (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(slots=True)
+class InstanceSample:
+    t: float
+    instance: int
+    running: int | None = None
+    waiting: int | None = None
+    kv_usage: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    external_prefix_cache_hits: float | None = None
+    preemptions: float | None = None
+    router_inflight: int | None = None
+    router_pending_prefill_tokens: int | None = None
+    healthy: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,153 @@
+"""What a policy sees and what it returns.
+
+A policy is a small, deterministic object: `decide(request, fleet) -> Decision`. It does no I/O
+and reads no clock (the fleet view carries `now`). It may keep tiny deterministic state of its
+own, such as a round-robin counter. Everything it knows about the instances comes from a
+`FleetView`, which the real proxy and the simulator build the same way (see `fleet.py`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+Role = Literal["combined", "prefill", "decode", "both"]
+
+
+@dataclass(slots=True)
+class InstanceView:
+    """One instance as a router can know it.
+
+    The first group is the router's own in-flight accounting (always fresh); the second is
+    scraped from the engine's /metrics and may be stale (`scrape_age_s`) or missing (None).
+    """
+
+    index: int
+    healthy: bool = True
+    role: Role = "combined"
+    num_requests: int = 0  # routed here and not finished (prefill or decode)
+    pending_prefill_tokens: int = 0  # uncached prompt tokens routed, first token not yet seen
+    decode_requests: int = 0  # past first token, not finished
+    decode_tokens: int = 0  # KV tokens held by the decoding requests (prompt + generated)
+    engine_running: int | None = None
+    engine_waiting: int | None = None
+    kv_usage: float | None = None
+    scrape_age_s: float | None = None
+
+    @property
+    def ongoing_tokens(self) -> int:
+        """The seeds' `ongoing_tokens`: prefill still to do plus KV held by decodes."""
+        return self.pending_prefill_tokens + self.decode_tokens
+
+    @property
+    def can_prefill(self) -> bool:
+        return self.role != "decode"
+
+    @property
+    def can_decode(self) -> bool:
+        return self.role != "prefill"
+
+
+@dataclass(slots=True, frozen=True)
+class RequestView:
+    request_id: str
+    session_id: str | None
+    turn: int
+    input_tokens: int
+    output_tokens: int
+    block_hashes: Sequence[int] = ()  # router hashes of the prompt's full blocks, in order
+    block_size: int = 16
+
+
+class CacheView(Protocol):
+    """A prefix-cache view: for a request, how many leading tokens each instance holds."""
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]: ...
+
+
+@dataclass(slots=True)
+class FleetView:
+    instances: Sequence[InstanceView]
+    cache: CacheView | None = None
+    affinity: Mapping[str, int] = field(default_factory=dict)
+    session_turns: Mapping[str, int] = field(default_factory=dict)
+    now: float = 0.0
+    _matched: dict[str, list[int]] = field(default_factory=dict)
+
+    def cached_tokens(self, request: RequestView) -> list[int]:
+        """Cached prefix tokens per instance, computed once per request.
+
+        Capped at input_tokens - 1, as in vLLM: the last prompt token is always recomputed
+        so that the engine has logits to sample from.
+        """
+        got = self._matched.get(request.request_id)
+        if got is None:
+            n = len(self.instances)
+            raw = self.cache.matched_tokens(request, n) if self.cache is not None else [0] * n
+            cap = max(request.input_tokens - 1, 0)
+            got = [min(x, cap) for x in raw]
+            self._matched[request.request_id] = got
+        return got
+
+    def healthy(self) -> list[InstanceView]:
+        return [i for i in self.instances if i.healthy]
+
+    def prefill_candidates(self) -> list[InstanceView]:
+        return [i for i in self.instances if i.healthy and i.can_prefill]
+
+    def decode_candidates(self) -> list[InstanceView]:
+        return [i for i in self.instances if i.healthy and i.can_decode]
+
+
+@dataclass(slots=True)
+class Decision:
+    """Where to run a request and why: the route receipt."""
+
+    prefill: int
+    decode: int
+    route_class: str
+    reason: str
+    policy: str = ""
+    predicted_cached_tokens: int = 0  # on the prefill instance, by the cache view used
+    scores: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill != self.decode
+
+    def receipt(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "route_class": self.route_class,
+            "reason": self.reason,
+            "prefill_instance": self.prefill,
+            "decode_instance": self.decode,
+            "predicted_cached_tokens": self.predicted_cached_tokens,
+            "scores": {str(k): v for k, v in self.scores.items()},
+        }
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoHealthyInstance(RuntimeError):
+    """Raised when no instance can serve the request; backends turn it into a request error."""
+
+
+class Policy(ABC):
+    """Base class: subclasses set `name`, optionally `Params`, and implement `decide`."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[BaseModel]] = NoParams
+    description: ClassVar[str] = ""
+
+    def __init__(self, params: BaseModel | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @abstractmethod
+    def decide(self, request: RequestView, fleet: FleetView) -> Decision: ...

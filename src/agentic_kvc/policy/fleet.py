@@ -1,0 +1,138 @@
+"""The router's own bookkeeping of the fleet, shared by the real proxy and the simulator.
+
+Both backends call the same four hooks in the life of a request, so a policy sees the same
+kind of state whichever backend runs it:
+
+    ticket = state.admit(request, decision)   # routed: prefill work is pending on P
+    state.prefill_done(ticket)                # PD only: P finished, KV moves to D
+    state.first_token(ticket)                 # prefill released; request now decodes on D
+    state.finish(ticket, output_tokens)       # everything released
+
+Engine metrics (running, waiting, KV usage) are pushed in by whoever scrapes them, with the
+time of the scrape so policies can tell stale values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentic_kvc.policy.base import Decision, FleetView, InstanceView, RequestView, Role
+
+
+class RecordingCacheView(Protocol):
+    """A cache view the router updates itself on every routed prompt (the estimated view)."""
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]: ...
+
+    def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None: ...
+
+
+@dataclass(slots=True)
+class Ticket:
+    request: RequestView
+    decision: Decision
+    uncached_tokens: int
+    prefill_released: bool = False
+    on_decode: bool = False
+    finished: bool = False
+
+
+class RouterState:
+    def __init__(
+        self,
+        n_instances: int,
+        roles: Sequence[Role] | None = None,
+        cache: RecordingCacheView | None = None,
+        record_on_route: bool = True,
+    ) -> None:
+        roles = list(roles) if roles is not None else ["combined"] * n_instances
+        self.instances = [InstanceView(index=i, role=roles[i]) for i in range(n_instances)]
+        self.cache = cache
+        # The exact view (KV events) learns from the engines; only the estimate records routes.
+        self.record_on_route = record_on_route
+        self.affinity: dict[str, int] = {}
+        self.session_turns: dict[str, int] = {}
+        self._scrape_t: list[float | None] = [None] * n_instances
+
+    def view(self, now: float) -> FleetView:
+        for inst, t in zip(self.instances, self._scrape_t, strict=True):
+            inst.scrape_age_s = None if t is None else now - t
+        return FleetView(
+            instances=self.instances,
+            cache=self.cache,
+            affinity=self.affinity,
+            session_turns=self.session_turns,
+            now=now,
+        )
+
+    def admit(self, request: RequestView, decision: Decision, now: float = 0.0) -> Ticket:
+        p = self.instances[decision.prefill]
+        uncached = max(request.input_tokens - decision.predicted_cached_tokens, 0)
+        p.num_requests += 1
+        p.pending_prefill_tokens += uncached
+        if request.session_id is not None:
+            self.affinity[request.session_id] = decision.decode
+            self.session_turns[request.session_id] = (
+                self.session_turns.get(request.session_id, 0) + 1
+            )
+        if self.cache is not None and self.record_on_route:
+            self.cache.record(decision.prefill, request.block_hashes, now)
+            if decision.disaggregated:
+                self.cache.record(decision.decode, request.block_hashes, now)
+        return Ticket(request, decision, uncached)
+
+    def _release_prefill(self, t: Ticket) -> None:
+        if not t.prefill_released:
+            p = self.instances[t.decision.prefill]
+            p.pending_prefill_tokens -= t.uncached_tokens
+            t.prefill_released = True
+
+    def _move_to_decode(self, t: Ticket) -> None:
+        if t.on_decode:
+            return
+        d = self.instances[t.decision.decode]
+        if t.decision.disaggregated:
+            self.instances[t.decision.prefill].num_requests -= 1
+            d.num_requests += 1
+        d.decode_requests += 1
+        d.decode_tokens += t.request.input_tokens
+        t.on_decode = True
+
+    def prefill_done(self, t: Ticket) -> None:
+        """PD: the prefill instance is done; the request now belongs to the decode instance."""
+        self._release_prefill(t)
+        self._move_to_decode(t)
+
+    def first_token(self, t: Ticket) -> None:
+        self._release_prefill(t)
+        self._move_to_decode(t)
+
+    def finish(self, t: Ticket, output_tokens: int = 0) -> None:
+        if t.finished:
+            return
+        self._release_prefill(t)
+        if t.on_decode:
+            d = self.instances[t.decision.decode]
+            d.decode_requests -= 1
+            d.decode_tokens -= t.request.input_tokens
+            d.num_requests -= 1
+        else:  # failed before any token: the request never left the prefill instance
+            self.instances[t.decision.prefill].num_requests -= 1
+        t.finished = True
+
+    def set_healthy(self, instance: int, healthy: bool) -> None:
+        self.instances[instance].healthy = healthy
+
+    def update_scrape(
+        self,
+        instance: int,
+        now: float,
+        running: int | None,
+        waiting: int | None,
+        kv_usage: float | None,
+    ) -> None:
+        inst = self.instances[instance]
+        inst.engine_running, inst.engine_waiting, inst.kv_usage = running, waiting, kv_usage
+        self._scrape_t[instance] = now

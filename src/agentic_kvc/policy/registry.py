@@ -1,0 +1,58 @@
+"""Policies by name, with their parameters validated by each policy's own model."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentic_kvc.policy.base import Policy
+
+# One module per policy; importing a module registers what it defines.
+POLICY_MODULES = ("round_robin",)
+
+_REGISTRY: dict[str, type[Policy]] = {}
+_loaded = False
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"policy {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        for mod in POLICY_MODULES:
+            importlib.import_module(f"agentic_kvc.policy.{mod}")
+        _loaded = True
+
+
+def list_policies() -> dict[str, type[Policy]]:
+    _load()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def validate_policy(name: str, params: dict[str, Any]) -> Any:
+    _load()
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise ValueError(
+            f"field 'policy.name': unknown policy {name!r}; known: {sorted(_REGISTRY)}"
+        )
+    try:
+        return cls.Params.model_validate(params)
+    except ValidationError as exc:
+        errs = "; ".join(
+            f"field 'policy.params.{'.'.join(map(str, e['loc']))}': {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ValueError(errs) from None
+
+
+def get_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
+    validated = validate_policy(name, params or {})
+    return _REGISTRY[name](validated)

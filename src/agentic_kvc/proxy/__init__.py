@@ -1,0 +1,1 @@
+"""The cache-aware, OpenAI-compatible routing proxy (ASGI) in front of vLLM instances."""

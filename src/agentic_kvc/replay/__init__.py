@@ -1,0 +1,1 @@
+"""The trace replayer: closed-loop sessions and open-loop timestamps, with SSE timing."""

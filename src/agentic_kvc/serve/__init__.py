@@ -1,0 +1,1 @@
+"""Launching and stopping real servers: vLLM instances, Redis, the proxy."""

@@ -1,0 +1,65 @@
+"""The canonical workload model every reader produces and every backend consumes.
+
+A prompt is a sequence of content blocks. A block's id stands for fixed content: token k of
+block B is the same wherever B appears, so two prompts share exactly the tokens of their common
+leading run of blocks (plus, for a partial last block, the common leading tokens of that block).
+This is how a trace's hash ids become real prefix reuse on a real engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, frozen=True)
+class Block:
+    id: int
+    tokens: int
+
+
+@dataclass(slots=True)
+class Request:
+    request_id: str
+    session_id: str
+    turn: int
+    input_tokens: int
+    output_tokens: int
+    blocks: tuple[Block, ...]
+    # Open loop: absolute arrival time (s). Closed loop: the first turn's arrival is the
+    # session start; later turns are released `think_s` after the previous turn finished.
+    arrival_s: float = 0.0
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        total = sum(b.tokens for b in self.blocks)
+        if self.blocks and total != self.input_tokens:
+            raise ValueError(
+                f"request {self.request_id}: blocks hold {total} tokens, input_tokens is "
+                f"{self.input_tokens}"
+            )
+
+
+@dataclass(slots=True)
+class Session:
+    session_id: str
+    requests: list[Request]
+
+    @property
+    def start_s(self) -> float:
+        return self.requests[0].arrival_s if self.requests else 0.0
+
+
+@dataclass(slots=True)
+class Workload:
+    sessions: list[Session]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def requests(self) -> list[Request]:
+        """All requests ordered by arrival time (ties by session then turn)."""
+        out = [r for s in self.sessions for r in s.requests]
+        out.sort(key=lambda r: (r.arrival_s, r.session_id, r.turn))
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(s.requests) for s in self.sessions)
