@@ -1,1 +1,1 @@
-"""Prefix-cache views: vLLM-compatible block hashing, the estimated index, the exact index from KV events."""
+"""Prefix-cache views: block hashing, the estimated index, the exact index from KV events."""
