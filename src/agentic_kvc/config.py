@@ -7,6 +7,7 @@ dotted field it is about.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 from typing import Any, Literal
@@ -152,8 +153,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def _format_error(source: str, exc: ValidationError) -> str:
     lines = [f"{source}: invalid config"]
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        lines.append(f"  field '{loc}': {err['msg']}")
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "value_error":  # our own validators' messages, minus pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
+        # A whole-model validator has no location of its own; its message names the field.
+        lines.append(f"  field '{loc}': {msg}" if loc else f"  {msg}")
     return "\n".join(lines)
 
 
@@ -162,7 +167,8 @@ def load_config(
 ) -> RunConfig:
     """Read YAML (or take a dict), apply `--set` overrides, validate; ConfigError on failure."""
     if isinstance(source, dict):
-        data, name = dict(source), "<config>"
+        # Deep copy: overrides write into nested mappings, and the caller's dict must not change.
+        data, name = copy.deepcopy(source), "<config>"
     else:
         path = Path(source)
         name = str(path)

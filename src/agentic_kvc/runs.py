@@ -162,7 +162,9 @@ def execute(
         log(f"run {run_id} is complete; nothing to do")
         return run_dir
     if run_dir.exists():
-        log(f"run {run_id} is incomplete; starting it again")
+        # An empty directory is not a failed run: Snakemake creates output folders up front.
+        if any(run_dir.iterdir()):
+            log(f"run {run_id} is incomplete; starting it again")
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     canonical = config.canonical()

@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-ROUTE_CLASSES = ("COLOCATED", "WARM", "MEDIUM", "HEAVY", "HEAVY_COLO", "HEAVY_P2P", "PD")
+ROUTE_CLASSES = (
+    "COLOCATED",
+    "WARM",
+    "MEDIUM",
+    "HEAVY",
+    "HEAVY_COLO",
+    "HEAVY_P2P",
+    "PD",
+    "WARM_P2P",  # a non-HEAVY request prefilled elsewhere (static PD, conditional disagg)
+    "MEDIUM_P2P",
+)
 
 
 @dataclass(slots=True)

@@ -57,6 +57,10 @@ class RouterState:
         self._scrape_t: list[float | None] = [None] * n_instances
 
     def view(self, now: float) -> FleetView:
+        # A TTL-based cache view needs the clock at decision time, not only at record time.
+        advance = getattr(self.cache, "advance", None)
+        if advance is not None:
+            advance(now)
         for inst, t in zip(self.instances, self._scrape_t, strict=True):
             inst.scrape_age_s = None if t is None else now - t
         return FleetView(

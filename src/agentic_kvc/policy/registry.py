@@ -10,7 +10,21 @@ from pydantic import ValidationError
 from agentic_kvc.policy.base import Policy
 
 # One module per policy; importing a module registers what it defines.
-POLICY_MODULES = ("round_robin",)
+POLICY_MODULES = (
+    "round_robin",
+    "lmetric",
+    "unified",
+    "additive",
+    "adaptive",
+    "elastic",
+    "static_pd",
+    "least_loaded",
+    "consistent_hash",
+    "sglang_cache_aware",
+    "llmd_weighted",
+    "dynamo_kv",  # also defines dynamo_lmetric
+    "conditional_disagg",
+)
 
 _REGISTRY: dict[str, type[Policy]] = {}
 _loaded = False
@@ -47,7 +61,7 @@ def validate_policy(name: str, params: dict[str, Any]) -> Any:
         return cls.Params.model_validate(params)
     except ValidationError as exc:
         errs = "; ".join(
-            f"field 'policy.params.{'.'.join(map(str, e['loc']))}': {e['msg']}"
+            f"field '{'.'.join(['policy.params', *map(str, e['loc'])])}': {e['msg']}"
             for e in exc.errors()
         )
         raise ValueError(errs) from None

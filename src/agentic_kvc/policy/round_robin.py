@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, Policy, RequestView
+from collections.abc import Sequence
+from typing import Any
+
+from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
+from agentic_kvc.policy.common import ColocatingPolicy
 from agentic_kvc.policy.registry import register
 
 
 @register
-class RoundRobin(Policy):
+class RoundRobin(ColocatingPolicy):
     name = "round_robin"
     description = "Cycle over healthy instances; ignores cache and load."
 
@@ -15,13 +19,14 @@ class RoundRobin(Policy):
         super().__init__(params)
         self._next = 0
 
-    def decide(self, request: RequestView, fleet: FleetView) -> Decision:
+    def choose(
+        self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
+    ) -> tuple[InstanceView, str, dict[int, Any]]:
         n = len(fleet.instances)
+        ok = {i.index: i for i in candidates}
         for step in range(n):
             idx = (self._next + step) % n
-            inst = fleet.instances[idx]
-            if inst.healthy and inst.can_prefill and inst.can_decode:
+            if idx in ok:
                 self._next = idx + 1
-                cached = fleet.cached_tokens(request)[idx]
-                return Decision(idx, idx, "COLOCATED", "round_robin", self.name, cached)
-        raise NoHealthyInstance("no healthy instance")
+                return ok[idx], "round_robin", {}
+        raise AssertionError("unreachable: candidates is non-empty")

@@ -30,6 +30,10 @@ class Request:
     # session start; later turns are released `think_s` after the previous turn finished.
     arrival_s: float = 0.0
     think_s: float = 0.0
+    # The request this one continues (its prompt extends the parent's), when known: the
+    # previous turn for generated or session-labelled traces, the rebuilt parent for traces
+    # whose sessions are recovered from hash chains (Mooncake). None for a first turn.
+    parent_id: str | None = None
 
     def __post_init__(self) -> None:
         total = sum(b.tokens for b in self.blocks)

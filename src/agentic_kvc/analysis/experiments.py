@@ -1,0 +1,171 @@
+"""The experiment set: `config/config.yaml` expanded into the concrete runs it asks for.
+
+An experiment is a base run config (a YAML file `akvc run` accepts) plus fixed overrides
+(`set`) and a matrix of overrides whose cartesian product gives one run each. Every run is
+resolved with `load_config` at plan time, so a bad experiment fails before anything runs, with
+a message naming the experiment and the field, and every run is known by its `run_id` (the
+output path the pipeline builds). A real-engine experiment is just another entry whose base
+config says `backend: vllm`; one whose runs were archived (`results/archive/<run_id>/`) is read
+from there instead of run again.
+
+The Snakefile, the notebooks and the report all use this one expansion (through the plan file
+the pipeline writes), so they agree on which runs belong to which experiment.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.config import ConfigError, RunConfig, load_config
+from agentic_kvc.runs import is_complete
+
+
+@dataclass(slots=True, frozen=True)
+class PlannedRun:
+    """One run of one experiment: how to produce it and how to label it in tables."""
+
+    run_id: str
+    experiment: str
+    base: str  # the base config file, as written in config.yaml (relative to the workdir)
+    overrides: tuple[str, ...]  # `dotted.key=value` items, in the order they are applied
+    labels: dict[str, Any]  # matrix values of this run, e.g. {"policy.name": "lmetric", ...}
+    tags: tuple[str, ...]
+    backend: str
+    policy: str
+    seed: int
+    # Scheduler resources: `gpu` (one vLLM instance per GPU) and optional `runtime` (minutes)
+    # and `mem_mb`, from the experiment's `resources` or derived from the config.
+    resources: dict[str, int]
+    archived: bool = False  # a complete copy exists under the archive dir: read, don't run
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["overrides"] = list(self.overrides)
+        out["tags"] = list(self.tags)
+        return out
+
+
+@dataclass(slots=True)
+class Plan:
+    runs: list[PlannedRun] = field(default_factory=list)
+
+    def run_ids(self) -> list[str]:
+        """Every distinct run_id, in plan order."""
+        return list(dict.fromkeys(r.run_id for r in self.runs))
+
+    def to_run(self) -> list[str]:
+        """Run ids the pipeline must produce (not archived), in plan order."""
+        return list(dict.fromkeys(r.run_id for r in self.runs if not r.archived))
+
+    def first(self, run_id: str) -> PlannedRun:
+        for r in self.runs:
+            if r.run_id == run_id:
+                return r
+        raise KeyError(f"run_id {run_id!r} is not in the experiment plan")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": [r.to_json() for r in self.runs]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Plan:
+        runs = []
+        for r in data.get("runs", []):
+            runs.append(
+                PlannedRun(
+                    **{
+                        **r,
+                        "overrides": tuple(r["overrides"]),
+                        "tags": tuple(r["tags"]),
+                    }
+                )
+            )
+        return cls(runs)
+
+
+def read_plan(path: str | Path) -> Plan:
+    return Plan.from_json(json.loads(Path(path).read_text()))
+
+
+def override_item(key: str, value: Any) -> str:
+    """`--set` item for a value. JSON is valid YAML, so strings, numbers, lists and mappings
+    all come back as they were (`"8"` stays a string, `8` an int)."""
+    return f"{key}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
+
+
+def _resources_for(cfg: RunConfig, requested: Mapping[str, int]) -> dict[str, int]:
+    out = dict(requested)
+    if "gpus" in out:
+        out["gpu"] = out.pop("gpus")
+    else:
+        # Real engines on accelerators hold one GPU per instance; CPU engines and the simulator
+        # hold none.
+        on_gpu = cfg.backend == "vllm" and not cfg.fleet.hardware.startswith("cpu")
+        out["gpu"] = cfg.fleet.instances if on_gpu else 0
+    return out
+
+
+def expand_experiment(
+    exp: Mapping[str, Any], root: Path, archive: Path | None = None
+) -> list[PlannedRun]:
+    """All runs of one experiment entry; ConfigError names the experiment and field."""
+    name = str(exp["name"])
+    base = str(exp["base"])
+    fixed = [override_item(k, v) for k, v in (exp.get("set") or {}).items()]
+    matrix: Mapping[str, list[Any]] = exp.get("matrix") or {}
+    keys = list(matrix)
+    for k in keys:
+        if not isinstance(matrix[k], list) or not matrix[k]:
+            raise ConfigError(f"experiment {name!r}: matrix.{k} must be a non-empty list")
+    out: list[PlannedRun] = []
+    for combo in itertools.product(*(matrix[k] for k in keys)):
+        labels = dict(zip(keys, combo, strict=True))
+        overrides = (*fixed, *(override_item(k, v) for k, v in labels.items()))
+        try:
+            cfg = load_config(root / base, list(overrides))
+        except ConfigError as exc:
+            where = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "no matrix"
+            raise ConfigError(f"experiment {name!r} ({where}): {exc}") from None
+        run_id = cfg.run_id()
+        out.append(
+            PlannedRun(
+                run_id=run_id,
+                experiment=name,
+                base=base,
+                overrides=overrides,
+                labels=labels,
+                tags=tuple(exp.get("tags") or ()),
+                backend=cfg.backend,
+                policy=cfg.policy.name,
+                seed=cfg.seed,
+                resources=_resources_for(cfg, exp.get("resources") or {}),
+                archived=archive is not None and is_complete(archive / run_id),
+            )
+        )
+    return out
+
+
+def expand(
+    experiments: Iterable[Mapping[str, Any]],
+    root: Path,
+    archive: Path | None = None,
+    tags: Iterable[str] | None = None,
+) -> Plan:
+    """The plan for every enabled experiment (and, if `tags` is given, only those tagged so)."""
+    wanted = set(tags or ())
+    plan = Plan()
+    seen: set[str] = set()
+    for exp in experiments:
+        if exp["name"] in seen:
+            raise ConfigError(f"experiment {exp['name']!r} is defined twice")
+        seen.add(exp["name"])
+        if not exp.get("enabled", True):
+            continue
+        if wanted and not wanted & set(exp.get("tags") or ()):
+            continue
+        plan.runs.extend(expand_experiment(exp, root, archive))
+    return plan

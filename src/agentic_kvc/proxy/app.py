@@ -1,0 +1,577 @@
+"""The proxy as a plain ASGI application: routing, accounting, streaming relay, records.
+
+A raw ASGI callable rather than a framework app: the request path is a handful of awaits, and
+a framework's request objects, middleware stack and per-response task groups would add tens
+to hundreds of microseconds per request, which is the budget this proxy is measured against.
+
+Life of a generation request (`/v1/completions`, `/v1/chat/completions`):
+
+    receive -> parse JSON -> session id -> prompt token ids -> block hashes
+            -> policy.decide(request, fleet view) -> RouterState.admit     (t_prefill_sent)
+            [PD: pd.run_prefill on P -> RouterState.prefill_done]          (t_prefill_done)
+            -> POST to the (decode) backend -> relay bytes; first event
+               with choices -> RouterState.first_token                     (t_first_token)
+            -> end of stream -> RouterState.finish -> record               (t_done)
+
+Every exit path (client error, upstream error, client gone, timeout) goes through `finish`,
+so the in-flight accounting a policy sees never leaks a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from agentic_kvc.metrics.prometheus import EngineMetrics
+from agentic_kvc.metrics.records import RequestRecord
+from agentic_kvc.policy.base import Decision, NoHealthyInstance, RequestView
+from agentic_kvc.policy.fleet import RouterState, Ticket
+from agentic_kvc.policy.registry import get_policy
+from agentic_kvc.proxy import pd
+from agentic_kvc.proxy.backends import CONNECTION_ERRORS, BackendClient, BackendMonitor
+from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
+from agentic_kvc.proxy.metrics import ProxyMetrics
+from agentic_kvc.proxy.prompt import PromptTokenizer, prompt_tokens
+from agentic_kvc.proxy.records import RecordSink
+from agentic_kvc.proxy.session import session_from
+from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.proxy.stream import StreamTracker
+
+log = logging.getLogger("agentic_kvc.proxy")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default on GPUs; replaced by the engine's cache_config_info
+GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions"])
+JSON = b"application/json"
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_clock = time.monotonic
+
+
+class _Retry(Exception):
+    """The chosen backend refused the connection before the request reached it."""
+
+
+def error_body(message: str, kind: str, code: int) -> bytes:
+    """An OpenAI-style error object."""
+    return _encode({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+def _sse_error(message: str, kind: str, code: int) -> bytes:
+    return b"data: " + error_body(message, kind, code) + b"\n\ndata: [DONE]\n\n"
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    msg = await receive()
+    body = msg.get("body", b"")
+    if not msg.get("more_body"):
+        return body  # the usual case: one message, no copy
+    parts = [body]
+    while msg.get("more_body"):
+        msg = await receive()
+        parts.append(msg.get("body", b""))
+    return b"".join(parts)
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes = JSON,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class ProxyApp:
+    """ASGI app; `create_app(settings)` builds one. Start/stop run through ASGI lifespan."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.policy = get_policy(settings.policy, settings.params)
+        n = len(settings.backends)
+        self.backends = [
+            BackendClient(i, url, settings.connect_timeout_s)
+            for i, url in enumerate(settings.backends)
+        ]
+        self.block_size = settings.block_size or DEFAULT_BLOCK_SIZE
+        self._block_size_known = settings.block_size is not None
+        self._capacity_blocks: int | None = None
+        self.hasher = make_hasher(self.block_size)
+        if settings.cache_view == "exact":
+            # The exact view learns from the engines' KV events, never from the router's routes.
+            self.state = RouterState(n, settings.roles, settings.exact_cache, record_on_route=False)
+        else:
+            self.state = RouterState(n, settings.roles, make_estimated_index(n))
+        self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
+        self.metrics = ProxyMetrics(settings.policy, self.state, self.backends)
+        self.records = RecordSink(settings.records, settings.on_record)
+        self.monitor = BackendMonitor(
+            self.backends,
+            settings.scrape_interval_s,
+            settings.health_interval_s,
+            on_health=lambda b, ok: self._set_health(b, ok, "health probe"),
+            on_scrape=self._on_scrape,
+        )
+        self.origin = settings.clock_origin if settings.clock_origin is not None else _clock()
+        self.timeout = aiohttp.ClientTimeout(
+            total=settings.upstream_timeout_s, sock_connect=settings.connect_timeout_s
+        )
+        self.started = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        for b in self.backends:
+            b.open()
+        # Learn block size, health and the model (for its tokenizer) before the first request.
+        await asyncio.gather(*(self._first_contact(b) for b in self.backends))
+        self.monitor.start()
+        self.records.start()
+        self.started = True
+
+    async def shutdown(self) -> None:
+        await self.monitor.stop()
+        await self.records.close()
+        for b in self.backends:
+            await b.close()
+        self.started = False
+
+    async def _first_contact(self, b: BackendClient) -> None:
+        timeout = min(self.settings.connect_timeout_s, 5.0)
+        m = await b.scrape(timeout)
+        if m is None:
+            self._set_health(b, False, "unreachable at startup")
+            return
+        self._on_scrape(b, m)
+        try:
+            status, raw = await b.get("/v1/models", timeout)
+            data = _decode(raw)["data"][0] if status == 200 else {}
+        except (*CONNECTION_ERRORS, TimeoutError, msgspec.DecodeError, KeyError, IndexError):
+            data = {}
+        b.model_id, b.model_root = data.get("id"), data.get("root")
+        if self.tokenizer is None:
+            self.tokenizer = PromptTokenizer.find(b.model_root, b.model_id)
+            if self.tokenizer is not None:
+                log.info("tokenizer for text prompts: %s", self.tokenizer.path)
+
+    def _set_health(self, b: BackendClient, healthy: bool, why: str) -> None:
+        if b.healthy != healthy:
+            state = "back in service" if healthy else "out of service"
+            log.warning("backend %d (%s) %s: %s", b.index, b.url, state, why)
+        b.healthy = healthy
+        self.state.set_healthy(b.index, healthy)
+        if not healthy:
+            self.monitor.poke(b.index)
+
+    def _on_scrape(self, b: BackendClient, m: EngineMetrics) -> None:
+        self.state.update_scrape(b.index, self.now(), m.running, m.waiting, m.kv_usage)
+        estimated = self.settings.cache_view == "estimated"
+        if m.block_size and not self._block_size_known:
+            self._block_size_known = True
+            if m.block_size != self.block_size:
+                # Routes recorded with the wrong block size would never match: start afresh.
+                self.block_size = m.block_size
+                self.hasher = make_hasher(m.block_size)
+                if estimated:
+                    self.state.cache = make_estimated_index(len(self.backends))
+        if m.num_gpu_blocks and estimated and self._capacity_blocks is None:
+            # The estimate evicts like an engine of this KV size (LRU, whole blocks).
+            self._capacity_blocks = m.num_gpu_blocks
+            self.state.cache.capacity_blocks = m.num_gpu_blocks  # type: ignore[union-attr]
+
+    def now(self) -> float:
+        return _clock() - self.origin
+
+    # ---- ASGI ------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path, method = scope["path"], scope["method"]
+            if path in GENERATE_PATHS:
+                if method != "POST":
+                    await _respond(send, 405, error_body("use POST", "invalid_request_error", 405))
+                    return
+                await self._generate(scope, receive, send, path)
+            elif method == "GET" and path == "/health":
+                await self._health(send)
+            elif method == "GET" and path == "/metrics":
+                await _respond(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
+            elif method == "GET" and path == "/v1/models":
+                await self._models(send)
+            else:
+                msg = f"no route for {method} {path}"
+                await _respond(send, 404, error_body(msg, "not_found_error", 404))
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _health(self, send: Send) -> None:
+        backends = [{"url": b.url, "healthy": b.healthy} for b in self.backends]
+        ok = any(b.healthy for b in self.backends)
+        body = _encode({"status": "ok" if ok else "no healthy backend", "backends": backends})
+        await _respond(send, 200 if ok else 503, body)
+
+    async def _models(self, send: Send) -> None:
+        for b in self.backends:
+            if not b.healthy:
+                continue
+            try:
+                status, raw = await b.get("/v1/models", self.settings.connect_timeout_s)
+            except (*CONNECTION_ERRORS, TimeoutError) as exc:
+                self._set_health(b, False, f"/v1/models: {type(exc).__name__}")
+                continue
+            await _respond(send, status, raw)
+            return
+        await _respond(send, 503, error_body("no healthy backend", "service_unavailable", 503))
+
+    # ---- generation ------------------------------------------------------------------
+
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        t_recv = self.now()
+        raw = await _read_body(receive)
+        try:
+            body = _decode(raw)
+        except msgspec.DecodeError as exc:
+            await self._reject(send, path, 400, f"request body is not valid JSON: {exc}")
+            return
+        if not isinstance(body, dict):
+            await self._reject(send, path, 400, "request body must be a JSON object")
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        rid_header = _header(headers, b"x-request-id")
+        request_id = rid_header.decode("latin-1") if rid_header else uuid.uuid4().hex
+        session = session_from(body, headers)
+        try:
+            token_ids, n_input = prompt_tokens(path, body, self.tokenizer)
+        except Exception as exc:  # a tokenizer or template failure is the request's fault
+            await self._reject(send, path, 400, f"cannot read the prompt: {exc}")
+            return
+        if n_input == 0:
+            need = "messages" if path.endswith("chat/completions") else "prompt"
+            await self._reject(send, path, 400, f"request has no usable '{need}'")
+            return
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            await self._reject(send, path, 400, "max_tokens must be a non-negative integer")
+            return
+        stream = body.get("stream") is True
+        payload: bytes | None = raw
+        drop_usage = False
+        if stream:
+            opts = body.get("stream_options")
+            if not (isinstance(opts, dict) and opts.get("include_usage")):
+                # Usage gives exact output and cached-token counts; the client did not ask
+                # for it, so its event is dropped again on the way back.
+                body["stream_options"] = {**(opts or {}), "include_usage": True}
+                drop_usage, payload = True, None
+        hashes = self.hasher.hash(session, token_ids) if token_ids else ()
+        turn = self.state.session_turns.get(session, 0) if session is not None else 0
+        request = RequestView(
+            request_id, session, turn, n_input, max_tokens, hashes, self.block_size
+        )
+        rec = RequestRecord(
+            request_id=request_id,
+            session_id=session or "",
+            turn=turn,
+            arrival_s=t_recv,
+            input_tokens=n_input,
+            cache_view=self.settings.cache_view,
+            policy=self.settings.policy,
+            t_proxy_recv=t_recv,
+        )
+        retries = 1 if self.settings.retry_refused else 0
+        while True:
+            try:
+                decision = self.policy.decide(request, self.state.view(self.now()))
+            except NoHealthyInstance as exc:
+                rec.error = f"no healthy instance: {exc}"
+                self.records.add(rec)
+                await self._reject(send, path, 503, rec.error, "service_unavailable")
+                return
+            decision.policy = decision.policy or self.settings.policy
+            ticket = self.state.admit(request, decision, self.now())
+            _fill_decision(rec, decision)
+            self.metrics.decision(decision.route_class, decision.reason)
+            try:
+                await self._execute(
+                    path, body, payload, stream, drop_usage, rec, ticket, receive, send
+                )
+                return
+            except _Retry:
+                if retries == 0:
+                    await self._fail(send, path, rec, ticket, 502, rec.error or "refused")
+                    return
+                retries -= 1
+                self.state.finish(ticket)
+                if session is not None:  # the refused attempt was not a turn
+                    self.state.session_turns[session] -= 1
+                rec.error = None
+
+    async def _reject(
+        self, send: Send, path: str, status: int, message: str, kind: str = "invalid_request_error"
+    ) -> None:
+        self.metrics.request(path, f"http_{status}")
+        await _respond(send, status, error_body(message, kind, status))
+
+    async def _fail(
+        self, send: Send, path: str, rec: RequestRecord, ticket: Ticket, status: int, message: str
+    ) -> None:
+        """End a request that got no upstream response: release, record, clean JSON error."""
+        self.state.finish(ticket)
+        rec.error = message
+        rec.t_done = self.now()
+        self.records.add(rec)
+        kind = "timeout" if status == 504 else "upstream_error"
+        await self._reject(send, path, status, message, kind)
+
+    def _backend_failed(self, b: BackendClient, exc: BaseException, where: str) -> str:
+        kind = type(exc).__name__
+        self.metrics.backend_error(b.index, kind)
+        self._set_health(b, False, f"{where}: {kind}: {exc}")
+        return f"backend {b.index} ({b.url}) {where}: {kind}: {exc}"
+
+    async def _execute(
+        self,
+        path: str,
+        body: dict[str, Any],
+        payload: bytes | None,
+        stream: bool,
+        drop_usage: bool,
+        rec: RequestRecord,
+        ticket: Ticket,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        decision = ticket.decision
+        target = self.backends[decision.decode]
+        rec.t_prefill_sent = self.now()
+        self.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
+        if decision.disaggregated:
+            prefill = self.backends[decision.prefill]
+            try:
+                result = await pd.run_prefill(
+                    prefill, path, body, rec.request_id, self.settings.upstream_timeout_s
+                )
+            except aiohttp.ClientConnectorError as exc:
+                rec.error = self._backend_failed(prefill, exc, "refused the prefill")
+                raise _Retry from exc
+            except TimeoutError:
+                await self._fail(send, path, rec, ticket, 504, "prefill timed out")
+                return
+            except CONNECTION_ERRORS as exc:
+                msg = self._backend_failed(prefill, exc, "dropped the prefill")
+                await self._fail(send, path, rec, ticket, 502, msg)
+                return
+            except (pd.PrefillError, msgspec.DecodeError) as exc:
+                await self._fail(send, path, rec, ticket, 502, f"prefill failed: {exc}")
+                return
+            self.state.prefill_done(ticket)
+            rec.t_prefill_done = self.now()
+            rec.kv_transfer_tokens = result.kv_transfer_tokens
+            payload = _encode(result.decode_body)
+        elif payload is None:
+            payload = _encode(body)
+        assert target.session is not None
+        up_headers = {"content-type": "application/json", "x-request-id": rec.request_id}
+        try:
+            resp = await target.session.post(
+                path, data=payload, headers=up_headers, timeout=self.timeout
+            )
+        except aiohttp.ClientConnectorError as exc:
+            rec.error = self._backend_failed(target, exc, "refused the connection")
+            if decision.disaggregated:  # P already did the work; do not redo the prefill
+                await self._fail(send, path, rec, ticket, 502, rec.error)
+                return
+            raise _Retry from exc
+        except TimeoutError:
+            await self._fail(send, path, rec, ticket, 504, "upstream timed out")
+            return
+        except CONNECTION_ERRORS as exc:
+            msg = self._backend_failed(target, exc, "dropped the request")
+            await self._fail(send, path, rec, ticket, 502, msg)
+            return
+        prefill, decode = str(decision.prefill).encode(), str(decision.decode).encode()
+        headers = [
+            (b"content-type", resp.headers.get("content-type", "application/json").encode()),
+            (b"x-akvc-request-id", rec.request_id.encode()),
+            (b"x-akvc-policy", decision.policy.encode()),
+            (b"x-akvc-route-class", decision.route_class.encode()),
+            (b"x-akvc-reason", decision.reason.encode()),
+            (b"x-akvc-prefill", prefill),
+            (b"x-akvc-decode", decode),
+            # The replayer's names for the same values (agentic_kvc.replay.client).
+            (b"x-akvc-prefill-instance", prefill),
+            (b"x-akvc-decode-instance", decode),
+            (b"x-akvc-predicted-cached-tokens", str(decision.predicted_cached_tokens).encode()),
+        ]
+        if resp.status != 200 or not stream:
+            await self._relay_whole(path, resp, headers, rec, ticket, send)
+        else:
+            await self._relay_stream(path, resp, headers, drop_usage, rec, ticket, receive, send)
+
+    async def _relay_whole(
+        self,
+        path: str,
+        resp: aiohttp.ClientResponse,
+        headers: list[tuple[bytes, bytes]],
+        rec: RequestRecord,
+        ticket: Ticket,
+        send: Send,
+    ) -> None:
+        try:
+            data = await resp.read()
+        except TimeoutError:
+            resp.close()
+            await self._fail(send, path, rec, ticket, 504, "upstream timed out")
+            return
+        except CONNECTION_ERRORS as exc:
+            resp.close()
+            msg = self._backend_failed(self.backends[ticket.decision.decode], exc, "dropped")
+            await self._fail(send, path, rec, ticket, 502, msg)
+            return
+        finally:
+            resp.release()
+        self.state.first_token(ticket)
+        if resp.status == 200:
+            with contextlib.suppress(msgspec.DecodeError, AttributeError):
+                _take_usage(rec, _decode(data).get("usage"))
+        else:
+            rec.error = f"upstream HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}"
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        self._done(path, rec, ticket, "ok" if resp.status == 200 else f"http_{resp.status}")
+
+    async def _relay_stream(
+        self,
+        path: str,
+        resp: aiohttp.ClientResponse,
+        headers: list[tuple[bytes, bytes]],
+        drop_usage: bool,
+        rec: RequestRecord,
+        ticket: Ticket,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        tracker = StreamTracker(drop_usage_event=drop_usage)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # A client that goes away shows up as a message on receive(); the upstream stream is
+        # then closed, which makes vLLM abort the request instead of decoding for nobody.
+        client_gone = asyncio.ensure_future(receive())
+        error: tuple[str, str, int] | None = None
+        outcome = "ok"
+        try:
+            async for chunk in resp.content.iter_any():
+                out, first = tracker.feed(chunk)
+                if first:
+                    rec.t_first_token = self.now()
+                    self.state.first_token(ticket)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                if client_gone.done():
+                    outcome = "client_gone"
+                    break
+        except TimeoutError:
+            error = ("upstream timed out mid-stream", "timeout", 504)
+        except CONNECTION_ERRORS as exc:
+            msg = self._backend_failed(self.backends[ticket.decision.decode], exc, "dropped")
+            error = (msg, "upstream_error", 502)
+        finally:
+            client_gone.cancel()
+            if error is not None or outcome == "client_gone" or not tracker.done:
+                resp.close()  # do not return a half-read connection to the pool
+            else:
+                resp.release()
+        if outcome == "client_gone":
+            rec.error = "client disconnected"
+        elif error is not None:
+            rec.error = error[0]
+            outcome = error[1]
+            await send(
+                {"type": "http.response.body", "body": _sse_error(*error), "more_body": True}
+            )
+        elif not tracker.done:
+            rec.error = "upstream stream ended without [DONE]"
+            outcome = "truncated"
+        elif tracker.error is not None:
+            rec.error = f"engine error: {tracker.error}"
+            outcome = "engine_error"
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        _take_usage(rec, tracker.usage)
+        if tracker.usage is None:
+            rec.output_tokens = tracker.content_events
+        self._done(path, rec, ticket, outcome)
+
+    def _done(self, path: str, rec: RequestRecord, ticket: Ticket, outcome: str) -> None:
+        rec.t_done = self.now()
+        self.state.finish(ticket, rec.output_tokens)
+        self.metrics.request(path, outcome)
+        self.records.add(rec)
+
+
+def _fill_decision(rec: RequestRecord, d: Decision) -> None:
+    rec.route_class = d.route_class
+    rec.reason = d.reason
+    rec.policy = d.policy
+    rec.prefill_instance = d.prefill
+    rec.decode_instance = d.decode
+    rec.predicted_cached_tokens = d.predicted_cached_tokens
+    rec.scores = {str(k): v for k, v in d.scores.items()}
+
+
+def _take_usage(rec: RequestRecord, usage: Any) -> None:
+    """Output and cached tokens from an OpenAI usage object (cached needs vLLM's
+    `--enable-prompt-tokens-details`; without it the field is absent and stays 0)."""
+    if not isinstance(usage, dict):
+        return
+    out = usage.get("completion_tokens")
+    if isinstance(out, int):
+        rec.output_tokens = out
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        rec.cached_tokens = details["cached_tokens"]
+
+
+def create_app(settings: ProxySettings) -> ProxyApp:
+    """The proxy as an ASGI app (serve it with uvicorn, or `serve.run_proxy`)."""
+    return ProxyApp(settings)

@@ -1,0 +1,177 @@
+"""One pooled HTTP client per vLLM backend, plus its health probe and metrics scraper.
+
+Each backend gets its own aiohttp session and connection pool with keep-alive, so a request
+reuses a warm TCP connection (no handshake on the hot path) and a dead backend's broken
+connections never sit in another backend's pool. When a backend comes back after a failure its
+pool is replaced: connections kept from before the restart point at a dead socket, and the
+first request on one would fail (the stale-connection bug seen in vllm-router).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from agentic_kvc.metrics.prometheus import EngineMetrics, parse_vllm_metrics
+
+log = logging.getLogger("agentic_kvc.proxy")
+
+# Errors that mean "this backend refused or dropped us" (as opposed to a slow answer).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, payload cut off
+    aiohttp.ClientPayloadError,
+    ConnectionError,
+)
+
+
+@dataclass(slots=True)
+class BackendClient:
+    index: int
+    url: str  # base URL, no trailing slash
+    connect_timeout_s: float = 3.0
+    session: aiohttp.ClientSession | None = None
+    healthy: bool = True
+    last_error: str | None = None
+    metrics: EngineMetrics | None = None
+    scraped_at: float | None = None
+    model_id: str | None = None
+    model_root: str | None = None
+    _closing: list[aiohttp.ClientSession] = field(default_factory=list)
+
+    def open(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=0,  # the engine queues; the proxy must not add a second queue in front of it
+            keepalive_timeout=75,
+            enable_cleanup_closed=False,
+            ttl_dns_cache=None,
+        )
+        self.session = aiohttp.ClientSession(
+            base_url=self.url,
+            connector=connector,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
+        )
+
+    async def reopen(self) -> None:
+        """Fresh pool after recovery; the old one is closed (its sockets are dead anyway)."""
+        old = self.session
+        self.open()
+        if old is not None:
+            await old.close()
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        assert self.session is not None, "backend client not opened"
+        async with self.session.get(path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return resp.status, await resp.read()
+
+    async def probe_health(self, timeout_s: float) -> bool:
+        try:
+            status, _ = await self.get("/health", timeout_s)
+        except (TimeoutError, *CONNECTION_ERRORS) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return False
+        return status == 200
+
+    async def scrape(self, timeout_s: float) -> EngineMetrics | None:
+        """GET /metrics and parse it; None if unreachable; raises nothing."""
+        try:
+            status, body = await self.get("/metrics", timeout_s)
+        except (TimeoutError, *CONNECTION_ERRORS) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        if status != 200:
+            return None
+        self.metrics = parse_vllm_metrics(body.decode("utf-8", "replace"))
+        self.scraped_at = time.monotonic()
+        return self.metrics
+
+
+HealthCallback = Callable[[BackendClient, bool], None]
+ScrapeCallback = Callable[[BackendClient, EngineMetrics], None]
+
+
+class BackendMonitor:
+    """Background loop per backend: scrape a healthy one, probe an unhealthy one.
+
+    A scrape that cannot connect marks the backend unhealthy at once; an unhealthy backend is
+    probed on `/health` every `health_interval_s` and returns to service on the first 200.
+    With scraping off (interval 0), healthy backends are only watched through request errors.
+    """
+
+    def __init__(
+        self,
+        backends: list[BackendClient],
+        scrape_interval_s: float,
+        health_interval_s: float,
+        on_health: HealthCallback,
+        on_scrape: ScrapeCallback,
+    ) -> None:
+        self.backends = backends
+        self.scrape_interval_s = scrape_interval_s
+        self.health_interval_s = health_interval_s
+        self.on_health = on_health
+        self.on_scrape = on_scrape
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = [asyncio.Event() for _ in backends]
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop(b)) for b in self.backends]
+
+    def poke(self, index: int) -> None:
+        """A request saw this backend fail: start probing it now rather than at the next tick."""
+        self._wake[index].set()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _sleep(self, index: int, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake[index].wait(), seconds)
+        self._wake[index].clear()
+
+    async def _loop(self, b: BackendClient) -> None:
+        probe_timeout = max(min(self.health_interval_s, 5.0), 0.5)
+        while True:
+            try:
+                if b.healthy:
+                    if self.scrape_interval_s <= 0:
+                        await self._sleep(b.index, 3600.0)
+                        continue
+                    m = await b.scrape(timeout_s=max(self.scrape_interval_s, 1.0))
+                    if m is not None:
+                        self.on_scrape(b, m)
+                    elif b.healthy and not await b.probe_health(probe_timeout):
+                        self.on_health(b, False)
+                        continue
+                    await self._sleep(b.index, self.scrape_interval_s)
+                else:
+                    if await b.probe_health(probe_timeout):
+                        await b.reopen()
+                        self.on_health(b, True)
+                        m = await b.scrape(timeout_s=probe_timeout)
+                        if m is not None:
+                            self.on_scrape(b, m)
+                        continue
+                    await self._sleep(b.index, self.health_interval_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one bad scrape end the monitor
+                log.exception("monitor for backend %s failed; retrying", b.url)
+                await asyncio.sleep(self.health_interval_s)

@@ -1,0 +1,185 @@
+"""`akvc proxy`: serve the cache-aware routing proxy in front of vLLM backends."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+
+def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--param")
+        key, raw = item.split("=", 1)
+        params[key] = yaml.safe_load(raw) if raw else ""
+    return params
+
+
+@click.command("proxy")
+@click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    required=True,
+    metavar="URL",
+    help="Base URL of a vLLM OpenAI server, e.g. http://127.0.0.1:8001 (repeat per instance; "
+    "instance i is the i-th --backend).",
+)
+@click.option(
+    "--policy",
+    default="round_robin",
+    show_default=True,
+    help="Routing policy name (`akvc policies` lists them).",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Policy parameter; VALUE is read as YAML so numbers and lists work (repeatable).",
+)
+@click.option(
+    "--cache-view",
+    type=click.Choice(["estimated", "exact"]),
+    default="estimated",
+    show_default=True,
+    help="Prefix-cache view for the policy: 'estimated' records every routed prompt's blocks; "
+    "'exact' follows the engines' KV events (needs the KV-events subscriber).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=int,
+    help="Port to listen on (0: pick a free one and print it).",
+)
+@click.option(
+    "--records",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append one JSON record per request (timings, route, receipt) to this file.",
+)
+@click.option(
+    "--scrape-interval",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Seconds between scrapes of each backend's /metrics (running, waiting, KV usage, "
+    "block size); 0 turns scraping off.",
+)
+@click.option(
+    "--health-interval",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Seconds between /health probes of a backend that is out of service.",
+)
+@click.option(
+    "--timeout",
+    "upstream_timeout",
+    default=600.0,
+    show_default=True,
+    type=float,
+    help="Per-request upstream timeout in seconds (whole exchange, stream included).",
+)
+@click.option(
+    "--connect-timeout",
+    default=3.0,
+    show_default=True,
+    type=float,
+    help="Seconds to wait for a backend connection before calling it refused.",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Model dir or tokenizer.json for text and chat prompts (default: the backend's model "
+    "path from /v1/models, if it is a local directory).",
+)
+@click.option(
+    "--block-size",
+    type=int,
+    default=None,
+    help="Router hashing block size (default: the engine's cache_config_info, else 16).",
+)
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    type=click.Choice(["combined", "prefill", "decode", "both"]),
+    help="Role of each backend, in --backend order (default: all combined).",
+)
+@click.option(
+    "--no-retry", is_flag=True, help="Do not retry a request whose backend refused the connection."
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Server log level.",
+)
+def proxy(
+    backends: tuple[str, ...],
+    policy: str,
+    params: tuple[str, ...],
+    cache_view: str,
+    host: str,
+    port: int,
+    records: Path | None,
+    scrape_interval: float,
+    health_interval: float,
+    upstream_timeout: float,
+    connect_timeout: float,
+    tokenizer: Path | None,
+    block_size: int | None,
+    roles: tuple[str, ...],
+    no_retry: bool,
+    log_level: str,
+) -> None:
+    """Route OpenAI-compatible requests across vLLM BACKENDs with a routing policy.
+
+    Serves /v1/completions and /v1/chat/completions (streaming or not), /v1/models, /health
+    and /metrics. Each response carries x-akvc-* headers naming its route; see docs/proxy.md.
+    """
+    from agentic_kvc.policy.registry import validate_policy
+    from agentic_kvc.proxy.server import run_proxy
+    from agentic_kvc.proxy.settings import ProxySettings
+
+    parsed = _parse_params(params)
+    try:
+        validate_policy(policy, parsed)
+        settings = ProxySettings(
+            backends=list(backends),
+            policy=policy,
+            params=parsed,
+            cache_view=cache_view,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            records=records,
+            scrape_interval_s=scrape_interval,
+            health_interval_s=health_interval,
+            upstream_timeout_s=upstream_timeout,
+            connect_timeout_s=connect_timeout,
+            tokenizer=tokenizer,
+            block_size=block_size,
+            roles=list(roles) or None,  # type: ignore[arg-type]
+            retry_refused=not no_retry,
+        )
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if cache_view == "exact":
+        click.echo(
+            "error: --cache-view exact needs the KV-events subscriber "
+            "(agentic_kvc.cache.kv_events), not wired into the CLI yet",
+            err=True,
+        )
+        sys.exit(2)
+    run_proxy(settings, log_level=log_level)

@@ -1,0 +1,124 @@
+"""The proxy's own Prometheus metrics (served on its `/metrics`).
+
+Counters and the overhead histogram are updated on the request path, so their label children
+are looked up once and cached (a `.labels()` call costs microseconds). Per-instance state
+(in-flight requests, pending prefill tokens, health, last scrape) is not updated per request
+at all: a custom collector reads `RouterState` and the backend clients when `/metrics` is
+scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from agentic_kvc.policy.fleet import RouterState
+from agentic_kvc.proxy.backends import BackendClient
+
+# Router overhead is tens of microseconds to a few milliseconds: fine buckets there.
+OVERHEAD_BUCKETS = (
+    25e-6, 50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 750e-6,
+    1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3, 10e-3, 25e-3, 100e-3,
+)  # fmt: skip
+
+
+class _FleetCollector(Collector):
+    def __init__(self, state: RouterState, backends: Sequence[BackendClient]) -> None:
+        self.state = state
+        self.backends = backends
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families: dict[str, GaugeMetricFamily] = {}
+
+        def fam(name: str, doc: str) -> GaugeMetricFamily:
+            if name not in families:
+                families[name] = GaugeMetricFamily(name, doc, labels=["instance", "url"])
+            return families[name]
+
+        for inst, b in zip(self.state.instances, self.backends, strict=True):
+            labels = [str(inst.index), b.url]
+            fam("akvc_proxy_backend_healthy", "1 if the backend is in service").add_metric(
+                labels, 1.0 if inst.healthy else 0.0
+            )
+            fam("akvc_proxy_inflight_requests", "Requests routed and not finished").add_metric(
+                labels, inst.num_requests
+            )
+            fam(
+                "akvc_proxy_pending_prefill_tokens",
+                "Uncached prompt tokens routed whose first token has not arrived",
+            ).add_metric(labels, inst.pending_prefill_tokens)
+            fam("akvc_proxy_decode_requests", "Requests past first token").add_metric(
+                labels, inst.decode_requests
+            )
+            fam("akvc_proxy_decode_tokens", "KV tokens held by decoding requests").add_metric(
+                labels, inst.decode_tokens
+            )
+            for attr, name in (
+                ("engine_running", "akvc_proxy_engine_running"),
+                ("engine_waiting", "akvc_proxy_engine_waiting"),
+                ("kv_usage", "akvc_proxy_engine_kv_usage"),
+            ):
+                value = getattr(inst, attr)
+                if value is not None:
+                    fam(name, f"Engine {attr} from the last scrape").add_metric(labels, value)
+        yield from families.values()
+
+
+class ProxyMetrics:
+    def __init__(self, policy: str, state: RouterState, backends: Sequence[BackendClient]) -> None:
+        self.policy = policy
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.decisions = Counter(
+            "akvc_proxy_decisions",
+            "Routing decisions by policy, route class and reason",
+            ["policy", "route_class", "reason"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "akvc_proxy_requests",
+            "Requests handled, by endpoint and outcome",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.backend_errors = Counter(
+            "akvc_proxy_backend_errors",
+            "Requests that failed on a backend (refused, dropped, timed out, bad answer)",
+            ["instance", "kind"],
+            registry=self.registry,
+        )
+        self.overhead = Histogram(
+            "akvc_proxy_overhead_seconds",
+            "Router overhead: request received to request sent upstream "
+            "(parse, tokenize, hash, decide, account)",
+            buckets=OVERHEAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_FleetCollector(state, backends))
+        self._decision_children: dict[tuple[str, str], Any] = {}
+        self._request_children: dict[tuple[str, str], Any] = {}
+
+    def decision(self, route_class: str, reason: str) -> None:
+        key = (route_class, reason)
+        child = self._decision_children.get(key)
+        if child is None:
+            child = self._decision_children[key] = self.decisions.labels(
+                self.policy, route_class, reason
+            )
+        child.inc()
+
+    def request(self, endpoint: str, outcome: str) -> None:
+        key = (endpoint, outcome)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(endpoint, outcome)
+        child.inc()
+
+    def backend_error(self, instance: int, kind: str) -> None:
+        self.backend_errors.labels(str(instance), kind).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,114 @@
+"""The prompt's token ids, as the router needs them for block hashing and load estimates.
+
+Token-id prompts (what the replayer sends) are used as they are. Text prompts and chat
+messages are tokenized with the model's own `tokenizer.json` (the Rust `tokenizers` library:
+tens of microseconds for a short prompt); chat messages are first rendered with the model's
+chat template from `tokenizer_config.json`, as vLLM does, so that the router's block hashes of
+one session's turns share the same prefix the engine will cache. Without a tokenizer the
+proxy still routes, but text prompts get a length estimate and no block hashes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+CHARS_PER_TOKEN = 4  # rough length estimate when no tokenizer is available
+
+
+class PromptTokenizer:
+    def __init__(self, model_dir: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.path = model_dir
+        self._tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._template = None
+        cfg_path = model_dir / "tokenizer_config.json"
+        if cfg_path.is_file():
+            cfg = json.loads(cfg_path.read_text())
+            template = cfg.get("chat_template")
+            if isinstance(template, str):
+                import jinja2
+
+                env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+                self._template = env.from_string(template)
+                self._specials = {
+                    k: v for k, v in cfg.items() if k.endswith("_token") and isinstance(v, str)
+                }
+
+    @classmethod
+    def find(cls, *candidates: str | Path | None) -> PromptTokenizer | None:
+        """The first candidate that is a local directory holding a tokenizer.json."""
+        for cand in candidates:
+            if cand is None:
+                continue
+            path = Path(cand)
+            if path.is_file() and path.name == "tokenizer.json":
+                path = path.parent
+            if (path / "tokenizer.json").is_file():
+                return cls(path)
+        return None
+
+    def encode(self, text: str) -> list[int]:
+        # Special tokens in a rendered chat template must map to their ids, not be split.
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        if self._template is None:
+            return "".join(f"{m.get('role', '')}: {_content_text(m)}\n" for m in messages)
+        msgs = [{**m, "content": _content_text(m)} for m in messages]
+        return self._template.render(messages=msgs, add_generation_prompt=True, **self._specials)
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    """Chat content as text: a string, or the text parts of a multi-part content list."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        )
+    return ""
+
+
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(x) is int for x in value[:8])
+
+
+def prompt_tokens(
+    path: str, body: Mapping[str, Any], tokenizer: PromptTokenizer | None
+) -> tuple[list[int] | None, int]:
+    """(token ids or None when unknown, input token count) for a generation request.
+
+    A batched completions prompt (a list of prompts) is routed as a whole by its first prompt;
+    its token count is the sum over the batch.
+    """
+    if path.endswith("/chat/completions"):
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return None, 0
+        if tokenizer is not None:
+            ids = tokenizer.encode(tokenizer.render_chat(messages))
+            return ids, len(ids)
+        chars = sum(len(_content_text(m)) for m in messages if isinstance(m, Mapping))
+        return None, max(chars // CHARS_PER_TOKEN, 1)
+    prompt = body.get("prompt")
+    if _is_token_ids(prompt):
+        return prompt, len(prompt)
+    if isinstance(prompt, str):
+        if tokenizer is not None:
+            ids = tokenizer.encode(prompt)
+            return ids, len(ids)
+        return None, max(len(prompt) // CHARS_PER_TOKEN, 1)
+    if isinstance(prompt, list) and prompt:
+        first, total = None, 0
+        for item in prompt:
+            ids, n = prompt_tokens(path, {"prompt": item}, tokenizer)
+            if first is None:
+                first = ids
+            total += n
+        return first, total
+    return None, 0

@@ -1,0 +1,76 @@
+"""Per-request breakdown records: buffered JSON lines, flushed in the background and at exit.
+
+Encoding and writing happen off the request path: a finished request only appends its record
+to a list; a background task writes the list every `flush_interval_s` (or when it grows past
+`max_buffer`), and `close()` writes what is left at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentic_kvc.metrics.records import RequestRecord
+
+_encode = msgspec.json.Encoder().encode
+
+
+class RecordSink:
+    def __init__(
+        self,
+        path: Path | None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        flush_interval_s: float = 1.0,
+        max_buffer: int = 512,
+    ) -> None:
+        self.path = path
+        self.on_record = on_record
+        self.flush_interval_s = flush_interval_s
+        self.max_buffer = max_buffer
+        self._buffer: list[RequestRecord] = []
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        if self.path is not None:
+            self._task = asyncio.create_task(self._loop())
+
+    def add(self, record: RequestRecord) -> None:
+        record.finalize()
+        if self.on_record is not None:
+            self.on_record(record.to_dict())
+        if self.path is None:
+            return
+        self._buffer.append(record)
+        if len(self._buffer) >= self.max_buffer:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer or self.path is None:
+            return
+        rows, self._buffer = self._buffer, []
+        data = b"".join(_encode(asdict(r)) + b"\n" for r in rows)
+        with self.path.open("ab") as fh:
+            fh.write(data)
+        self.written += len(rows)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            self.flush()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.flush()

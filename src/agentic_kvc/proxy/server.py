@@ -1,0 +1,139 @@
+"""Serving the proxy app: blocking (the CLI) or in a background thread (tests, run backend).
+
+uvicorn with uvloop and the httptools parser when installed (the fastest pure-Python-facing
+HTTP/1.1 stack here); access logs, `server` and `date` headers are off because each costs
+time on every request and nothing reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import uvicorn
+
+from agentic_kvc.proxy.app import ProxyApp, create_app
+from agentic_kvc.proxy.settings import ProxySettings
+
+
+def _loop_impl() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def _http_impl() -> str:
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind before serving, so port 0 yields a known free port with no race."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        loop=_loop_impl(),
+        http=_http_impl(),
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        log_level=log_level,
+        timeout_keep_alive=75,
+        backlog=4096,
+    )
+
+
+def run_proxy(settings: ProxySettings, log_level: str = "info") -> None:
+    """Serve until interrupted (Ctrl-C / SIGTERM); records are flushed on the way out."""
+    app = create_app(settings)
+    sock = bind_socket(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    print(f"akvc proxy: policy {settings.policy} on http://{host}:{port}", flush=True)
+    server = uvicorn.Server(uvicorn_config(app, log_level))
+    server.run(sockets=[sock])
+
+
+class ServerThread:
+    """Any ASGI app served by uvicorn from a daemon thread with its own event loop.
+
+    `url` is known as soon as the constructor returns (the socket is bound there); `start()`
+    waits until the app's startup has finished. Use as a context manager so it always stops.
+    """
+
+    def __init__(self, app: object, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self._sock = bind_socket(host, port)
+        bound_host, bound_port = self._sock.getsockname()[:2]
+        self.port = int(bound_port)
+        self.url = f"http://{bound_host}:{bound_port}"
+        self._server = uvicorn.Server(uvicorn_config(app))  # type: ignore[arg-type]
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._thread = threading.Thread(target=self._run, name="akvc-server", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            if _loop_impl() == "uvloop":
+                import uvloop
+
+                uvloop.run(self._server.serve(sockets=[self._sock]))
+            else:
+                asyncio.run(self._server.serve(sockets=[self._sock]))
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self, timeout_s: float = 30.0) -> ServerThread:
+        self._thread.start()
+        tick = threading.Event()
+        for _ in range(int(timeout_s / 0.01)):
+            if self._server.started or self.error is not None or not self._thread.is_alive():
+                break
+            tick.wait(0.01)
+        if not self._server.started:
+            self.stop()
+            raise RuntimeError(f"server did not start: {self.error!r}")
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ProxyThread(ServerThread):
+    """The proxy in a background thread; `.app` is the live ProxyApp (state, records)."""
+
+    app: ProxyApp
+
+    def __init__(self, settings: ProxySettings) -> None:
+        super().__init__(create_app(settings), settings.host, settings.port)
+
+
+@contextlib.contextmanager
+def proxy_running(settings: ProxySettings) -> Iterator[ProxyThread]:
+    with ProxyThread(settings) as proxy:
+        yield proxy

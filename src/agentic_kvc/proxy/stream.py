@@ -1,0 +1,102 @@
+"""Watch an upstream SSE stream for the two things timing needs, forwarding bytes unchanged.
+
+The proxy never re-serialises a chunk. It cuts the byte stream at event boundaries (a blank
+line) and forwards whole events exactly as the engine wrote them, so a client sees the
+engine's bytes. Only a few events are parsed:
+
+- events until the first one with a non-empty `choices` list: its arrival is the first token
+  (the same rule as `vllm bench serve`, for completions and chat alike);
+- an event that carries a `"usage"` object (the final chunk with `include_usage`): output and
+  cached-token counts; when the proxy asked for usage itself, that event is dropped so the
+  client gets what it asked for;
+- an event with an `"error"` key: the engine's own mid-stream error, recorded.
+
+Forwarding whole events also means an aborted stream always ends on an event boundary, so the
+proxy's final error event is never glued to half an engine chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+_decode = msgspec.json.Decoder().decode
+
+
+@dataclass(slots=True)
+class StreamTracker:
+    drop_usage_event: bool = False
+    buffer: bytes = b""
+    first_token_seen: bool = False
+    content_events: int = 0
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    done: bool = False
+
+    def feed(self, chunk: bytes) -> tuple[bytes, bool]:
+        """Take upstream bytes; return (complete events to forward now, first token in them)."""
+        data = self.buffer + chunk if self.buffer else chunk
+        end = data.rfind(b"\n\n")
+        if end == -1:
+            self.buffer = data
+            return b"", False
+        complete, self.buffer = data[: end + 2], data[end + 2 :]
+        first_here = False
+        kept: list[bytes] = []
+        dropped = False
+        start = 0
+        while start < len(complete):
+            stop = complete.find(b"\n\n", start) + 2
+            event = complete[start:stop]
+            start = stop
+            keep, first = self._inspect(event)
+            first_here |= first
+            if keep:
+                kept.append(event)
+            else:
+                dropped = True
+        # Common case: nothing removed, so forward the engine's bytes as one slice.
+        return (b"".join(kept) if dropped else complete), first_here
+
+    def _inspect(self, event: bytes) -> tuple[bool, bool]:
+        """(forward this event?, is it the first token?)"""
+        payload = _payload(event)
+        if payload is None:
+            return True, False
+        if payload == b"[DONE]":
+            self.done = True
+            return True, False
+        is_usage = b'"usage":{' in payload or b'"usage": {' in payload
+        if not self.first_token_seen or is_usage or b'"error"' in payload:
+            try:
+                obj = _decode(payload)
+            except msgspec.DecodeError:
+                return True, False
+            if not isinstance(obj, dict):
+                return True, False
+            if "error" in obj and not obj.get("choices"):
+                err = obj["error"]
+                self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+                return True, False
+            if obj.get("choices"):
+                self.content_events += 1
+                first = not self.first_token_seen
+                self.first_token_seen = True
+                if is_usage and isinstance(obj.get("usage"), dict):
+                    self.usage = obj["usage"]
+                return True, first
+            if is_usage and isinstance(obj.get("usage"), dict):
+                self.usage = obj["usage"]
+                return not self.drop_usage_event, False
+            return True, False
+        self.content_events += 1
+        return True, False
+
+
+def _payload(event: bytes) -> bytes | None:
+    """The data of a single-line `data: ...` event, or None for comments and other fields."""
+    if not event.startswith(b"data:"):
+        return None
+    return event[5:].strip()

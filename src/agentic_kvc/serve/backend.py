@@ -1,0 +1,173 @@
+"""`backend: vllm` runs: real engines behind the proxy, driven by the replayer.
+
+    fleet (fleet.*) -> proxy (policy.*) -> replay (workload.*, replay.*) -> records + samples
+
+One clock for everything: the replayer and the sampler count seconds from `clock_origin`
+(time.monotonic() in this process). The proxy runs in its own process and counts from its
+own start; its per-request breakdown (t_prefill_sent, t_prefill_done, scores, KV transfer) is
+shifted onto the run clock by the offset estimated from the request pairs (see
+`estimate_offset`) and merged into the client's records, which keep the client-side TTFT,
+ITL and E2E that `vllm bench serve` would report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.config import RunConfig
+from agentic_kvc.io import read_jsonl
+from agentic_kvc.metrics.records import RequestRecord
+from agentic_kvc.replay.driver import ReplaySettings, TokenFn, replay_async
+from agentic_kvc.replay.prompts import token_fn
+from agentic_kvc.runs import BackendResult
+from agentic_kvc.serve.launcher import VllmFleet
+from agentic_kvc.serve.sampler import InstanceSampler
+from agentic_kvc.serve.services import ProxyProcess
+from agentic_kvc.workload.model import Workload
+
+# Proxy-only fields of the breakdown record; the client measures the rest itself.
+_PROXY_TIMES = ("t_prefill_sent", "t_prefill_done")
+_PROXY_FIELDS = (
+    "kv_transfer_tokens",
+    "kv_transfer_s",
+    "scores",
+    "predicted_cached_tokens",
+    "cache_view",
+    "policy",
+    "route_class",
+    "reason",
+    "prefill_instance",
+    "decode_instance",
+)
+
+
+def device_for(cfg: RunConfig) -> str:
+    """`fleet.hardware` names a CPU profile (cpu-*) or anything else: then auto-detect."""
+    return "cpu" if cfg.fleet.hardware.startswith("cpu") else "auto"
+
+
+def estimate_offset(pairs: list[tuple[float, float]]) -> float | None:
+    """Proxy clock -> run clock offset from (client send, proxy receive) pairs.
+
+    client_send = T - c0 and proxy_recv = T + latency - p0 for the same request, so
+    client_send - proxy_recv = (p0 - c0) - latency. The largest difference is the one with
+    the least latency: it is within one loopback hop (well under 1 ms) of the true offset.
+    """
+    return max(c - p for c, p in pairs) if pairs else None
+
+
+def merge_proxy_records(
+    client: list[RequestRecord], proxy_rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], float | None]:
+    """Client records enriched with the proxy's breakdown (by request id)."""
+    by_id = {row.get("request_id"): row for row in proxy_rows}
+    pairs = [
+        (r.t_proxy_recv, by_id[r.request_id]["t_proxy_recv"])
+        for r in client
+        if r.request_id in by_id
+        and r.t_proxy_recv is not None
+        and by_id[r.request_id].get("t_proxy_recv") is not None
+    ]
+    offset = estimate_offset(pairs)
+    out = []
+    for rec in client:
+        row = by_id.get(rec.request_id)
+        if row is not None:
+            for key in _PROXY_FIELDS:
+                value = row.get(key)
+                if value not in (None, "", {}):
+                    setattr(rec, key, value)
+            if offset is not None:
+                for key in _PROXY_TIMES:
+                    if row.get(key) is not None:
+                        setattr(rec, key, row[key] + offset)
+        out.append(rec.finalize().to_dict())
+    return out, offset
+
+
+async def _replay_with_sampling(
+    workload: Workload,
+    settings: ReplaySettings,
+    tokens: TokenFn,
+    sampler: InstanceSampler,
+    origin: float,
+) -> list[RequestRecord]:
+    sampler.start()
+    try:
+        return await replay_async(workload, settings, tokens, clock_origin=origin)
+    finally:
+        await sampler.stop()
+
+
+def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
+    """Start fleet and proxy, replay the workload through the proxy, tear everything down."""
+    from agentic_kvc.workload import load_workload
+
+    workload = load_workload(config.workload, config.seed)
+    logs = run_dir / "logs"
+    proxy_records = run_dir / "proxy_records.jsonl"
+    proxy_args = [
+        "--cache-view",
+        config.policy.cache_view,
+        "--scrape-interval",
+        str(config.sim.scrape_interval_s),
+        "--timeout",
+        str(config.replay.request_timeout_s),
+    ]
+    if config.fleet.roles is not None:
+        for role in config.fleet.roles:
+            proxy_args += ["--role", role]
+    t_setup = time.monotonic()
+    with VllmFleet.from_config(config.fleet, logs, device_for(config)) as fleet:
+        tokens = token_fn(Path(fleet.plan.model))
+        with ProxyProcess(
+            fleet.urls,
+            config.policy.name,
+            logs,
+            params=config.policy.params,
+            records=proxy_records,
+            extra_args=proxy_args,
+        ) as proxy:
+            setup_s = time.monotonic() - t_setup
+            settings = ReplaySettings(
+                target=proxy.url,
+                model=fleet.model_name,
+                mode=config.workload.mode,
+                time_scale=1.0,  # workload.time_scale is applied by load_workload
+                max_inflight_sessions=config.replay.max_inflight_sessions,
+                timeout_s=config.replay.request_timeout_s,
+                stream=config.replay.stream,
+            )
+            origin = time.monotonic()
+            sampler = InstanceSampler(
+                fleet.urls, config.sim.sample_interval_s, origin, proxy_url=proxy.url
+            )
+            client = asyncio.run(_replay_with_sampling(workload, settings, tokens, sampler, origin))
+            replay_s = time.monotonic() - origin
+            proxy_desc = proxy.describe()
+        fleet_desc = fleet.describe()
+    # The proxy flushes its records when it stops, so they are read only after that.
+    rows = list(read_jsonl(proxy_records)) if proxy_records.is_file() else []
+    records, offset = merge_proxy_records(client, rows)
+    extra = {
+        "fleet": fleet_desc,
+        "proxy": {**proxy_desc, "records": str(proxy_records), "n_records": len(rows)},
+        "clock": {"proxy_offset_s": offset},
+        "replay": {
+            "mode": settings.mode,
+            "max_inflight_sessions": settings.max_inflight_sessions,
+            "timeout_s": settings.timeout_s,
+            "wall_s": round(replay_s, 3),
+        },
+        "setup_s": round(setup_s, 3),
+        "workload": {
+            "sessions": len(workload.sessions),
+            "requests": len(workload),
+            "meta": workload.meta,
+        },
+        "logs": str(logs),
+    }
+    return BackendResult(records, [s.to_dict() for s in sampler.samples], extra)

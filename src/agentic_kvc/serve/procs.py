@@ -1,0 +1,222 @@
+"""Child server processes that are always stopped: own process group, log file, verified exit.
+
+A vLLM server is several processes (API server, engine core, workers) started by
+multiprocessing, so stopping the one we launched is not enough. Every server starts in a new
+session (its own process group); stopping sends SIGTERM to the group and to any descendant
+that left it, waits, then SIGKILLs what is left and checks /proc that nothing survived.
+
+Every started process is registered; `atexit` and a SIGTERM/SIGHUP handler stop whatever a
+crash or an interrupted run left behind (SIGINT already unwinds context managers through
+KeyboardInterrupt).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_LIVE: set[ManagedProcess] = set()
+_LIVE_LOCK = threading.Lock()
+_HANDLERS_INSTALLED = False
+
+
+class ProcessError(RuntimeError):
+    """A server that could not start or died; the message carries its log tail."""
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, pgid) of a live pid from /proc, or None if it is gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ')'.
+    fields = raw[raw.rfind(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[2])
+
+
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def related_pids(root: int) -> set[int]:
+    """Live processes in root's process group plus all of root's descendants."""
+    table: dict[int, tuple[int, int]] = {}
+    for pid in _all_pids():
+        st = _proc_stat(pid)
+        if st is not None:
+            table[pid] = st
+    found = {pid for pid, (_pp, pg) in table.items() if pg == root}
+    if root in table:
+        found.add(root)
+    # Descendants that called setsid() left the group; walk the parent links as well.
+    frontier = set(found)
+    while frontier:
+        children = {pid for pid, (pp, _pg) in table.items() if pp in frontier} - found
+        found |= children
+        frontier = children
+    return found
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+class ManagedProcess:
+    """One server process tree with a log file. Use `start()`, `stop()`, or `with`."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.popen: subprocess.Popen[bytes] | None = None
+        self._tracked: set[int] = set()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def start(self) -> ManagedProcess:
+        if self.popen is not None:
+            raise ProcessError(f"{self.name}: already started")
+        _install_handlers()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            log.write(f"# {self.name}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # own process group: stop() reaches every child
+            )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(size - 64 * 1024, 0))
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return "<no log>"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def remaining(self) -> set[int]:
+        """Pids of this server's tree that are still alive (empty when fully stopped)."""
+        if self.popen is None:
+            return set()
+        live = related_pids(self.popen.pid)
+        # Children seen earlier may have been reparented to init once their parent died.
+        live |= {p for p in self._tracked if _proc_stat(p) is not None}
+        return live
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole tree at once (tests use this to simulate a crash)."""
+        if self.popen is None:
+            return
+        pids = self.remaining()
+        self._tracked |= pids
+        _signal_all(pids, sig)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the tree, wait up to grace_s, SIGKILL the rest, verify none is left."""
+        if self.popen is None:
+            return
+        try:
+            pids = self.remaining()
+            self._tracked |= pids
+            _signal_all(pids, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                self.popen.poll()  # reap our direct child so it does not linger as a zombie
+                if not self.remaining():
+                    break
+                time.sleep(0.1)
+            left = self.remaining()
+            if left:
+                _signal_all(left, signal.SIGKILL)
+                deadline = time.monotonic() + 5.0
+                while time.monotonic() < deadline and self.remaining():
+                    self.popen.poll()
+                    time.sleep(0.05)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5.0)
+            survivors = self.remaining()
+            if survivors:
+                raise ProcessError(f"{self.name}: processes {sorted(survivors)} survived SIGKILL")
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def live_processes() -> list[ManagedProcess]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+def stop_all() -> None:
+    """Stop every registered process (atexit and signal handlers call this)."""
+    for proc in live_processes():
+        with contextlib.suppress(ProcessError):
+            proc.stop(grace_s=5.0)
+
+
+def _on_terminate(signum: int, _frame: Any) -> None:
+    # Raising unwinds `with` blocks in the main thread, which stop their servers in order;
+    # stop_all() then catches anything those blocks did not own.
+    stop_all()
+    raise SystemExit(128 + signum)
+
+
+def _install_handlers() -> None:
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    _HANDLERS_INSTALLED = True
+    atexit.register(stop_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        # Respect a handler someone else installed (pytest, snakemake): only replace defaults.
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, _on_terminate)

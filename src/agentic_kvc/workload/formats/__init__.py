@@ -1,0 +1,97 @@
+"""Trace readers by format name, and format auto-detection from a file's first line.
+
+| name | file | sessions | prefix content |
+|---|---|---|---|
+| native | akvc-workload jsonl (generator, `workload convert`) | explicit | blocks |
+| mooncake | Mooncake FAST'25 jsonl | rebuilt from hash chains | 512-token hash ids |
+| bailian | Alibaba Bailian jsonl | `parent_chat_id` links | 16-token hash ids |
+| tracelab | TraceLab closed-loop CSV | `session_id` / `round_idx` | prefix + new lengths |
+| tracelab-rounds | TraceLab round jsonl | `session_id` / `round_index` | prefix + new lengths |
+| azure | Azure LLM inference CSV | none (one request each) | none |
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agentic_kvc.workload.errors import WorkloadFormatError
+from agentic_kvc.workload.formats.azure import read_azure
+from agentic_kvc.workload.formats.bailian import read_bailian
+from agentic_kvc.workload.formats.mooncake import read_mooncake
+from agentic_kvc.workload.formats.native import is_native_header, read_native, write_native
+from agentic_kvc.workload.formats.tracelab import read_tracelab_csv, read_tracelab_rounds
+from agentic_kvc.workload.model import Workload
+
+READERS: dict[str, Callable[[Path], Workload]] = {
+    "native": read_native,
+    "mooncake": read_mooncake,
+    "bailian": read_bailian,
+    "tracelab": read_tracelab_csv,
+    "tracelab-rounds": read_tracelab_rounds,
+    "azure": read_azure,
+}
+FORMATS = ("auto", *READERS)
+
+
+def _first_line(path: Path) -> str:
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                return raw.decode("utf-8", errors="replace").strip()
+    raise WorkloadFormatError(path, "empty file")
+
+
+def detect_format(path: str | Path) -> str:
+    """The format name of `path`, judged by its first non-empty line."""
+    path = Path(path)
+    line = _first_line(path)
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise WorkloadFormatError(path, f"invalid JSON: {exc.msg}", 1) from None
+        keys = set(obj) if isinstance(obj, dict) else set()
+        if is_native_header(obj):
+            return "native"
+        if {"chat_id", "parent_chat_id"} <= keys:
+            return "bailian"
+        if {"timestamp", "input_length", "hash_ids"} <= keys:
+            return "mooncake"
+        if {"round_index", "prefix_tokens", "newly_append_tokens"} <= keys:
+            return "tracelab-rounds"
+        raise WorkloadFormatError(
+            path,
+            f"cannot tell the format from keys {sorted(keys)}; pass a format, one of "
+            f"{', '.join(READERS)}",
+            1,
+        )
+    header = {h.strip() for h in next(csv.reader([line]))}
+    if {"session_id", "round_idx", "prefix_len"} <= header:
+        return "tracelab"
+    if {"ContextTokens", "GeneratedTokens"} <= header:
+        return "azure"
+    raise WorkloadFormatError(
+        path,
+        f"cannot tell the format from header {sorted(header)}; pass a format, one of "
+        f"{', '.join(READERS)}",
+        1,
+    )
+
+
+def read_workload(path: str | Path, fmt: str = "auto") -> Workload:
+    """Read a trace or native workload file; `fmt` "auto" detects it from the first line."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadFormatError(path, "no such file")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    reader = READERS.get(fmt)
+    if reader is None:
+        raise WorkloadFormatError(path, f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    return reader(path)
+
+
+__all__ = ["FORMATS", "READERS", "detect_format", "read_workload", "write_native"]

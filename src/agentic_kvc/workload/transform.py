@@ -1,0 +1,163 @@
+"""Subsetting and scaling, so a public trace fits a short run and a small model.
+
+Applied in this order (each step sees the previous one's result):
+
+1. `window_s = (a, b)`: keep requests arriving in [a, b); times shift so `a` becomes 0.
+2. `max_sessions`: the first N sessions by start time.
+3. `max_requests`: the first N requests by arrival (a session keeps a prefix of its turns).
+4. `token_scale = f`: every block of t tokens becomes max(1, round(f * t)) tokens, output
+   lengths likewise. The new size depends only on the old one, so a block keeps the same size
+   wherever it appears and a partial block stays a prefix of its full self: which tokens two
+   prompts share is unchanged, only how many.
+5. `max_input_tokens`: a request whose (scaled) prompt is longer is either dropped together with
+   the rest of its session (`overflow="drop"`, the default: an agent whose context no longer
+   fits stops), or cut to its first `max_input_tokens` tokens (`overflow="truncate"`).
+6. `rate_scale = r`: arrivals compressed r-fold (think times unchanged).
+7. `time_scale = s`: arrivals and think times multiplied by s.
+
+What was done is recorded in `workload.meta["transforms"]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from agentic_kvc.workload.formats.common import prefix_blocks
+from agentic_kvc.workload.model import Block, Request, Session, Workload
+
+Overflow = Literal["drop", "truncate"]
+_MAX_LISTED_IDS = 100  # meta lists at most this many affected request ids
+
+
+def _rebuild(sessions: list[Session], keep: set[str]) -> list[Session]:
+    out = []
+    for s in sessions:
+        reqs = [r for r in s.requests if r.request_id in keep]
+        if reqs:
+            out.append(Session(s.session_id, reqs))
+    return out
+
+
+def _replace(r: Request, **changes: Any) -> Request:
+    fields = {
+        "request_id": r.request_id,
+        "session_id": r.session_id,
+        "turn": r.turn,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "blocks": r.blocks,
+        "arrival_s": r.arrival_s,
+        "think_s": r.think_s,
+        "parent_id": r.parent_id,
+    }
+    fields.update(changes)
+    return Request(**fields)
+
+
+def _map(sessions: list[Session], fn: Any) -> list[Session]:
+    return [Session(s.session_id, [fn(r) for r in s.requests]) for s in sessions]
+
+
+def scale_tokens(workload: Workload, factor: float) -> Workload:
+    if not 0 < factor <= 1:
+        raise ValueError(f"token_scale must be in (0, 1], got {factor}")
+
+    def size(t: int) -> int:
+        return max(1, round(t * factor))
+
+    def fn(r: Request) -> Request:
+        blocks = tuple(Block(b.id, size(b.tokens)) for b in r.blocks)
+        n_in = sum(b.tokens for b in blocks) if blocks else size(r.input_tokens)
+        n_out = size(r.output_tokens) if r.output_tokens else 0
+        return _replace(r, blocks=blocks, input_tokens=n_in, output_tokens=n_out)
+
+    return Workload(_map(workload.sessions, fn), meta=dict(workload.meta))
+
+
+def apply_transforms(
+    workload: Workload,
+    *,
+    window_s: tuple[float, float] | None = None,
+    max_sessions: int | None = None,
+    max_requests: int | None = None,
+    token_scale: float = 1.0,
+    max_input_tokens: int | None = None,
+    overflow: Overflow = "drop",
+    rate_scale: float = 1.0,
+    time_scale: float = 1.0,
+) -> Workload:
+    """Subset and scale `workload` (see the module docstring for the order and meaning)."""
+    sessions = list(workload.sessions)
+    done: dict[str, Any] = {}
+    n0 = len(workload)
+    if window_s is not None:
+        a, b = window_s
+        if not b > a:
+            raise ValueError(f"window_s must be (start, end) with end > start, got {window_s}")
+        keep = {r.request_id for s in sessions for r in s.requests if a <= r.arrival_s < b}
+        sessions = _map(_rebuild(sessions, keep), lambda r: _replace(r, arrival_s=r.arrival_s - a))
+        done["window_s"] = [a, b]
+    if max_sessions is not None:
+        sessions = sorted(sessions, key=lambda s: (s.start_s, s.session_id))[:max_sessions]
+        done["max_sessions"] = max_sessions
+    if max_requests is not None:
+        ordered = Workload(sessions).requests()[:max_requests]
+        sessions = _rebuild(sessions, {r.request_id for r in ordered})
+        done["max_requests"] = max_requests
+    if token_scale != 1.0:
+        sessions = scale_tokens(Workload(sessions), token_scale).sessions
+        done["token_scale"] = token_scale
+    if max_input_tokens is not None:
+        sessions, info = _limit_input(sessions, max_input_tokens, overflow)
+        done["max_input_tokens"] = info
+    if rate_scale != 1.0:
+        if rate_scale <= 0:
+            raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
+        sessions = _map(sessions, lambda r: _replace(r, arrival_s=r.arrival_s / rate_scale))
+        done["rate_scale"] = rate_scale
+    if time_scale != 1.0:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        sessions = _map(
+            sessions,
+            lambda r: _replace(
+                r, arrival_s=r.arrival_s * time_scale, think_s=r.think_s * time_scale
+            ),
+        )
+        done["time_scale"] = time_scale
+    meta = dict(workload.meta)
+    if done:
+        done["requests_before"] = n0
+        done["requests_after"] = sum(len(s.requests) for s in sessions)
+        meta["transforms"] = done
+    return Workload(sessions, meta=meta)
+
+
+def _limit_input(
+    sessions: list[Session], limit: int, overflow: Overflow
+) -> tuple[list[Session], dict[str, Any]]:
+    affected: list[str] = []
+    out = []
+    for s in sessions:
+        reqs = []
+        for r in s.requests:
+            if r.input_tokens <= limit:
+                reqs.append(r)
+                continue
+            if overflow == "drop":
+                affected.extend(x.request_id for x in s.requests[len(reqs) :])
+                break
+            if overflow != "truncate":
+                raise ValueError(f"overflow must be 'drop' or 'truncate', got {overflow!r}")
+            affected.append(r.request_id)
+            blocks = tuple(prefix_blocks(r.blocks, limit)) if r.blocks else ()
+            reqs.append(_replace(r, blocks=blocks, input_tokens=limit))
+        if reqs:
+            out.append(Session(s.session_id, reqs))
+    info = {
+        "limit": limit,
+        "policy": "drop_rest_of_session" if overflow == "drop" else "truncate",
+        "affected_requests": len(affected),
+        "affected_ids": affected[:_MAX_LISTED_IDS],
+    }
+    return out, info

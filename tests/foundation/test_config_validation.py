@@ -1,0 +1,106 @@
+"""Config validation: every bad key or value is a ConfigError naming the field; the CLI exits
+non-zero with that message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agentic_kvc.cli import main
+from agentic_kvc.config import ConfigError, load_config
+
+
+def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("fleet.instancez=3", "fleet.instancez"),  # misspelt key
+        ("fleet.instances=0", "fleet.instances"),  # out of range
+        ("fleet.instances=many", "fleet.instances"),  # wrong type
+        ("backend=tpu", "backend"),  # not one of the backends
+        ("workload.mode=sideways", "workload.mode"),
+        ("policy.name=no_such_policy", "policy.name"),
+        ("policy.params.no_such_param=1", "policy.params.no_such_param"),
+        ("workload.trace=x.jsonl", "workload"),  # both trace and generator set
+        ("replay.request_timeout_s=-1", "replay.request_timeout_s"),
+    ],
+)
+def test_bad_field_is_named(
+    tmp_path: Path, base_config: dict[str, Any], override: str, field: str
+) -> None:
+    path = _write(tmp_path, base_config)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path, [override])
+    msg = str(exc.value)
+    assert str(path) in msg
+    assert f"field '{field}'" in msg
+    # The message is for people: no pydantic internals, no '<root>' placeholder.
+    assert "<root>" not in msg and "Value error," not in msg
+
+
+def test_unknown_policy_lists_known_ones(tmp_path: Path, base_config: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=r"known: \[.*'round_robin'"):
+        load_config(_write(tmp_path, base_config), ["policy.name=nope"])
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backend: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"nowhere\.yaml: no such config file"):
+        load_config(tmp_path / "nowhere.yaml")
+    top = tmp_path / "list.yaml"
+    top.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(top)
+
+
+@pytest.mark.parametrize("item", ["fleet.instances", "=3", "fleet..instances=3"])
+def test_malformed_override(tmp_path: Path, base_config: dict[str, Any], item: str) -> None:
+    with pytest.raises(ConfigError, match="--set"):
+        load_config(_write(tmp_path, base_config), [item])
+
+
+def test_override_values_keep_their_yaml_types(tmp_path: Path, base_config: dict[str, Any]) -> None:
+    cfg = load_config(
+        _write(tmp_path, base_config),
+        ["fleet.instances=5", "fleet.model='8'", "fleet.vllm_args=[--a, --b]"],
+    )
+    assert cfg.fleet.instances == 5
+    assert cfg.fleet.model == "8"
+    assert cfg.fleet.vllm_args == ["--a", "--b"]
+
+
+def test_cli_exits_nonzero_naming_field(tmp_path: Path, base_config: dict[str, Any]) -> None:
+    path = _write(tmp_path, base_config)
+    result = CliRunner().invoke(
+        main, ["run", str(path), "--set", "fleet.instances=-2", "--results", str(tmp_path)]
+    )
+    assert result.exit_code != 0
+    assert "field 'fleet.instances'" in result.output
+    assert not (tmp_path / "runs").exists()  # nothing was run
+
+
+def test_cli_print_id_matches_library(tmp_path: Path, base_config: dict[str, Any]) -> None:
+    path = _write(tmp_path, base_config)
+    result = CliRunner().invoke(main, ["run", str(path), "--print-id", "--set", "seed=7"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == load_config(path, ["seed=7"]).run_id()
+
+
+def test_overrides_do_not_mutate_the_callers_dict(base_config: dict[str, Any]) -> None:
+    import copy
+
+    before = copy.deepcopy(base_config)
+    load_config(base_config, ["fleet.instances=7", "workload.generator.sessions=9"])
+    assert base_config == before

@@ -1,0 +1,115 @@
+"""RouterState bookkeeping: every hook releases exactly what admit added."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
+from agentic_kvc.policy import Decision, RequestView
+from agentic_kvc.policy.fleet import RouterState
+
+FIELDS = ("num_requests", "pending_prefill_tokens", "decode_requests", "decode_tokens")
+
+
+def snapshot(state: RouterState) -> list[tuple[int, ...]]:
+    return [tuple(getattr(i, f) for f in FIELDS) for i in state.instances]
+
+
+def request(k: int, tokens: int = 1000, session: str | None = "s") -> RequestView:
+    return RequestView(f"r{k}", session, 1, tokens, 8, block_hashes=tuple(range(tokens // 16)))
+
+
+def test_colocated_lifecycle() -> None:
+    st_ = RouterState(2)
+    t = st_.admit(request(0), Decision(1, 1, "WARM", "x", predicted_cached_tokens=400))
+    assert snapshot(st_)[1] == (1, 600, 0, 0)
+    st_.first_token(t)
+    assert snapshot(st_)[1] == (1, 0, 1, 1000)
+    st_.first_token(t)  # idempotent
+    st_.finish(t)
+    st_.finish(t)
+    assert snapshot(st_) == [(0, 0, 0, 0)] * 2
+
+
+def test_pd_lifecycle_moves_the_request() -> None:
+    st_ = RouterState(2)
+    t = st_.admit(request(0), Decision(0, 1, "HEAVY_P2P", "x"))
+    assert snapshot(st_) == [(1, 1000, 0, 0), (0, 0, 0, 0)]
+    st_.prefill_done(t)
+    assert snapshot(st_) == [(0, 0, 0, 0), (1, 0, 1, 1000)]
+    st_.first_token(t)
+    st_.finish(t)
+    assert snapshot(st_) == [(0, 0, 0, 0)] * 2
+
+
+def test_failure_before_first_token_releases_prefill() -> None:
+    st_ = RouterState(3)
+    t = st_.admit(request(0), Decision(0, 2, "HEAVY_P2P", "x"))
+    st_.finish(t)
+    assert snapshot(st_) == [(0, 0, 0, 0)] * 3
+
+
+def test_admit_records_affinity_turns_and_cache() -> None:
+    cache = EstimatedPrefixIndex(3)
+    st_ = RouterState(3, cache=cache)
+    r = request(0, tokens=160)
+    st_.admit(r, Decision(0, 2, "HEAVY_P2P", "x"), now=1.0)
+    assert st_.affinity["s"] == 2 and st_.session_turns["s"] == 1
+    assert cache.matched_tokens(r, 3) == [160, 0, 160]
+    exact = RouterState(3, cache=EstimatedPrefixIndex(3), record_on_route=False)
+    exact.admit(r, Decision(0, 0, "WARM", "x"))
+    assert exact.cache.matched_tokens(r, 3) == [0, 0, 0]  # type: ignore[union-attr]
+
+
+def test_view_advances_a_ttl_cache() -> None:
+    cache = EstimatedPrefixIndex(1, ttl_s=10)
+    st_ = RouterState(1, cache=cache)
+    r = request(0, tokens=32)
+    st_.admit(r, Decision(0, 0, "WARM", "x"), now=0.0)
+    assert st_.view(5.0).cached_tokens(r) == [31]  # capped at input - 1
+    assert st_.view(11.0).cached_tokens(dataclasses.replace(r, request_id="r1")) == [0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # prefill instance
+            st.integers(0, 3),  # decode instance
+            st.integers(1, 50_000),  # prompt tokens
+            st.integers(0, 50_000),  # predicted cached
+            st.sampled_from(["finish_early", "first_token", "prefill_done"]),
+        ),
+        max_size=30,
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_any_interleaving_returns_to_zero(plan, order) -> None:
+    st_ = RouterState(4)
+    tickets = []
+    for k, (p, d, tokens, cached, path) in enumerate(plan):
+        t = st_.admit(request(k, tokens), Decision(p, d, "X", "x", predicted_cached_tokens=cached))
+        tickets.append((t, path))
+    order.shuffle(tickets)
+    for t, path in tickets:
+        if path == "prefill_done":
+            st_.prefill_done(t)
+        if path != "finish_early":
+            st_.first_token(t)
+        assert all(v >= 0 for row in snapshot(st_) for v in row)
+        st_.finish(t)
+    assert snapshot(st_) == [(0, 0, 0, 0)] * 4
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_scrape_age(n: int) -> None:
+    st_ = RouterState(n)
+    st_.update_scrape(0, now=2.0, running=3, waiting=1, kv_usage=0.5)
+    v = st_.view(now=4.5)
+    assert v.instances[0].scrape_age_s == pytest.approx(2.5)
+    assert v.instances[0].engine_running == 3
+    assert all(i.scrape_age_s is None for i in v.instances[1:])

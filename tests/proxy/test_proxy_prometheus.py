@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from agentic_kvc.metrics.prometheus import parse_labels, parse_vllm_metrics
+
+SAMPLE = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 4.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.25
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 2000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 1920.0
+vllm:prefix_cache_hits_created{engine="0",model_name="tiny"} 1.7e9
+vllm:external_prefix_cache_hits_total{engine="0",model_name="tiny"} 64.0
+vllm:num_preemptions_total{engine="0",model_name="tiny"} 1.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="tiny",source="local_compute"} 80.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="tiny",source="local_cache_hit"} 1920.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="tiny"} 0.0
+vllm:cache_config_info{block_size="32",cache_dtype="auto",engine="0",num_gpu_blocks="512"} 1.0
+python_gc_objects_collected_total{generation="0"} 123.0
+"""
+
+
+def test_parse_sums_engines_and_averages_kv_usage() -> None:
+    m = parse_vllm_metrics(SAMPLE)
+    assert m.running == 5
+    assert m.waiting == 4
+    assert m.kv_usage == 0.375
+    assert m.prefix_cache_queries == 2000.0
+    assert m.prefix_cache_hits == 1920.0  # the _created series is not added in
+    assert m.external_prefix_cache_hits == 64.0
+    assert m.external_prefix_cache_queries is None
+    assert m.preemptions == 1.0
+    assert m.prompt_tokens_by_source == {"local_compute": 80.0, "local_cache_hit": 1920.0}
+    assert m.block_size == 32 and m.num_gpu_blocks == 512
+
+
+def test_missing_metrics_are_none_not_zero() -> None:
+    m = parse_vllm_metrics("# nothing here\nother_metric 1\n")
+    assert m.running is None and m.kv_usage is None and m.block_size is None
+
+
+def test_label_escapes() -> None:
+    assert parse_labels(r'a="x\"y",b="1"') == {"a": 'x"y', "b": "1"}

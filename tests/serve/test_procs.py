@@ -1,0 +1,49 @@
+"""Managed processes: whole trees stopped, stubborn ones killed, nothing left behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentic_kvc.serve.procs import ManagedProcess, live_processes, related_pids
+
+
+def _wait_for(cond, timeout: float = 5.0) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_stop_reaches_children_that_left_the_group(tmp_path: Path) -> None:
+    # One child stays in the group; one calls setsid (as some servers' workers do).
+    script = "sleep 300 & setsid sleep 301 & echo started; wait"
+    proc = ManagedProcess("tree", ["sh", "-c", script], tmp_path / "tree.log").start()
+    assert _wait_for(lambda: len(related_pids(proc.pid)) >= 3)
+    assert proc in live_processes()
+    proc.stop(grace_s=2.0)
+    assert proc.remaining() == set()
+    assert proc not in live_processes()
+    assert "started" in proc.log_tail()
+    assert "# tree: sh -c" in proc.log_tail()  # the command line heads the log
+
+
+def test_sigterm_ignoring_process_is_killed(tmp_path: Path) -> None:
+    script = "trap '' TERM; echo ready; while true; do sleep 0.1; done"
+    proc = ManagedProcess("stubborn", ["sh", "-c", script], tmp_path / "s.log").start()
+    assert _wait_for(lambda: "ready" in proc.log_tail())
+    t0 = time.monotonic()
+    proc.stop(grace_s=0.5)
+    assert time.monotonic() - t0 < 5.0
+    assert proc.remaining() == set() and not proc.alive()
+
+
+def test_kill_simulates_a_crash(tmp_path: Path) -> None:
+    proc = ManagedProcess("c", ["sleep", "300"], tmp_path / "c.log").start()
+    proc.kill()
+    assert _wait_for(lambda: not proc.alive())
+    assert proc.returncode() == -9
+    proc.stop()
+    assert proc.remaining() == set()

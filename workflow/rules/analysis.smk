@@ -1,0 +1,43 @@
+# Notebooks: jupytext percent .py -> .ipynb -> papermill with parameters -> executed notebook,
+# plus the tables (CSV/JSON) and figures (PNG) each notebook writes.
+
+
+rule notebook_ipynb:
+    """Convert a jupytext percent-format notebook to .ipynb (unexecuted)."""
+    input:
+        "notebooks/{notebook}.py",
+    output:
+        f"{RESULTS}/work/notebooks/{{notebook}}.ipynb",
+    log:
+        f"{RESULTS}/logs/notebooks/{{notebook}}.jupytext.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
+
+
+rule notebook:
+    """Execute one analysis notebook over every complete planned run."""
+    input:
+        notebook=rules.notebook_ipynb.output,
+        plan=PLAN_FILE,
+        records=run_outputs("requests.jsonl") + archived_records(),
+        samples=run_outputs("instances.jsonl"),
+    output:
+        notebook=f"{RESULTS}/notebooks/{{notebook}}.ipynb",
+        tables=directory(f"{RESULTS}/tables/{{notebook}}"),
+        figures=directory(f"{RESULTS}/figures/{{notebook}}"),
+    params:
+        # RESULTS, derived from the plan's path (results/work/plan.json).
+        results=lambda wildcards, input: Path(input.plan).parents[1],
+        archive=ARCHIVE,
+    log:
+        f"{RESULTS}/logs/notebooks/{{notebook}}.papermill.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "papermill --kernel python3 --no-progress-bar {input.notebook:q} {output.notebook:q}"
+        " -p results_dir {params.results:q} -p archive_dir {params.archive:q}"
+        " -p plan_path {input.plan:q}"
+        " -p tables_dir {output.tables:q} -p figures_dir {output.figures:q}"
+        " > {log:q} 2>&1"

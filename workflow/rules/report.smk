@@ -1,0 +1,51 @@
+# REPORT.md from the records of every complete planned run (fresh or archived), the notebooks'
+# outputs, and any benchmark JSON present (results/bench/*.json).
+
+import hashlib
+
+# Benchmark JSONs are read but deliberately not inputs: as inputs, an edited benchmark script
+# would make `report` rerun a (slow) benchmark. Their content hashes are params instead, so the
+# report is re-rendered exactly when a benchmark file appears, changes or goes away.
+BENCH_DIGESTS = {
+    p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    for p in sorted(Path(RESULTS, "bench").glob("*.json"))
+}
+
+
+rule report:
+    """The default target: REPORT.md and every run it reads.
+
+    The runs are named here, not only as inputs of render_report, because Snakemake does not
+    rebuild a deleted intermediate file whose consumers are up to date; as targets, a deleted
+    run's requests.jsonl is regenerated (and then REPORT.md with it).
+    """
+    default_target: True
+    input:
+        "REPORT.md",
+        run_outputs("requests.jsonl"),
+        expand(f"{RESULTS}/notebooks/{{notebook}}.ipynb", notebook=config["notebooks"]),
+    localrule: True
+
+
+rule render_report:
+    """Render REPORT.md; every number in it is computed from the runs' requests.jsonl."""
+    input:
+        template="workflow/report/REPORT.md.j2",
+        plan=PLAN_FILE,
+        records=run_outputs("requests.jsonl") + archived_records(),
+        notebooks=expand(f"{RESULTS}/notebooks/{{notebook}}.ipynb", notebook=config["notebooks"]),
+    output:
+        "REPORT.md",
+    params:
+        # RESULTS, derived from the plan's path (results/work/plan.json).
+        results=lambda wildcards, input: Path(input.plan).parents[1],
+        archive=ARCHIVE,
+        bench=BENCH_DIGESTS,
+    log:
+        f"{RESULTS}/logs/report.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "python workflow/scripts/render_report.py --template {input.template:q}"
+        " --plan {input.plan:q} --results {params.results:q} --archive {params.archive:q}"
+        " --out {output:q} > {log:q} 2>&1"

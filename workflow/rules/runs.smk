@@ -1,0 +1,55 @@
+# One job per planned run: `akvc run BASE --set ... --results RESULTS`.
+# No inputs on purpose: the run_id already hashes the whole resolved config, so the only
+# reason to rerun is a missing output (e.g. a deleted requests.jsonl). `akvc run` itself clears
+# an incomplete run directory and redoes it, and is a no-op on a complete one.
+
+
+rule plan:
+    """The experiment plan (runs, overrides, labels) that notebooks and the report read."""
+    output:
+        PLAN_FILE,
+    params:
+        plan=PLAN.to_json(),
+    log:
+        f"{RESULTS}/logs/plan.log",
+    localrule: True
+    run:
+        from agentic_kvc.io import atomic_write_json
+
+        atomic_write_json(output[0], params.plan)
+        Path(log[0]).write_text(f"{len(params.plan['runs'])} planned runs\n")
+
+
+rule akvc_run:
+    """Run one resolved config into results/runs/<run_id>/ (any backend: sim or vllm)."""
+    output:
+        requests=f"{RESULTS}/runs/{{run_id}}/requests.jsonl",
+        instances=f"{RESULTS}/runs/{{run_id}}/instances.jsonl",
+        summary=f"{RESULTS}/runs/{{run_id}}/summary.json",
+        manifest=f"{RESULTS}/runs/{{run_id}}/manifest.json",
+    wildcard_constraints:
+        run_id="[0-9a-f]{12}",
+    params:
+        akvc=config["akvc"],
+        base=lambda wildcards: PLAN.first(wildcards.run_id).base,
+        overrides=override_flags,
+        # RESULTS, derived from the output path (results/runs/<run_id>/requests.jsonl).
+        results=lambda wildcards, output: Path(output.requests).parents[2],
+    resources:
+        gpu=run_resource("gpu", 0),
+        runtime=run_resource("runtime", 60),
+        mem_mb=run_resource("mem_mb", 4000),
+    log:
+        f"{RESULTS}/logs/runs/{{run_id}}.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "{params.akvc} run {params.base:q} {params.overrides} --results {params.results:q}"
+        " > {log:q} 2>&1"
+
+
+rule runs:
+    """Every planned run of the enabled experiments (no analysis)."""
+    input:
+        run_outputs("requests.jsonl"),
+    localrule: True
