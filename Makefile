@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all env model report test test-fast test-vllm lint format clean-results help
+.PHONY: all env model peers report test test-fast test-all lint format clean-results help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -35,6 +35,17 @@ $(STAMPS)/model: $(STAMPS)/venv src/agentic_kvc/serve/tiny_model.py
 	touch $@
 
 model: $(STAMPS)/model  ## build the tiny local model directory (config + locally trained tokenizer)
+
+# Peer tools (routers, load generators, cache simulator) pin dependencies that clash with
+# vLLM's, so they live in their own venv; only benchmarks and cross-checks use them.
+PEERS := vllm-router==0.1.17 aiperf==0.13.0 kvcache-simulator==0.1.3
+$(STAMPS)/peers:
+	@mkdir -p $(STAMPS)
+	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q $(PEERS)
+	touch $@
+
+peers: $(STAMPS)/peers  ## .venv-peers with vllm-router, aiperf, kvcache-simulator (benchmarks)
 
 report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
 	$(BIN)/snakemake --cores $(CORES) report
