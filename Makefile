@@ -50,20 +50,24 @@ peers: $(STAMPS)/peers  ## .venv-peers with vllm-router, aiperf, kvcache-simulat
 report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
 	$(BIN)/snakemake --cores $(CORES) report
 
-test: $(STAMPS)/model  ## fast suite plus the real-vLLM integration tests
+# Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
+test: $(STAMPS)/model  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMPS)/model  ## every test, slow ones included
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMPS)/venv  ## unit tests only (no real engines)
-	$(BIN)/python -m pytest -m "not vllm" $(PYTEST_ARGS)
+test-fast: $(STAMPS)/venv  ## no real engines, nothing slow
+	$(BIN)/python -m pytest -m "not vllm and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv  ## ruff and snakemake --lint
-	$(BIN)/ruff check src tests workflow notebooks
-	$(BIN)/ruff format --check src tests workflow notebooks
+	$(BIN)/ruff check src tests workflow notebooks benchmarks
+	$(BIN)/ruff format --check src tests workflow notebooks benchmarks
 	$(BIN)/snakemake --lint
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format src tests workflow notebooks
-	$(BIN)/ruff check --fix src tests workflow notebooks
+	$(BIN)/ruff format src tests workflow notebooks benchmarks
+	$(BIN)/ruff check --fix src tests workflow notebooks benchmarks
 
 clean-results:  ## remove generated runs and analysis (keeps results/archive)
 	rm -rf results/runs results/tables results/notebooks results/figures

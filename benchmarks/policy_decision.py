@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +30,7 @@ from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.policy import RequestView, get_policy, list_policies
 from agentic_kvc.policy.fleet import RouterState
+from agentic_kvc.runs import hardware_info
 
 N_INSTANCES = 16
 PROMPT_TOKENS = 100_000
@@ -115,17 +116,25 @@ def bench_hashing(repeats: int) -> dict[str, dict[str, float]]:
     }
     # Time only the next turn: prime the memo with turn 1 before each timed call.
     ts = []
+    reused = hashed = 0
     for _ in range(repeats):
         hasher.hash("s", prompt)
+        before = (hasher.reused_blocks, hasher.hashed_blocks)
         t0 = time.perf_counter()
-        hasher.hash("s", next_turn)
+        keys = hasher.hash("s", next_turn)
         ts.append(time.perf_counter() - t0)
+        reused = hasher.reused_blocks - before[0]
+        hashed = hasher.hashed_blocks - before[1]
+    # The reused keys must be the ones a fresh hash of the longer prompt gives.
+    assert keys == block_hashes(next_turn, BLOCK)
     ts.sort()
     out["hash_next_turn_102k_reusing_100k"] = {
         "median_us": statistics.median(ts) * 1e6,
         "p99_us": ts[min(len(ts) - 1, int(0.99 * len(ts)))] * 1e6,
         "mean_us": statistics.fmean(ts) * 1e6,
         "repeats": repeats,
+        "blocks_reused": reused,
+        "blocks_hashed": hashed,
     }
     out["vllm_sha256_100k_for_scale"] = timeit(
         lambda: vllm_block_hashes(as_list, BLOCK), 3, warmup=1
@@ -140,20 +149,30 @@ def main() -> None:
     args = ap.parse_args()
     result = {
         "benchmark": "policy_decision",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "setup": {
+            "repeats": args.repeats,
             "instances": N_INSTANCES,
             "prompt_tokens": PROMPT_TOKENS,
             "block_size": BLOCK,
             "cache_view": "estimated",
         },
         "targets": {"decision_median_us": 200, "hash_100k_ms": 5},
-        "machine": {
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-            "numpy": np.__version__,
-        },
+        "machine": {**hardware_info(), "numpy": np.__version__},
         "decision": bench_decisions(args.repeats),
         "hashing": bench_hashing(max(args.repeats // 5, 20)),
+    }
+    decisions = {k: v for k, v in result["decision"].items() if not k.startswith("_")}
+    worst = max(decisions, key=lambda k: decisions[k]["median_us"])
+    hashing = result["hashing"]
+    result["verdict"] = {
+        "slowest_policy": worst,
+        "slowest_policy_median_us": decisions[worst]["median_us"],
+        "decision_under_200us": decisions[worst]["median_us"] < 200,
+        "hash_100k_under_5ms": hashing["hash_100k_numpy"]["median_us"] < 5000,
+        "next_turn_reuses_prefix": hashing["hash_next_turn_102k_reusing_100k"]["blocks_reused"]
+        == PROMPT_TOKENS // BLOCK,
     }
     atomic_write_json(args.out, result)
     for section in ("decision", "hashing"):
@@ -162,6 +181,7 @@ def main() -> None:
                 f"{section:9s} {name:40s} median {r['median_us']:9.1f} us"
                 f"  p99 {r['p99_us']:9.1f} us"
             )
+    print(result["verdict"])
     print(f"wrote {args.out}")
 
 

@@ -110,3 +110,36 @@ def test_bad_record_names_the_file(tree) -> None:  # type: ignore[no-untyped-def
     (run.path / "requests.jsonl").write_text('{"input_tokens": "lots"}\n')
     with pytest.raises(ValueError, match=r"requests\.jsonl"):
         requests_frame([run])
+
+
+def test_sim_vs_real_pairs_twins_and_computes_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from foundation.fake_backend import CountingFakeBackend
+
+    from agentic_kvc.analysis.tables import sim_vs_real
+    from agentic_kvc.config import load_config
+    from agentic_kvc.io import atomic_write_jsonl
+    from agentic_kvc.runs import execute
+
+    base = {"workload": {"generator": {"sessions": 6}}, "fleet": {"instances": 2}}
+    backend = CountingFakeBackend()
+    results = tmp_path / "results"
+    real = execute(load_config(base, ["backend=vllm"]), results, backend)
+    sim = execute(load_config(base, ["backend=sim"]), results, backend)
+    # An unpaired simulated run (another seed): it has no real twin, so no row.
+    execute(load_config(base, ["backend=sim", "seed=5"]), results, backend)
+    # The simulator "overestimates" TTFT by half (same records otherwise).
+    recs = list(read_jsonl(sim / "requests.jsonl"))
+    for r in recs:
+        if r["ttft_s"] is not None:
+            r["ttft_s"] *= 1.5
+    atomic_write_jsonl(sim / "requests.jsonl", recs)
+
+    table = sim_vs_real(requests_frame(find_runs(results)))
+    assert table.height == 1
+    row = table.row(0, named=True)
+    assert (row["run_id"], row["run_id_sim"]) == (real.name, sim.name)
+    ttft = [r["ttft_s"] for r in read_jsonl(real / "requests.jsonl") if not r["error"]]
+    assert row["ttft_s_p90"] == pytest.approx(np.percentile(ttft, 90))
+    assert row["ttft_s_p50_rel_err"] == pytest.approx(0.5)
+    assert row["e2e_s_p90_rel_err"] == pytest.approx(0.0)
+    assert row["prefix_hit_rate_diff"] == pytest.approx(0.0)

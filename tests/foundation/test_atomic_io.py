@@ -55,3 +55,14 @@ def test_roundtrip_and_bad_line_names_file_and_line(tmp_path: Path) -> None:
     path.write_text(json.dumps({"a": 1}) + "\n{broken\n")
     with pytest.raises(ValueError, match=r"r\.jsonl:2: invalid JSON"):
         list(read_jsonl(path))
+
+
+def test_written_file_gets_the_umask_mode_not_mkstemps_0600(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from agentic_kvc import io
+
+    path = tmp_path / "REPORT.md"
+    atomic_write_text(path, "x")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~io._UMASK

@@ -19,8 +19,6 @@ from agentic_kvc.runs import write_results
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 
-pytestmark = pytest.mark.slow
-
 
 def _make_run(results: Path, overrides: list[str]) -> str:
     """A run directory as any backend leaves it: records, samples, summary, complete manifest."""

@@ -3,6 +3,7 @@ NoHealthyInstance exactly when no placement exists)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -15,6 +16,15 @@ from agentic_kvc.policy import FleetView, InstanceView, RequestView, get_policy,
 from agentic_kvc.policy.base import NoHealthyInstance
 
 POLICIES = sorted(list_policies())
+RECEIPT_KEYS = (
+    "policy",
+    "route_class",
+    "reason",
+    "prefill_instance",
+    "decode_instance",
+    "predicted_cached_tokens",
+    "scores",
+)
 
 
 @st.composite
@@ -71,6 +81,13 @@ def _check(name: str, params: dict, f: FleetView, r: RequestView) -> None:
         assert d.policy == name and d.reason
         assert d.route_class in ROUTE_CLASSES
         assert d.predicted_cached_tokens == f.cached_tokens(r)[d.prefill]
+        # The route receipt: every field a record needs, scores only for instances that
+        # could have been chosen, and JSON-able as records and response headers carry it.
+        receipt = json.loads(json.dumps(d.receipt()))
+        assert set(RECEIPT_KEYS) <= set(receipt)
+        assert (receipt["policy"], receipt["reason"]) == (name, d.reason)
+        assert (receipt["prefill_instance"], receipt["decode_instance"]) == (d.prefill, d.decode)
+        assert all(f.instances[int(k)].healthy for k in receipt["scores"])
 
 
 VARIANTS = [(n, {}) for n in POLICIES] + [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PIPELINE_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs")
+PIPELINE_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "benchmarks")
 FAKE_AKVC = Path(__file__).with_name("fake_akvc.py")
 
 

@@ -1,5 +1,5 @@
-"""The Snakemake pipeline: lint, a Python-API dry run, schema validation, and (slow) a full run
-with a fake backend proving no-op reruns and single-run regeneration."""
+"""The Snakemake pipeline: lint, a Python-API dry run, schema validation, and a full run with a
+fake backend proving no-op reruns, single-run regeneration and benchmark handling."""
 
 from __future__ import annotations
 
@@ -85,6 +85,10 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
         "load_balance",
     ]
     assert len(by_rule["render_report"]) == 1 and len(by_rule["plan"]) == 1
+    # Only the cheap, offline benchmarks are part of `report`.
+    cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
+    in_report = {n for n, spec in cfg["bench"]["scripts"].items() if (spec or {}).get("in_report")}
+    assert {j.wildcards["bench"] for j in by_rule.get("bench_script", [])} == in_report
     report_inputs = set(map(str, by_rule["render_report"][0].input))
     assert f"results/archive/{ids[0]}/requests.jsonl" in report_inputs
 
@@ -119,7 +123,22 @@ def test_bad_experiment_fails_at_parse_naming_field(pipeline: Path) -> None:
     assert "field 'fleet.instances'" in text and cfg["experiments"][0]["name"] in text
 
 
+def test_missing_benchmark_script_fails_at_parse_naming_it(pipeline: Path) -> None:
+    cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
+    cfg["bench"]["scripts"]["no_such_bench"] = {"in_report": True}
+    (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    out = snakemake(pipeline, "-n", "--cores", "1", "report")
+    assert out.returncode != 0
+    assert "bench.scripts.no_such_bench" in out.stdout + out.stderr
+
+
+# A whole config.yaml (not a --configfile on top of the default one: nested keys would merge
+# and bring the default experiments and benchmarks along).
 SMALL_CONFIG = {
+    "results": "results",
+    "archive": "results/archive",
+    "select_tags": [],
+    "notebooks": ["latency_by_policy", "load_balance"],
     "experiments": [
         {
             "name": "small",
@@ -128,7 +147,20 @@ SMALL_CONFIG = {
             "matrix": {"policy.name": ["round_robin"], "seed": [0, 1]},
         }
     ],
+    "bench": {"scripts": {"tiny": {"args": ["--value", "7"], "in_report": True}}},
 }
+
+# A benchmark as the real ones are called: `python benchmarks/tiny.py --out FILE ARGS`.
+TINY_BENCH = """
+import argparse, json, os
+ap = argparse.ArgumentParser()
+ap.add_argument("--out")
+ap.add_argument("--value", type=int)
+a = ap.parse_args()
+with open(os.environ["FAKE_AKVC_CALLS"], "a") as fh:
+    fh.write("bench:tiny\\n")
+json.dump({"rows": [{"case": "x", "median_us": a.value}]}, open(a.out, "w"))
+"""
 
 
 def _run_report(root: Path, calls: Path) -> subprocess.CompletedProcess:
@@ -137,8 +169,6 @@ def _run_report(root: Path, calls: Path) -> subprocess.CompletedProcess:
         "--cores",
         "1",
         "report",
-        "--configfile",
-        "config/small.yaml",
         "--config",
         f"akvc={sys.executable} {FAKE_AKVC}",
         env={"FAKE_AKVC_CALLS": str(calls)},
@@ -153,15 +183,19 @@ def _jobs_run(out: subprocess.CompletedProcess) -> list[str]:
     ]
 
 
-@pytest.mark.slow
+def _run_calls(calls: Path) -> list[str]:
+    return [c for c in calls.read_text().split() if not c.startswith("bench:")]
+
+
 def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) -> None:
     if shutil.which("papermill", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("papermill not installed next to this Python")
-    (pipeline / "config" / "small.yaml").write_text(yaml.safe_dump(SMALL_CONFIG))
+    (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(SMALL_CONFIG))
+    (pipeline / "benchmarks" / "tiny.py").write_text(TINY_BENCH)
     calls = pipeline / "calls.txt"
     first = _run_report(pipeline, calls)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    ids = sorted(calls.read_text().split())
+    ids = sorted(_run_calls(calls))
     assert len(ids) == 2
     report = (pipeline / "REPORT.md").read_text()
     for run_id in ids:
@@ -170,6 +204,9 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
         p50 = f"{np.percentile(ok, 50) * 1000:.1f}"
         row = next(line for line in report.splitlines() if line.startswith(f"| `{run_id}` | small"))
         assert f"| {p50} |" in row
+    # The in-report benchmark ran once, with its args, and its numbers are in the report.
+    assert calls.read_text().split().count("bench:tiny") == 1
+    assert "### tiny" in report and "| x | 7 |" in report
     for nb in ("latency_by_policy", "load_balance"):
         assert (pipeline / f"results/notebooks/{nb}.ipynb").is_file()
         assert list((pipeline / f"results/tables/{nb}").glob("*.csv"))
@@ -178,12 +215,23 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
     again = _run_report(pipeline, calls)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
-    assert sorted(calls.read_text().split()) == ids
+    assert sorted(_run_calls(calls)) == ids
+    assert calls.read_text().split().count("bench:tiny") == 1
 
     (pipeline / f"results/runs/{ids[1]}/requests.jsonl").unlink()
     redo = _run_report(pipeline, calls)
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
-    assert calls.read_text().split().count(ids[1]) == 2  # exactly that run, once more
-    assert calls.read_text().split().count(ids[0]) == 1
+    assert _run_calls(calls).count(ids[1]) == 2  # exactly that run, once more
+    assert _run_calls(calls).count(ids[0]) == 1
     jobs = _jobs_run(redo)
     assert jobs.count("akvc_run") == 1 and "render_report" in jobs
+    assert "bench_script" not in jobs
+
+    # A benchmark run by hand (not configured): only the report is re-rendered to show it.
+    (pipeline / "results" / "bench" / "by_hand.json").write_text(json.dumps({"p50_us": 3.5}))
+    shown = _run_report(pipeline, calls)
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+    assert set(_jobs_run(shown)) == {"render_report", "report"}
+    assert "### by_hand" in (pipeline / "REPORT.md").read_text()
+    final = _run_report(pipeline, calls)
+    assert "Nothing to be done" in final.stdout + final.stderr

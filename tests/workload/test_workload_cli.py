@@ -73,3 +73,44 @@ def test_help_explains_every_command() -> None:
     for cmd in ([], ["synth"], ["stats"], ["convert"]):
         res = CliRunner().invoke(main, ["workload", *cmd, "--help"])
         assert res.exit_code == 0 and len(res.output) > 200
+
+
+def test_stats_of_the_default_preset_show_the_agentic_shares(tmp_path: Path) -> None:
+    """`synth` with defaults then `stats`: the issue's cold / high-hit / HEAVY shares."""
+    runner = CliRunner()
+    out = tmp_path / "ac.jsonl"
+    res = runner.invoke(main, ["workload", "synth", "--sessions", "2000", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads(runner.invoke(main, ["workload", "stats", "--json", str(out)]).output)
+    assert abs(s["first_turn_share"] - 0.55) < 0.03
+    assert abs(s["first_turn_new_tokens_mean"] - 17_700) < 1_000
+    assert abs(s["high_hit_share"] - 0.22) < 0.03
+    assert abs(s["high_hit_new_tokens_mean"] - 1_300) < 200
+    assert abs(s["heavy_first_turn_share"] - 0.92) < 0.04
+    table = runner.invoke(main, ["workload", "stats", str(out)]).output
+    assert f"{100 * s['first_turn_share']:.1f}%" in table
+    assert f"{100 * s['heavy_first_turn_share']:.1f}%" in table
+
+
+def test_convert_window_and_overflow(tmp_path: Path) -> None:
+    runner = CliRunner()
+    src = tmp_path / "w.jsonl"
+    assert (
+        runner.invoke(main, ["workload", "synth", "--sessions", "40", "-o", str(src)]).exit_code
+        == 0
+    )
+    wl = read_workload(src)
+    mid = sorted(r.arrival_s for r in wl.requests())[len(wl) // 2]
+    out = tmp_path / "win.jsonl"
+    args = ["workload", "convert", str(src), "-o", str(out), "--window", "0", str(mid)]
+    res = runner.invoke(main, [*args, "--max-input-tokens", "5000", "--overflow", "truncate"])
+    assert res.exit_code == 0, res.output
+    got = read_workload(out)
+    want = [r for r in wl.requests() if r.arrival_s < mid]
+    assert len(got) == len(want) > 0
+    assert max(r.input_tokens for r in got.requests()) == 5000  # long prompts were cut
+    assert got.meta["transforms"]["window_s"] == [0.0, mid]
+    res = runner.invoke(
+        main, ["workload", "convert", str(src), "-o", str(out), "--window", "5", "1"]
+    )
+    assert res.exit_code == 2 and "window_s" in res.output

@@ -45,3 +45,28 @@ def test_recorded_checksums_match_shared_copies(shared_traces: Path) -> None:
         local = shared_traces / spec.file_name
         if local.is_file():
             assert fetch.sha256_of(local) == spec.sha256
+
+
+def test_download_from_url_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No local copy: the upstream URL is read (file:// here, https upstream) and checked."""
+    data = b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,10,2\n"
+    upstream = tmp_path / "upstream.csv"
+    upstream.write_bytes(data)
+    spec = PublicTrace("toy.csv", hashlib.sha256(data).hexdigest(), upstream.as_uri(), "test")
+    monkeypatch.setitem(fetch.PUBLIC_TRACES, "toy", spec)
+    monkeypatch.delenv("AKVC_TRACES_DIR", raising=False)
+    out = tmp_path / "traces" / "toy.csv"
+    assert fetch_trace("toy", out, [tmp_path / "empty"]) == upstream.as_uri()
+    assert out.read_bytes() == data
+    upstream.write_bytes(data + b"2023-11-16 18:15:47.1,11,2\n")  # upstream changed
+    out.unlink()
+    with pytest.raises(TraceFetchError, match="does not match"):
+        fetch_trace("toy", out, [])
+    assert not out.exists()
+
+
+def test_every_public_trace_is_pinned_and_credited() -> None:
+    for name, spec in fetch.PUBLIC_TRACES.items():
+        assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0, name
+        assert spec.url is None or spec.url.startswith("https://"), name
+        assert spec.credit and any(lic in spec.credit for lic in ("Apache-2.0", "CC-BY-4.0"))

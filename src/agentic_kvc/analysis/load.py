@@ -8,6 +8,7 @@ e.g. GPU fleets). Both hold the same run-directory layout, and only complete one
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from agentic_kvc.analysis.experiments import Plan
-from agentic_kvc.io import read_jsonl
+from agentic_kvc.io import dumps_canonical, read_jsonl
 from agentic_kvc.runs import complete_runs, is_complete
 
 
@@ -101,9 +102,25 @@ SAMPLE_SCHEMA: dict[str, Any] = {
 }
 
 # Columns describing the run each row came from (added to every frame).
-RUN_COLUMNS = ("run_id", "experiment", "variant", "backend", "policy", "seed", "instances")
+RUN_COLUMNS = (
+    "run_id",
+    "experiment",
+    "variant",
+    "backend",
+    "policy",
+    "seed",
+    "instances",
+    "twin_key",
+)
 # Placeholder labels that give an empty frame the same columns and types as a full one.
 _NO_RUN: dict[str, Any] = {**dict.fromkeys(RUN_COLUMNS, ""), "seed": 0, "instances": 0}
+
+
+def twin_key(config: dict[str, Any]) -> str:
+    """The run's resolved config without its backend, hashed: a simulated run and a real one
+    with equal keys ran the same workload, fleet, policy and seed (twins to compare)."""
+    rest = {k: v for k, v in config.items() if k != "backend"}
+    return hashlib.sha256(dumps_canonical(rest).encode()).hexdigest()[:12]
 
 
 def variant_of(policy: str, labels: dict[str, Any]) -> str:
@@ -128,6 +145,7 @@ def run_labels(run: RunDir, plan: Plan | None) -> dict[str, Any]:
         "policy": policy,
         "seed": int(cfg.get("seed", run.manifest.get("seed", 0))),
         "instances": int(cfg.get("fleet", {}).get("instances", 0)),
+        "twin_key": twin_key(cfg),
     }
 
 
@@ -148,6 +166,7 @@ def _with_run(df: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame:
         pl.lit(labels["policy"], pl.String).alias("policy"),
         pl.lit(labels["seed"], pl.Int64).alias("seed"),
         pl.lit(labels["instances"], pl.Int64).alias("instances"),
+        pl.lit(labels["twin_key"], pl.String).alias("twin_key"),
     )
 
 

@@ -22,6 +22,7 @@ from agentic_kvc.analysis.load import RunDir, find_runs, requests_frame
 from agentic_kvc.analysis.tables import (
     latency_summary,
     route_class_summary,
+    sim_vs_real,
     token_load_per_instance,
     token_load_summary,
 )
@@ -120,6 +121,42 @@ def route_class_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
     return rows
 
 
+def _signed_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def twin_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
+    """Real runs next to their simulated twins: `real / sim (sim error)` per statistic."""
+    rows = []
+    for row in sim_vs_real(requests).iter_rows(named=True):
+        cells = {}
+        for stat, fmt in (("ttft_s", fmt_ms), ("e2e_s", fmt_s)):
+            for p in ("p50", "p90"):
+                key = f"{stat}_{p}"
+                cells[key] = (
+                    f"{fmt(row[key])} / {fmt(row[f'{key}_sim'])} "
+                    f"({_signed_pct(row[f'{key}_rel_err'])})"
+                )
+        diff = row["prefix_hit_rate_diff"]
+        cells["hit_rate"] = (
+            f"{fmt_pct(row['prefix_hit_rate'])} / {fmt_pct(row['prefix_hit_rate_sim'])} "
+            f"({'-' if diff is None else f'{diff * 100:+.1f} pt'})"
+        )
+        rows.append(
+            {
+                "experiment": row["experiment"],
+                "variant": row["variant"],
+                "seed": str(row["seed"]),
+                "run_id": row["run_id"],
+                "sim_run_id": row["run_id_sim"],
+                "requests": f"{row['requests']} / {row['requests_sim']}",
+                "errors": f"{row['errors']} / {row['errors_sim']}",
+                **cells,
+            }
+        )
+    return rows
+
+
 def _workload_text(cfg: Mapping[str, Any]) -> str:
     wl = cfg.get("workload", {})
     if wl.get("trace"):
@@ -154,6 +191,42 @@ def provenance_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
     return rows
 
 
+def _engine_flags(argv: list[str]) -> str:
+    """The engine's command-line flags (from the first `--flag`), without the launcher part."""
+    flags = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    return " ".join(argv[flags:])
+
+
+def real_run_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
+    """What explains a real-engine run: engine build, device, flags, startup time, logs.
+
+    Read from the manifest's `backend_info` (written by `serve.backend.run_vllm`); runs of other
+    backends have none and are skipped.
+    """
+    rows = []
+    for run in runs:
+        info = run.manifest.get("backend_info") or {}
+        fleet = info.get("fleet")
+        if not isinstance(fleet, Mapping):
+            continue
+        vllm = fleet.get("vllm") or {}
+        instances = fleet.get("instances") or []
+        startups = [i["startup_s"] for i in instances if i.get("startup_s") is not None]
+        flag_sets = list(dict.fromkeys(_engine_flags(i.get("argv") or []) for i in instances))
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "engine": f"{vllm.get('distribution', '?')} {vllm.get('version', '?')}",
+                "device": str(fleet.get("device", "?")),
+                "instances": str(len(instances)),
+                "startup_s": ", ".join(fmt_num(float(s)) for s in startups) or "-",
+                "replay_s": fmt_num((info.get("replay") or {}).get("wall_s")),
+                "flags": " / ".join(f"`{f}`" for f in flag_sets if f) or "-",
+            }
+        )
+    return rows
+
+
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, Mapping):
         out: dict[str, Any] = {}
@@ -172,7 +245,16 @@ def bench_sections(paths: Iterable[Path]) -> list[dict[str, Any]]:
     failing that, as flattened key/value pairs. Unreadable files are listed, not fatal."""
     out = []
     for path in sorted(paths):
-        section: dict[str, Any] = {"name": path.stem, "path": str(path)}
+        # Every key the template reads, so a non-table file renders too (StrictUndefined).
+        section: dict[str, Any] = {
+            "name": path.stem,
+            "path": str(path),
+            "error": None,
+            "meta": {},
+            "columns": [],
+            "rows": [],
+            "truncated": 0,
+        }
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -238,7 +320,9 @@ def build_context(
         "runs": run_rows(requests) if requests.height else [],
         "variants": variant_rows(requests) if requests.height else [],
         "route_classes": route_class_rows(requests) if requests.height else [],
+        "twins": twin_rows(requests) if requests.height else [],
         "provenance": provenance_rows(runs),
+        "real_runs": real_run_rows(runs),
         "bench": bench_sections((results / "bench").glob("*.json")),
         "figures": figure_paths(results, report_dir),
     }

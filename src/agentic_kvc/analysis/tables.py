@@ -106,6 +106,30 @@ def token_load_summary(per_instance: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# Statistics compared between a simulated run and its real twin.
+TWIN_STATS = ("ttft_s_p50", "ttft_s_p90", "e2e_s_p50", "e2e_s_p90", "prefix_hit_rate")
+
+
+def sim_vs_real(requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per real run that has a simulated twin (same config but `backend`, see
+    `load.twin_key`): each statistic of TWIN_STATS for both, and the simulator's relative error
+    (sim / real - 1; for the hit rate, the difference in points)."""
+    by = ["twin_key", "experiment", "variant", "seed", "run_id"]
+    lat = latency_summary(requests, [*by, "backend"]).select(
+        *by, "backend", "requests", "errors", *TWIN_STATS
+    )
+    sim = lat.filter(pl.col("backend") == "sim").drop("backend")
+    real = lat.filter(pl.col("backend") != "sim")
+    joined = real.join(sim, on="twin_key", how="inner", suffix="_sim")
+    errors = [
+        (pl.col(f"{s}_sim") - pl.col(s)).alias(f"{s}_diff")
+        if s == "prefix_hit_rate"
+        else (pl.col(f"{s}_sim") / pl.col(s) - 1).alias(f"{s}_rel_err")
+        for s in TWIN_STATS
+    ]
+    return joined.with_columns(errors).sort(["experiment", "variant", "seed"])
+
+
 def to_pandas(df: pl.DataFrame):  # type: ignore[no-untyped-def]
     """A pandas frame for seaborn without pyarrow (polars' own `to_pandas` needs it)."""
     import pandas as pd

@@ -168,6 +168,25 @@ def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int = 16) -> li
     return _keys(h1, h2)
 
 
+def extend_block_hashes(
+    parent: int | None, tokens: Sequence[int] | np.ndarray, block_size: int
+) -> list[int]:
+    """Router keys of the full blocks of `tokens` that follow a block whose key is `parent`
+    (None: the prompt's start).
+
+    A key is the rolling-hash state itself (`(H1 << 31) | H2`), so the chain continues from it:
+    `block_hashes(a + b) == block_hashes(a) + extend_block_hashes(block_hashes(a)[-1], b, bs)`
+    whenever len(a) is a multiple of `block_size`. The exact cache view uses this to key the
+    blocks of a vLLM BlockStored event (which carries its parent and its token ids) with the
+    router's own hash, so it never needs vLLM's hash recipe.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    start = (0, 0) if parent is None else (parent >> 31, parent & ((1 << 31) - 1))
+    h1, h2 = _lane_states(as_token_array(tokens), block_size, start)
+    return _keys(h1, h2)
+
+
 def workload_tokens(blocks: Iterable[Block]) -> np.ndarray:
     """Stand-in token identities for a workload prompt without synthesising real token ids.
 

@@ -52,6 +52,12 @@ class RequestRecord:
     itl_s: list[float] = field(default_factory=list)
     kv_transfer_tokens: int | None = None
     kv_transfer_s: float | None = None
+    # PD execution (proxy/pd.py). For a PD request `cached_tokens` is P's prefix hit (what
+    # `predicted_cached_tokens` predicts); D's usage counts its local hit plus the pulled KV.
+    prefill_cached_tokens: int | None = None
+    decode_cached_tokens: int | None = None
+    predicted_decode_cached_tokens: int | None = None  # D's local prefix hit, by the view
+    pd_fallback: str | None = None  # why a PD decision ran colocated on D instead
     scores: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from agentic_kvc.policy.base import Decision, FleetView, RequestView
 from agentic_kvc.policy.common import (
+    CacheLBPolicy,
     ClassParams,
-    ColocatingPolicy,
     cache_lb_pick,
     classify,
     colocated_candidates,
@@ -41,18 +41,13 @@ class AdaptiveParams(ClassParams):
 
 
 @register
-class Adaptive(ColocatingPolicy):
+class Adaptive(CacheLBPolicy):
     name = "adaptive"
     Params = AdaptiveParams
     description = (
         "WARM/MEDIUM colocated by cache+load; HEAVY to least decode load (v1) or prefilled "
         "elsewhere with KV transfer (v2) (seed 002)."
     )
-
-    def choose(self, request, fleet, candidates):  # type: ignore[no-untyped-def]
-        unc = uncached_tokens(request, fleet.cached_tokens(request))
-        best, scores = cache_lb_pick(candidates, unc, self.tie, len(fleet.instances))
-        return best, "cache_lb", scores
 
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
         p: AdaptiveParams = self.params  # type: ignore[assignment]

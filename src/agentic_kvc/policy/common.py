@@ -241,3 +241,15 @@ class ColocatingPolicy(Policy):
 
 def uncached_tokens(request: RequestView, cached: Sequence[int]) -> list[int]:
     return [max(request.input_tokens - c, 0) for c in cached]
+
+
+class CacheLBPolicy(ColocatingPolicy):
+    """A colocating policy whose default placement is seed 002's cache/load-balance choice
+    (`cache_lb_pick`); `adaptive` and `elastic` build their HEAVY handling on top of it."""
+
+    def choose(
+        self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
+    ) -> tuple[InstanceView, str, dict[int, Any]]:
+        unc = uncached_tokens(request, fleet.cached_tokens(request))
+        best, scores = cache_lb_pick(candidates, unc, self.tie, len(fleet.instances))
+        return best, "cache_lb", scores

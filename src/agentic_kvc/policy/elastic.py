@@ -26,8 +26,8 @@ from pydantic import Field
 
 from agentic_kvc.policy.base import Decision, FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import (
+    CacheLBPolicy,
     ClassParams,
-    ColocatingPolicy,
     cache_lb_pick,
     classify,
     colocated_candidates,
@@ -59,18 +59,13 @@ class ElasticParams(ClassParams):
 
 
 @register
-class Elastic(ColocatingPolicy):
+class Elastic(CacheLBPolicy):
     name = "elastic"
     Params = ElasticParams
     description = (
         "Session-sticky colocation; a HEAVY prefill is offloaded to the least-loaded peer "
         "only when P has room and D is decoding (seed 000)."
     )
-
-    def choose(self, request, fleet, candidates):  # type: ignore[no-untyped-def]
-        unc = uncached_tokens(request, fleet.cached_tokens(request))
-        best, scores = cache_lb_pick(candidates, unc, self.tie, len(fleet.instances))
-        return best, "cache_lb", scores
 
     def _offload_reason(
         self, request: RequestView, cached_d: int, d: InstanceView, pre: InstanceView, avg: float

@@ -30,6 +30,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from agentic_kvc.cache.kv_events import ExactCacheView, KVEventSubscriber
 from agentic_kvc.metrics.prometheus import EngineMetrics
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.policy.base import Decision, NoHealthyInstance, RequestView
@@ -121,9 +122,13 @@ class ProxyApp:
         self._block_size_known = settings.block_size is not None
         self._capacity_blocks: int | None = None
         self.hasher = make_hasher(self.block_size)
+        self.kv_events: KVEventSubscriber | None = None
         if settings.cache_view == "exact":
             # The exact view learns from the engines' KV events, never from the router's routes.
-            self.state = RouterState(n, settings.roles, settings.exact_cache, record_on_route=False)
+            exact = settings.exact_cache or ExactCacheView(n, self.block_size)
+            self.state = RouterState(n, settings.roles, exact, record_on_route=False)
+            if settings.kv_events:
+                self.kv_events = KVEventSubscriber(exact, settings.kv_events)
         else:
             self.state = RouterState(n, settings.roles, make_estimated_index(n))
         self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
@@ -145,6 +150,8 @@ class ProxyApp:
     # ---- lifecycle -------------------------------------------------------------------
 
     async def startup(self) -> None:
+        if self.kv_events is not None:
+            await self.kv_events.start()  # before any traffic: events sent earlier are lost
         for b in self.backends:
             b.open()
         # Learn block size, health and the model (for its tokenizer) before the first request.
@@ -155,6 +162,8 @@ class ProxyApp:
 
     async def shutdown(self) -> None:
         await self.monitor.stop()
+        if self.kv_events is not None:
+            await self.kv_events.stop()
         await self.records.close()
         for b in self.backends:
             await b.close()
@@ -198,6 +207,9 @@ class ProxyApp:
                 self.hasher = make_hasher(m.block_size)
                 if estimated:
                     self.state.cache = make_estimated_index(len(self.backends))
+            set_size = getattr(self.state.cache, "set_block_size", None)
+            if set_size is not None:  # the exact view keys events by the engine's block size
+                set_size(m.block_size)
         if m.num_gpu_blocks and estimated and self._capacity_blocks is None:
             # The estimate evicts like an engine of this KV size (LRU, whole blocks).
             self._capacity_blocks = m.num_gpu_blocks
@@ -321,7 +333,8 @@ class ProxyApp:
         retries = 1 if self.settings.retry_refused else 0
         while True:
             try:
-                decision = self.policy.decide(request, self.state.view(self.now()))
+                fleet = self.state.view(self.now())
+                decision = self.policy.decide(request, fleet)
             except NoHealthyInstance as exc:
                 rec.error = f"no healthy instance: {exc}"
                 self.records.add(rec)
@@ -330,6 +343,8 @@ class ProxyApp:
             decision.policy = decision.policy or self.settings.policy
             ticket = self.state.admit(request, decision, self.now())
             _fill_decision(rec, decision)
+            if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
+                rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
             self.metrics.decision(decision.route_class, decision.reason)
             try:
                 await self._execute(
@@ -385,29 +400,40 @@ class ProxyApp:
         target = self.backends[decision.decode]
         rec.t_prefill_sent = self.now()
         self.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
+        pd_done = False
         if decision.disaggregated:
             prefill = self.backends[decision.prefill]
+            peers = self.settings.kv_peers
+            fallback: str | None = None
             try:
                 result = await pd.run_prefill(
-                    prefill, path, body, rec.request_id, self.settings.upstream_timeout_s
+                    prefill,
+                    path,
+                    body,
+                    rec.request_id,
+                    self.settings.upstream_timeout_s,
+                    self.settings.kv_connector,
+                    peers[decision.prefill] if peers else None,
                 )
-            except aiohttp.ClientConnectorError as exc:
-                rec.error = self._backend_failed(prefill, exc, "refused the prefill")
-                raise _Retry from exc
             except TimeoutError:
-                await self._fail(send, path, rec, ticket, 504, "prefill timed out")
-                return
+                fallback = "prefill timed out"
             except CONNECTION_ERRORS as exc:
-                msg = self._backend_failed(prefill, exc, "dropped the prefill")
-                await self._fail(send, path, rec, ticket, 502, msg)
-                return
-            except (pd.PrefillError, msgspec.DecodeError) as exc:
-                await self._fail(send, path, rec, ticket, 502, f"prefill failed: {exc}")
-                return
-            self.state.prefill_done(ticket)
-            rec.t_prefill_done = self.now()
-            rec.kv_transfer_tokens = result.kv_transfer_tokens
-            payload = _encode(result.decode_body)
+                fallback = self._backend_failed(prefill, exc, "failed the prefill")
+            except pd.PrefillError as exc:
+                fallback = f"prefill failed: {exc}"
+            if fallback is not None:
+                # D can still do the whole request: run it colocated there, and say why.
+                ticket = self._colocate_on_decode(ticket, rec, fallback)
+                decision = ticket.decision
+                if payload is None:
+                    payload = _encode(body)
+            else:
+                self.state.prefill_done(ticket)
+                rec.t_prefill_done = self.now()
+                rec.kv_transfer_tokens = result.kv_transfer_tokens
+                rec.prefill_cached_tokens = result.prefill_cached_tokens
+                payload = _encode(result.decode_body)
+                pd_done = True
         elif payload is None:
             payload = _encode(body)
         assert target.session is not None
@@ -418,7 +444,7 @@ class ProxyApp:
             )
         except aiohttp.ClientConnectorError as exc:
             rec.error = self._backend_failed(target, exc, "refused the connection")
-            if decision.disaggregated:  # P already did the work; do not redo the prefill
+            if pd_done or rec.pd_fallback:  # P did (or failed) its part: no second routing
                 await self._fail(send, path, rec, ticket, 502, rec.error)
                 return
             raise _Retry from exc
@@ -542,7 +568,32 @@ class ProxyApp:
             rec.output_tokens = tracker.content_events
         self._done(path, rec, ticket, outcome)
 
+    def _colocate_on_decode(self, ticket: Ticket, rec: RequestRecord, why: str) -> Ticket:
+        """Replace a PD ticket whose prefill failed by a colocated one on its decode instance."""
+        d = ticket.decision
+        log.warning("request %s: PD fallback to colocated on %d: %s", rec.request_id, d.decode, why)
+        self.state.finish(ticket)
+        session = ticket.request.session_id
+        if session is not None:  # admit counts the turn again
+            self.state.session_turns[session] -= 1
+        colo = Decision(
+            prefill=d.decode,
+            decode=d.decode,
+            route_class=pd.colocated_class(d.route_class),
+            reason=f"{d.reason}+pd_fallback",
+            policy=d.policy,
+            predicted_cached_tokens=rec.predicted_decode_cached_tokens or 0,
+            scores=d.scores,
+        )
+        _fill_decision(rec, colo)
+        rec.pd_fallback = why
+        rec.predicted_decode_cached_tokens = None
+        self.metrics.decision(colo.route_class, colo.reason)
+        return self.state.admit(ticket.request, colo, self.now())
+
     def _done(self, path: str, rec: RequestRecord, ticket: Ticket, outcome: str) -> None:
+        if rec.t_prefill_done is not None:
+            _pd_accounting(rec)
         rec.t_done = self.now()
         self.state.finish(ticket, rec.output_tokens)
         self.metrics.request(path, outcome)
@@ -557,6 +608,19 @@ def _fill_decision(rec: RequestRecord, d: Decision) -> None:
     rec.decode_instance = d.decode
     rec.predicted_cached_tokens = d.predicted_cached_tokens
     rec.scores = {str(k): v for k, v in d.scores.items()}
+
+
+def _pd_accounting(rec: RequestRecord) -> None:
+    """A finished PD request: D's usage counts its local hit plus the KV it pulled; the
+    record's `cached_tokens` becomes P's hit, which is what the policy's prediction was about."""
+    if rec.t_first_token is not None:
+        rec.kv_transfer_s = rec.t_first_token - rec.t_prefill_done  # type: ignore[operator]
+    rec.decode_cached_tokens = rec.cached_tokens
+    if rec.prefill_cached_tokens is not None:
+        rec.cached_tokens = rec.prefill_cached_tokens
+    local = rec.predicted_decode_cached_tokens or 0
+    if rec.decode_cached_tokens:
+        rec.kv_transfer_tokens = max(rec.decode_cached_tokens - local, 0)
 
 
 def _take_usage(rec: RequestRecord, usage: Any) -> None:

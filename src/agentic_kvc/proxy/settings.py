@@ -32,8 +32,14 @@ class ProxySettings:
     clock_origin: float | None = None
     # In-process consumers (the run backend) may take records directly as well as from file.
     on_record: Callable[[dict[str, Any]], None] | None = None
-    # Filled by the exact cache view's owner (KV events); the proxy only passes it on.
+    # The exact view (cache/kv_events.ExactCacheView); built from `kv_events` when None.
     exact_cache: Any = None
+    # Per backend, the ZMQ endpoint of its KV event publisher (`--cache-view exact`).
+    kv_events: list[str] | None = None
+    # PD execution (proxy/pd.py): the engines' KV connector, and for Mooncake each backend's
+    # engine id and bootstrap address ({"engine_id": ..., "bootstrap_addr": "host:port"}).
+    kv_connector: Literal["nixl", "mooncake"] = "nixl"
+    kv_peers: list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -46,5 +52,13 @@ class ProxySettings:
             raise ValueError(f"{len(self.roles)} roles given for {len(self.backends)} backends")
         if self.cache_view not in ("estimated", "exact"):
             raise ValueError(f"--cache-view {self.cache_view!r}: expected estimated or exact")
+        for name, per in (("--kv-events", self.kv_events), ("kv_peers", self.kv_peers)):
+            if per is not None and len(per) != len(self.backends):
+                raise ValueError(f"{name}: {len(per)} given for {len(self.backends)} backends")
+        if self.kv_connector not in ("nixl", "mooncake"):
+            raise ValueError(f"--kv-connector {self.kv_connector!r}: expected nixl or mooncake")
+        if self.kv_connector == "mooncake" and self.kv_peers is None:
+            raise ValueError("--kv-connector mooncake needs each backend's engine id and "
+                             "bootstrap address (kv_peers)")
         if self.upstream_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")

@@ -21,6 +21,17 @@ _FORMAT_HELP = (
 )
 
 
+def _output_option(help_text: str) -> Any:
+    """The `-o/--output FILE` option every writing subcommand takes."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help=help_text,
+    )
+
+
 def _fail(exc: Exception) -> None:
     click.echo(f"error: {exc}", err=True)
     sys.exit(2)
@@ -60,13 +71,7 @@ def workload() -> None:
     help="Override a generator parameter, e.g. --param continue_prob=0.6 (repeatable; see "
     "SynthParams in workload/generator.py for the list).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Native workload file to write (jsonl).",
-)
+@_output_option("Native workload file to write (jsonl).")
 def synth_cmd(preset: str, sessions: int, seed: int, params: tuple[str, ...], output: Path) -> None:
     """Generate closed-loop agentic sessions and write them as a native workload file."""
     overrides: dict[str, Any] = {}
@@ -178,12 +183,12 @@ def stats_cmd(file: Path, fmt: str, as_json: bool) -> None:
 @workload.command("convert")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", help=_FORMAT_HELP)
+@_output_option("Native workload file to write.")
 @click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Native workload file to write.",
+    "--window",
+    type=(float, float),
+    metavar="START END",
+    help="Keep requests arriving in [START, END) seconds; times shift so START becomes 0.",
 )
 @click.option("--max-sessions", type=click.IntRange(min=1), help="Keep the first N sessions.")
 @click.option("--max-requests", type=click.IntRange(min=1), help="Keep the first N requests.")
@@ -196,7 +201,14 @@ def stats_cmd(file: Path, fmt: str, as_json: bool) -> None:
 @click.option(
     "--max-input-tokens",
     type=click.IntRange(min=1),
-    help="Drop a request (and the rest of its session) with a longer prompt.",
+    help="Longest prompt kept; see --overflow for what happens to longer ones.",
+)
+@click.option(
+    "--overflow",
+    type=click.Choice(["drop", "truncate"]),
+    default="drop",
+    show_default=True,
+    help="drop: a too-long request and the rest of its session go; truncate: cut it.",
 )
 @click.option(
     "--rate-scale",
@@ -214,36 +226,37 @@ def convert_cmd(
     file: Path,
     fmt: str,
     output: Path,
+    window: tuple[float, float] | None,
     max_sessions: int | None,
     max_requests: int | None,
     token_scale: float,
     max_input_tokens: int | None,
+    overflow: str,
     rate_scale: float,
     time_scale: float,
 ) -> None:
     """Convert a trace FILE to the native workload format (optionally subset and scaled)."""
-    wl = apply_transforms(
-        _read(file, fmt),
-        max_sessions=max_sessions,
-        max_requests=max_requests,
-        token_scale=token_scale,
-        max_input_tokens=max_input_tokens,
-        rate_scale=rate_scale,
-        time_scale=time_scale,
-    )
+    try:
+        wl = apply_transforms(
+            _read(file, fmt),
+            window_s=window,
+            max_sessions=max_sessions,
+            max_requests=max_requests,
+            token_scale=token_scale,
+            max_input_tokens=max_input_tokens,
+            overflow=overflow,  # type: ignore[arg-type]
+            rate_scale=rate_scale,
+            time_scale=time_scale,
+        )
+    except ValueError as exc:
+        _fail(exc)
     write_native(wl, output)
     click.echo(f"{output}: {len(wl)} requests in {len(wl.sessions)} sessions", err=True)
 
 
 @workload.command("fetch")
 @click.argument("name")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Where the checked trace file goes (e.g. results/traces/NAME.jsonl).",
-)
+@_output_option("Where the checked trace file goes (e.g. results/traces/NAME.jsonl).")
 @click.option(
     "--local-dir",
     "local",
@@ -256,7 +269,7 @@ def fetch_cmd(name: str, output: Path, local: tuple[str, ...]) -> None:
     """Fetch public trace NAME (a local copy or its upstream URL) and check its sha256.
 
     Known names: mooncake_conversation, tracelab_multi_session_sample,
-    tracelab_round_trace_sample (see PUBLIC_TRACES in workload/fetch.py).
+    tracelab_round_trace_sample, bailian_qwen_coder (see PUBLIC_TRACES in workload/fetch.py).
     """
     from agentic_kvc.workload.fetch import TraceFetchError, fetch_trace
 

@@ -24,6 +24,8 @@ class PublicTrace:
     sha256: str
     url: str | None  # None: no stable upstream URL known; a local copy is needed
     credit: str
+    # In `snakemake traces` (the default set); large optional traces are fetched by name.
+    default: bool = True
 
 
 PUBLIC_TRACES: dict[str, PublicTrace] = {
@@ -45,6 +47,17 @@ PUBLIC_TRACES: dict[str, PublicTrace] = {
         "314c49483148fe68e230a683f739e3e6e68d478948ecf342739596f30af36b57",
         None,
         "TraceLab sanitized sessions, uw-syfi/TraceLab, CC-BY-4.0",
+    ),
+    # 132 MB, stored with Git LFS upstream: its sha256 is the LFS object id, and the URL is
+    # pinned to the commit that added it.
+    "bailian_qwen_coder": PublicTrace(
+        "qwen_coder_blksz_16.jsonl",
+        "3d74974cebb7bccb69b1ca6ea210a44d9a3033443c0271ed015327284dea1aff",
+        "https://media.githubusercontent.com/media/alibaba-edu/qwen-bailian-usagetraces-anon/"
+        "0b4273a1d8a83935b9d9356e78f95c31f2ac64cf/qwen_coder_blksz_16.jsonl",
+        "Alibaba Bailian (Wang et al., ATC'25), alibaba-edu/qwen-bailian-usagetraces-anon, "
+        "Apache-2.0",
+        default=False,
     ),
 }
 

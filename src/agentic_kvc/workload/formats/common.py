@@ -49,9 +49,8 @@ def iter_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
             yield reader.line_num, row
 
 
-def get_int(
-    obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: int | None = 0
-) -> int:
+def _number(obj: dict[str, Any], key: str, path: Path, line: int, kind: str) -> int | float:
+    """The finite number under `key` (numeric strings accepted, as CSV cells are strings)."""
     if key not in obj:
         raise WorkloadFormatError(path, "missing", line, key)
     value = obj[key]
@@ -61,31 +60,32 @@ def get_int(
         except ValueError:
             raise WorkloadFormatError(path, f"not a number: {value!r}", line, key) from None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WorkloadFormatError(path, f"expected an integer, got {value!r}", line, key)
-    if value != value or value in (float("inf"), float("-inf")) or int(value) != value:
-        raise WorkloadFormatError(path, f"expected an integer, got {value!r}", line, key)
+        raise WorkloadFormatError(path, f"expected {kind}, got {value!r}", line, key)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise WorkloadFormatError(path, f"expected {kind}, got {value!r}", line, key)
+    return value
+
+
+def _at_least(value: float, minimum: float | None, key: str, path: Path, line: int) -> None:
     if minimum is not None and value < minimum:
         raise WorkloadFormatError(path, f"must be >= {minimum}, got {value!r}", line, key)
+
+
+def get_int(
+    obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: int | None = 0
+) -> int:
+    value = _number(obj, key, path, line, "an integer")
+    if int(value) != value:
+        raise WorkloadFormatError(path, f"expected an integer, got {obj[key]!r}", line, key)
+    _at_least(value, minimum, key, path, line)
     return int(value)
 
 
 def get_float(
     obj: dict[str, Any], key: str, path: Path, line: int, *, minimum: float | None = None
 ) -> float:
-    if key not in obj:
-        raise WorkloadFormatError(path, "missing", line, key)
-    value = obj[key]
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise WorkloadFormatError(path, f"not a number: {value!r}", line, key) from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WorkloadFormatError(path, f"expected a number, got {value!r}", line, key)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise WorkloadFormatError(path, f"not a finite number: {value!r}", line, key)
-    if minimum is not None and value < minimum:
-        raise WorkloadFormatError(path, f"must be >= {minimum}, got {value!r}", line, key)
+    value = _number(obj, key, path, line, "a finite number")
+    _at_least(value, minimum, key, path, line)
     return float(value)
 
 

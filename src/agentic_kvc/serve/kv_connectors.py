@@ -1,0 +1,160 @@
+"""vLLM launch flags for KV transfer (NIXL, Mooncake) and KV events, per instance and role.
+
+Roles. Offload policies (`adaptive` v2, `elastic`) may prefill a request on any instance and
+decode it on any other, so every instance both produces and consumes KV (`kv_both`, the
+default). A static xPyD fleet (`static_pd`) gives prefill instances `kv_producer` and decode
+instances `kv_consumer`, as in vLLM's disaggregated-prefill examples.
+
+Connectors:
+- NIXL (`NixlConnector`): D pulls P's blocks over NIXL (UCX). On CPU the KV buffer is host
+  memory (`kv_buffer_device: cpu`); on GPUs it is the GPU cache itself. Each instance needs
+  its own side-channel port (`VLLM_NIXL_SIDE_CHANNEL_PORT`), where D fetches P's metadata.
+- Mooncake (`MooncakeConnector`): the Mooncake transfer engine over RDMA. P registers with a
+  bootstrap server (its own, on `VLLM_MOONCAKE_BOOTSTRAP_PORT`); the router names P's engine id
+  and bootstrap address in D's request (see `proxy/pd.py`), so engine ids are fixed here.
+
+KV events (the exact cache view, `cache/kv_events.py`) need a ZMQ endpoint per instance, and
+block hashes that do not change between processes: a fixed `PYTHONHASHSEED` (vLLM seeds the
+first block's parent hash from it) and a CBOR hash (`sha256_cbor`, no pickle-version drift).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentic_kvc.policy.base import Role
+from agentic_kvc.serve.ports import LOOPBACK, free_port
+
+ConnectorName = Literal["nixl", "mooncake"]
+KVRole = Literal["kv_both", "kv_producer", "kv_consumer"]
+CONNECTOR_CLASSES: dict[str, str] = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}
+HASH_SEED = "0"  # any fixed value; the proxy's view never needs to know it (see kv_events.py)
+HASH_ALGO = "sha256_cbor"
+KV_EVENTS_TOPIC = "kv-events"
+
+
+def engine_id(index: int) -> str:
+    """A fixed engine id per instance: Mooncake's D requests must name P's."""
+    return f"akvc-{index}"
+
+
+def kv_role(role: Role) -> KVRole:
+    """The connector role for a fleet role: producer / consumer only for a static PD split."""
+    if role == "prefill":
+        return "kv_producer"
+    if role == "decode":
+        return "kv_consumer"
+    return "kv_both"
+
+
+def kv_transfer_config(
+    connector: ConnectorName,
+    role: KVRole,
+    index: int,
+    device: str = "cpu",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The `--kv-transfer-config` JSON object of one instance."""
+    if connector not in CONNECTOR_CLASSES:
+        raise ValueError(
+            f"kv connector {connector!r}: expected one of {sorted(CONNECTOR_CLASSES)}"
+        )
+    cfg: dict[str, Any] = {
+        "kv_connector": CONNECTOR_CLASSES[connector],
+        "kv_role": role,
+        "engine_id": engine_id(index),
+    }
+    if connector == "nixl":
+        cfg["kv_buffer_device"] = "cpu" if device == "cpu" else "cuda"
+    if extra:
+        cfg["kv_connector_extra_config"] = dict(extra)
+    return cfg
+
+
+def kv_events_config(port: int, host: str = LOOPBACK) -> dict[str, Any]:
+    """The `--kv-events-config` JSON object: a ZMQ PUB socket the proxy subscribes to."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://{host}:{port}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+
+
+@dataclass(slots=True)
+class InstanceKV:
+    """What one instance was started with, for the proxy (Mooncake peers, KV-event endpoints)."""
+
+    index: int
+    role: KVRole | None = None
+    engine_id: str | None = None
+    side_port: int | None = None  # NIXL side channel or Mooncake bootstrap port
+    events_endpoint: str | None = None
+
+
+@dataclass(slots=True)
+class KVLaunch:
+    """Per-instance args and env to pass to `serve.launcher.plan_fleet`."""
+
+    args: list[list[str]]
+    env: list[dict[str, str]]
+    instances: list[InstanceKV] = field(default_factory=list)
+
+    @property
+    def events_endpoints(self) -> list[str]:
+        return [i.events_endpoint for i in self.instances if i.events_endpoint]
+
+    @property
+    def peers(self) -> list[dict[str, str]]:
+        """Per instance: Mooncake's `remote_engine_id` and `remote_bootstrap_addr` for D."""
+        return [
+            {
+                "engine_id": i.engine_id or engine_id(i.index),
+                "bootstrap_addr": f"{LOOPBACK}:{i.side_port}",
+            }
+            for i in self.instances
+        ]
+
+
+def kv_launch(
+    n_instances: int,
+    connector: ConnectorName | None = "nixl",
+    roles: Sequence[Role] | None = None,
+    device: str = "cpu",
+    kv_events: bool = False,
+) -> KVLaunch:
+    """Flags and env for a fleet: a KV connector per role and/or a KV-event publisher.
+
+    Ports are chosen now (free at planning time), one side-channel and one event port per
+    instance, so instances on one host never collide.
+    """
+    roles = list(roles) if roles is not None else ["combined"] * n_instances
+    if len(roles) != n_instances:
+        raise ValueError(f"{len(roles)} roles given for {n_instances} instances")
+    out = KVLaunch([[] for _ in range(n_instances)], [{} for _ in range(n_instances)])
+    for i in range(n_instances):
+        info = InstanceKV(i)
+        args, env = out.args[i], out.env[i]
+        if connector is not None:
+            info.role = kv_role(roles[i])
+            info.engine_id = engine_id(i)
+            info.side_port = free_port()
+            cfg = kv_transfer_config(connector, info.role, i, device)
+            args += ["--kv-transfer-config", json.dumps(cfg)]
+            if connector == "nixl":
+                env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = LOOPBACK
+                env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(info.side_port)
+            else:
+                env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(info.side_port)
+        if kv_events:
+            port = free_port()
+            ev = kv_events_config(port)
+            info.events_endpoint = ev["endpoint"]
+            args += ["--kv-events-config", json.dumps(ev)]
+            args += ["--prefix-caching-hash-algo", HASH_ALGO]
+            env["PYTHONHASHSEED"] = HASH_SEED
+        out.instances.append(info)
+    return out

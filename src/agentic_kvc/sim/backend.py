@@ -1,0 +1,59 @@
+"""`backend: sim` runs: the workload through the simulated fleet, into the run directory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentic_kvc.config import RunConfig
+from agentic_kvc.runs import BackendResult
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.profiles import get_profile
+from agentic_kvc.workload import load_workload
+
+
+def profile_for(config: RunConfig) -> EngineProfile:
+    fc = config.fleet
+    try:
+        return get_profile(fc.hardware, fc.model, fc.gpu_memory_utilization)
+    except ValueError as exc:
+        raise ValueError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
+
+
+def run_sim(
+    config: RunConfig, run_dir: Path, profile: EngineProfile | None = None
+) -> BackendResult:
+    """Simulate `config`; `profile` overrides the one named by fleet.hardware/fleet.model."""
+    workload = load_workload(config.workload, config.seed)
+    profile = profile or profile_for(config)
+    t0 = time.perf_counter()
+    fleet = SimFleet(config, workload, profile)
+    stats = fleet.run()
+    wall = time.perf_counter() - t0
+    records = sorted(fleet.records, key=lambda r: (r.arrival_s, r.session_id, r.turn))
+    extra = {
+        "simulator": {
+            "profile": {
+                "hardware": profile.hardware,
+                "model": profile.model,
+                "source": profile.source,
+                "kv_bytes_per_token": profile.kv_bytes_per_token,
+                "kv_capacity_tokens": profile.kv_capacity_tokens,
+            },
+            "kv_blocks_per_instance": fleet.num_blocks,
+            "simulated_s": round(stats.sim_s, 6),
+            "wall_s": round(wall, 3),
+            "speedup": round(stats.sim_s / wall, 1) if wall > 0 else None,
+            "events": stats.events,
+            "engine_steps": stats.steps,
+        },
+        "workload": {
+            "sessions": len(workload.sessions),
+            "requests": len(workload),
+            "meta": workload.meta,
+        },
+    }
+    return BackendResult(
+        [r.to_dict() for r in records], [s.to_dict() for s in fleet.samples], extra
+    )

@@ -1,0 +1,398 @@
+"""One simulated vLLM instance: the v1 scheduler's decisions, step by step or in closed form.
+
+Scheduling follows vLLM v1 (`vllm/v1/core/sched/scheduler.py`, FCFS, chunked prefill on):
+- a token budget per step (`max_num_batched_tokens`); running requests are scheduled first, in
+  admission order, each with all its uncomputed tokens clipped to the budget left;
+- a running request that cannot get blocks preempts the most recently admitted running request
+  (recompute: its blocks are freed, it goes back to the head of the waiting queue) until it fits;
+- only when nothing was preempted are waiting requests admitted, in order, while fewer than
+  `max_num_seqs` run and budget is left; a new request first looks up its prefix in the cache
+  (full blocks, at most `num_tokens - 1` tokens); the first one that cannot get blocks stops
+  admission;
+- a request whose prompt KV comes from another instance (PD decode side) gets blocks for its
+  whole prompt when admitted, then waits, skipped by the scheduler, until the transfer lands;
+  it then recomputes its last prompt token to sample the first output token, as vLLM does;
+- a request that finishes frees its blocks, except on a PD prefill instance, which holds them
+  until the decode instance has read them.
+
+Speed: a step whose batch is decode-only, with nothing admitted or preempted, repeats unchanged
+until a request finishes, blocks run out, or something arrives. Such a run of k steps is one
+`Step` whose duration is an arithmetic series in closed form (`StepCost.decode_affine`: each
+step reads one more KV token per sequence); an arrival cuts it at the step in progress.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentic_kvc.sim.blocks import BlockPool
+from agentic_kvc.sim.cost import StepCost
+
+_SYNTHETIC = 1 << 64  # hashes of blocks holding generated tokens live above every engine hash
+
+# Remote KV states (PD decode side).
+KV_LOCAL, KV_NEEDS_BLOCKS, KV_IN_FLIGHT = 0, 1, 2
+
+
+@dataclass(slots=True, eq=False)
+class Seq:
+    """A request as one engine sees it."""
+
+    uid: int
+    prompt_tokens: int
+    max_output: int
+    hashes: list[int]  # engine hashes of the prompt's full blocks
+    tag: Any = None  # the fleet's handle
+    hold_blocks: bool = False  # PD prefill side: keep KV until the decode side has read it
+    kv: int = KV_LOCAL
+    num_tokens: int = 0
+    num_computed: int = 0
+    generated: int = 0
+    blocks: list[int] = field(default_factory=list)
+    n_cached_blocks: int = 0  # leading blocks registered in the prefix cache
+    cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
+    remote_tokens: int = 0  # prompt tokens received by KV transfer
+    t_first_token: float | None = None
+    t_done: float | None = None
+
+    def __post_init__(self) -> None:
+        self.num_tokens = self.prompt_tokens
+
+    def block_hash(self, j: int) -> int:
+        if j < len(self.hashes):
+            return self.hashes[j]
+        return _SYNTHETIC + (self.uid << 32) + j  # generated tokens: unique to this request
+
+
+@dataclass(slots=True)
+class Step:
+    """One engine step, or a closed-form run of `k` identical decode-only steps."""
+
+    t0: float
+    seqs: list[Seq]
+    num_new: list[int]
+    t_end: float
+    k: int = 1
+    a: float = 0.0  # run of steps: step j (1-based) lasts a + b * (kv0 + batch * (j - 1))
+    b: float = 0.0
+    kv0: int = 0
+    transfers: list[Seq] = field(default_factory=list)  # remote KV to start loading now
+
+    def end_of(self, j: int) -> float:
+        n = len(self.seqs)
+        return self.t0 + j * self.a + self.b * (j * self.kv0 + n * j * (j - 1) / 2)
+
+
+class Instance:
+    def __init__(
+        self,
+        index: int,
+        cost: StepCost,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        closed_form: bool = True,
+    ) -> None:
+        self.index = index
+        self.cost = cost
+        self.pool = BlockPool(num_blocks, block_size)
+        self.bs = block_size
+        self.max_num_seqs = max_num_seqs
+        self.max_batched = max_num_batched_tokens
+        self.closed_form = closed_form
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.step: Step | None = None
+        # Counters as vLLM's /metrics has them.
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.external_hits = 0
+        self.preemptions = 0
+        self.steps = 0
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.pool.num_blocks * self.bs
+
+    # ---- scheduling ------------------------------------------------------------------
+
+    def _cache_full(self, seq: Seq, upto_tokens: int) -> None:
+        full = min(upto_tokens // self.bs, len(seq.blocks))
+        start = seq.n_cached_blocks
+        if full <= start:
+            return
+        n_prompt = len(seq.hashes)
+        if full <= n_prompt:
+            hashes = seq.hashes[start:full]
+        else:
+            hashes = seq.hashes[start:n_prompt] + [
+                seq.block_hash(j) for j in range(max(start, n_prompt), full)
+            ]
+        self.pool.cache(seq.blocks[start:full], hashes)
+        seq.n_cached_blocks = full
+
+    def _grow(self, seq: Seq, n: int) -> bool:
+        """vLLM's allocate_slots for a running request: blocks for n more tokens, or False."""
+        need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
+        if need > 0:
+            if need > self.pool.num_free:
+                return False
+            seq.blocks.extend(self.pool.allocate(need))
+        self._cache_full(seq, seq.num_computed + n)
+        return True
+
+    def _preempt(self, seq: Seq) -> None:
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+        seq.n_cached_blocks = 0
+        seq.num_computed = 0
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _lookup(self, seq: Seq) -> list[int]:
+        """Block ids of the cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
+        max_blocks = (seq.num_tokens - 1) // self.bs
+        n_prompt = len(seq.hashes)
+        if max_blocks > n_prompt:  # a preempted request also looks up its generated blocks
+            hashes = seq.hashes + [seq.block_hash(j) for j in range(n_prompt, max_blocks)]
+        else:
+            hashes = seq.hashes
+        out = self.pool.longest_hit(hashes, max_blocks)
+        self.prefix_queries += seq.num_tokens
+        self.prefix_hits += len(out) * self.bs
+        return out
+
+    def _admit(self, seq: Seq, budget: int, transfers: list[Seq]) -> int | None:
+        """Try to admit the head of the waiting queue; tokens scheduled, or None if blocked."""
+        pool, bs = self.pool, self.bs
+        hit: list[int] = []
+        if seq.num_computed == 0:
+            hit = self._lookup(seq)
+        computed = seq.num_computed + len(hit) * bs
+        if seq.kv == KV_NEEDS_BLOCKS:
+            n = seq.num_tokens - computed  # all remaining prompt tokens arrive by transfer
+        else:
+            n = min(seq.num_tokens - computed, budget)
+        need = -(-(computed + n) // bs) - len(hit) - len(seq.blocks)
+        if need + pool.evictable(hit) > pool.num_free:
+            return None
+        pool.touch(hit)
+        seq.blocks = hit + seq.blocks if hit else seq.blocks
+        seq.blocks.extend(pool.allocate(max(need, 0)))
+        seq.num_computed = computed
+        seq.n_cached_blocks = len(hit) if hit else seq.n_cached_blocks
+        if seq.cached_tokens < 0:
+            seq.cached_tokens = len(hit) * bs
+        if seq.kv == KV_NEEDS_BLOCKS:
+            seq.remote_tokens = n
+            seq.kv = KV_IN_FLIGHT
+            transfers.append(seq)
+            return 0
+        self._cache_full(seq, computed + n)
+        return n
+
+    def schedule(self, now: float) -> Step | None:
+        """Plan the next step at `now`; None if there is nothing to do."""
+        budget = self.max_batched
+        seqs: list[Seq] = []
+        nums: list[int] = []
+        running = self.running
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            fits = True
+            while not self._grow(seq, n):
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    fits = False
+                    break
+            if not fits:
+                break
+            seqs.append(seq)
+            nums.append(n)
+            budget -= n
+            i += 1
+        n_running_scheduled = len(seqs)
+        transfers: list[Seq] = []
+        admitted = False
+        if not preempted:
+            skipped: list[Seq] = []
+            waiting = self.waiting
+            while waiting and budget > 0 and len(running) < self.max_num_seqs:
+                seq = waiting[0]
+                if seq.kv == KV_IN_FLIGHT:  # KV still loading: skipped, keeps its place
+                    skipped.append(waiting.popleft())
+                    continue
+                n = self._admit(seq, budget, transfers)
+                if n is None:
+                    break
+                waiting.popleft()
+                admitted = True
+                if n == 0:  # blocks reserved for a remote prefill; waits for the transfer
+                    skipped.append(seq)
+                    continue
+                running.append(seq)
+                seqs.append(seq)
+                nums.append(n)
+                budget -= n
+            waiting.extendleft(reversed(skipped))
+        if not seqs and not transfers:
+            return None
+        self.steps += 1
+        if not seqs:  # only reserved blocks for transfers: no forward pass
+            return Step(now, seqs, nums, now, transfers=transfers)
+        decode_only = all(n == 1 and s.generated > 0 for s, n in zip(seqs, nums, strict=True))
+        if (
+            self.closed_form
+            and decode_only
+            and not admitted
+            and not preempted
+            and n_running_scheduled == len(running)
+        ):
+            return self._decode_run(now, seqs, nums)
+        chunks = []
+        batch = kv = 0
+        for s, n in zip(seqs, nums, strict=True):
+            if n == 1 and s.generated > 0:
+                batch += 1
+                kv += s.num_computed + 1
+            else:
+                chunks.append((n, s.num_computed))
+        dt = self.cost.step_s(chunks, batch, kv)
+        return Step(now, seqs, nums, now + dt, transfers=transfers)
+
+    def _decode_run(self, now: float, seqs: list[Seq], nums: list[int]) -> Step:
+        """A decode-only step, extended to the longest run of identical steps."""
+        bs = self.bs
+        k_max = min(s.max_output - s.generated for s in seqs)
+        free = self.pool.num_free
+        comp = [s.num_computed for s in seqs]
+        have = [len(s.blocks) for s in seqs]
+
+        def extra_blocks(k: int) -> int:
+            return sum(max(-(-(c + k) // bs) - h, 0) for c, h in zip(comp, have, strict=True))
+
+        if k_max > 1 and extra_blocks(k_max) > free:  # blocks run out first: largest k that fits
+            lo, hi = 1, k_max - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if extra_blocks(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k_max = lo
+        batch = len(seqs)
+        a, b = self.cost.decode_affine(batch)
+        kv0 = sum(comp) + batch
+        step = Step(now, seqs, nums, now, k=k_max, a=a, b=b, kv0=kv0)
+        if k_max == 1:
+            step.t_end = now + self.cost.step_s((), batch, kv0)
+        else:
+            step.t_end = step.end_of(k_max)
+        return step
+
+    def cut(self, t: float) -> bool:
+        """Something arrived at `t`: end the current run with the step in progress at `t`."""
+        step = self.step
+        if step is None or step.k <= 1 or step.t_end <= t:
+            return False
+        lo, hi = 1, step.k  # smallest j with end_of(j) >= t
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if step.end_of(mid) >= t:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == step.k:
+            return False
+        step.k = lo
+        step.t_end = step.end_of(lo)
+        return True
+
+    def needs_cut(self) -> bool:
+        """Would a new waiting request change the next step? Not while the batch is full."""
+        return len(self.running) < self.max_num_seqs
+
+    def finish_step(self) -> list[Seq]:
+        """Apply the current step's results; returns sequences that got a first token or
+        finished (check `t_first_token` / `t_done`)."""
+        step = self.step
+        assert step is not None
+        self.step = None
+        t, k = step.t_end, step.k
+        touched: list[Seq] = []
+        done = False
+        for s, n in zip(step.seqs, step.num_new, strict=True):
+            if k > 1:
+                s.num_computed += k
+                s.generated += k
+                s.num_tokens += k
+                grown = self._grow(s, 0)  # blocks for steps 2..k (k was sized to fit)
+                assert grown, "a decode run outgrew the free blocks it was sized for"
+            else:
+                s.num_computed += n
+                if s.num_computed < s.num_tokens:
+                    continue  # a prefill chunk that did not reach the end of the prompt
+                s.generated += 1
+                s.num_tokens += 1
+                if s.generated == 1:
+                    s.t_first_token = t
+                    touched.append(s)
+            if s.generated >= s.max_output:
+                s.t_done = t
+                done = True
+                if not s.hold_blocks:
+                    self.pool.release(s.blocks)
+                    s.blocks = []
+                if not touched or touched[-1] is not s:
+                    touched.append(s)
+        if done:
+            self.running = [s for s in self.running if s.t_done is None]
+        return touched
+
+    # ---- events from the fleet -------------------------------------------------------
+
+    def submit(self, seq: Seq) -> None:
+        self.waiting.append(seq)
+
+    def kv_landed(self, seq: Seq) -> None:
+        """The transfer for a remote prefill finished: the prompt's KV is here."""
+        seq.kv = KV_LOCAL
+        seq.num_computed = seq.num_tokens - 1  # vLLM recomputes the last prompt token
+        self._cache_full(seq, seq.num_tokens)
+        self.external_hits += seq.remote_tokens
+
+    def release(self, seq: Seq) -> None:
+        """PD prefill side: the decode instance has read the blocks."""
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+
+    # ---- observation -----------------------------------------------------------------
+
+    def kv_usage_at(self, t: float) -> float:
+        """KV usage as a scrape at `t` sees it (inside a run of steps, blocks grow per step)."""
+        step = self.step
+        used = self.pool.num_blocks - self.pool.num_free
+        if step is not None and step.k > 1:
+            lo, hi = 0, step.k - 1  # steps already started beyond the first
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if step.end_of(mid) <= t:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo > 0:
+                bs = self.bs
+                used += sum(
+                    max(math.ceil((s.num_computed + 1 + lo) / bs) - len(s.blocks), 0)
+                    for s in step.seqs
+                )
+        return min(used, self.pool.num_blocks) / self.pool.num_blocks

@@ -1,0 +1,400 @@
+"""The fleet event loop: sessions release requests, the policy routes them, instances step.
+
+The router side is the real proxy's: a `RouterState` with its own in-flight accounting, engine
+metrics pushed in by scrapes every `sim.scrape_interval_s` (0: fresh at every decision), and
+the estimated prefix index (recorded on every route) or the exact view (the engines' own block
+tables, as KV events would report them). Policies come from the registry unchanged.
+
+Events at the same time run in a fixed order (KV landed, request released, step ended, scrape,
+sample) and then every instance whose step ended plans its next one, so a step boundary sees
+everything that arrived up to and including its time. Ties break by insertion order: the same
+config and seed give the same records.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
+from agentic_kvc.config import RunConfig
+from agentic_kvc.metrics.records import InstanceSample, RequestRecord
+from agentic_kvc.policy.base import NoHealthyInstance, RequestView
+from agentic_kvc.policy.fleet import RouterState, Ticket
+from agentic_kvc.policy.registry import get_policy
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq
+from agentic_kvc.workload.model import Request, Session, Workload
+from agentic_kvc.workload.tokens import engine_block_hashes
+
+# Event kinds, in the order they run at equal times.
+KV_LANDED, RELEASE, STEP_END, SCRAPE, SAMPLE, PLAN = range(6)
+
+
+class ExactCacheView:
+    """The engines' real prefix caches, as a router fed by KV events would see them."""
+
+    def __init__(self, instances: list[Instance]) -> None:
+        self.instances = instances
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
+        return [
+            inst.pool.count_hit(request.block_hashes) * inst.bs
+            for inst in self.instances[:n_instances]
+        ]
+
+    def record(self, instance: int, block_hashes: Any, now: float) -> None:  # never called
+        pass
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """One request from release to done."""
+
+    request: Request
+    record: RequestRecord
+    ticket: Ticket
+    session: SessionRun
+    prefill_seq: Seq | None = None  # PD only
+    decode_seq: Seq | None = None
+
+
+@dataclass(slots=True, eq=False)
+class SessionRun:
+    session: Session
+    next_turn: int = 0
+    pending: int = 0  # open loop: released and not done
+
+
+@dataclass(slots=True)
+class SimStats:
+    events: int = 0
+    steps: int = 0
+    sim_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SimFleet:
+    def __init__(
+        self,
+        config: RunConfig,
+        workload: Workload,
+        profile: EngineProfile,
+        closed_form: bool = True,
+    ) -> None:
+        fc = config.fleet
+        self.config = config
+        self.workload = workload
+        self.profile = profile
+        self.bs = fc.block_size
+        capacity = fc.kv_cache_tokens or profile.kv_capacity_tokens
+        self.num_blocks = capacity // self.bs
+        if self.num_blocks < 1:
+            raise ValueError(
+                f"field 'fleet.kv_cache_tokens': {capacity} tokens is less than one block of "
+                f"{self.bs}"
+            )
+        self.instances = [
+            Instance(
+                i,
+                profile.cost,
+                self.num_blocks,
+                self.bs,
+                fc.max_num_seqs,
+                fc.max_num_batched_tokens,
+                closed_form,
+            )
+            for i in range(fc.instances)
+        ]
+        self.policy = get_policy(config.policy.name, config.policy.params)
+        roles = fc.roles
+        if config.policy.cache_view == "exact":
+            self.state = RouterState(
+                fc.instances, roles, ExactCacheView(self.instances), record_on_route=False
+            )
+        else:
+            # The proxy sizes its estimate by the engines' KV blocks (cache_config_info).
+            self.state = RouterState(
+                fc.instances, roles, EstimatedPrefixIndex(fc.instances, self.num_blocks)
+            )
+        self.scrape_s = config.sim.scrape_interval_s
+        self.sample_s = config.sim.sample_interval_s
+        self.kv_fixed_s = config.sim.kv_transfer_fixed_s
+        self.kv_bytes_per_s = config.sim.kv_transfer_gbps * 1e9 / 8
+        self.mode = config.workload.mode
+        self.max_sessions = config.replay.max_inflight_sessions
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._n = 0
+        self._uid = 0
+        self._now = 0.0
+        self._version = [0] * fc.instances
+        self._plan_pending = [False] * fc.instances
+        self._slots_used = 0
+        self._slot_queue: deque[SessionRun] = deque()
+        self._outstanding = len(workload)
+        self.records: list[RequestRecord] = []
+        self.samples: list[InstanceSample] = []
+        self.stats = SimStats()
+
+    # ---- event plumbing --------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self._n += 1
+        heapq.heappush(self._heap, (t, kind, self._n, payload))
+
+    def _events(self) -> Iterator[tuple[float, int, Any]]:
+        heap = self._heap
+        while heap:
+            t, kind, _n, payload = heapq.heappop(heap)
+            yield t, kind, payload
+
+    def run(self) -> SimStats:
+        for srun in sorted(
+            (SessionRun(s) for s in self.workload.sessions if s.requests),
+            key=lambda r: (r.session.start_s, r.session.session_id),
+        ):
+            self._push(srun.session.start_s, RELEASE, srun)
+        if self._outstanding:
+            if self.scrape_s > 0:
+                self._push(0.0, SCRAPE, None)
+            self._push(0.0, SAMPLE, None)
+        for t, kind, payload in self._events():
+            self._now = t
+            self.stats.events += 1
+            if kind == STEP_END:
+                inst, version = payload
+                if version == self._version[inst.index]:
+                    self._step_end(inst)
+            elif kind == PLAN:
+                self._plan(payload)
+            elif kind == RELEASE:
+                if isinstance(payload, SessionRun):
+                    self._session_start(payload)
+                else:
+                    self._release(*payload)
+            elif kind == KV_LANDED:
+                self._kv_landed(*payload)
+            elif kind == SCRAPE:
+                self._scrape(t)
+                if self._outstanding:
+                    self._push(t + self.scrape_s, SCRAPE, None)
+            elif kind == SAMPLE:
+                self._sample(t)
+                if self._outstanding:
+                    self._push(t + self.sample_s, SAMPLE, None)
+        self.stats.sim_s = self._now
+        self.stats.steps = sum(i.steps for i in self.instances)
+        return self.stats
+
+    # ---- sessions --------------------------------------------------------------------
+
+    def _session_start(self, srun: SessionRun) -> None:
+        if self.max_sessions is not None and self._slots_used >= self.max_sessions:
+            self._slot_queue.append(srun)
+            return
+        self._slots_used += 1
+        if self.mode == "closed":
+            self._push(self._now, RELEASE, (srun, 0))
+        else:
+            srun.pending = len(srun.session.requests)
+            for k, req in enumerate(srun.session.requests):
+                self._push(max(req.arrival_s, self._now), RELEASE, (srun, k))
+
+    def _session_end(self) -> None:
+        self._slots_used -= 1
+        if self._slot_queue:
+            self._session_start(self._slot_queue.popleft())
+
+    def _request_done(self, srun: SessionRun, turn_index: int) -> None:
+        self._outstanding -= 1
+        reqs = srun.session.requests
+        if self.mode == "closed":
+            if turn_index + 1 < len(reqs):
+                nxt = reqs[turn_index + 1]
+                self._push(self._now + nxt.think_s, RELEASE, (srun, turn_index + 1))
+            else:
+                self._session_end()
+        else:
+            srun.pending -= 1
+            if srun.pending == 0:
+                self._session_end()
+
+    # ---- requests --------------------------------------------------------------------
+
+    def _release(self, srun: SessionRun, k: int) -> None:
+        req = srun.session.requests[k]
+        now = self._now
+        cfg = self.config
+        rec = RequestRecord(
+            request_id=req.request_id,
+            session_id=req.session_id,
+            turn=req.turn,
+            arrival_s=now,
+            input_tokens=req.input_tokens,
+            cache_view=cfg.policy.cache_view,
+            policy=cfg.policy.name,
+            t_proxy_recv=now,
+        )
+        self.records.append(rec)
+        output = max(req.output_tokens, 1)
+        if req.input_tokens + output > self.num_blocks * self.bs or req.input_tokens < 1:
+            # A real engine rejects it (longer than max_model_len, which fits in its KV).
+            rec.error = (
+                f"request {req.request_id}: {req.input_tokens} prompt + {output} output tokens "
+                f"do not fit the instance KV cache of {self.num_blocks * self.bs} tokens"
+            )
+            self._request_done(srun, k)
+            return
+        hashes = engine_block_hashes(req, self.bs)
+        sid = req.session_id
+        view = RequestView(
+            req.request_id,
+            sid,
+            self.state.session_turns.get(sid, 0),
+            req.input_tokens,
+            output,
+            hashes,
+            self.bs,
+        )
+        if self.scrape_s == 0:
+            self._scrape(now)
+        try:
+            decision = self.policy.decide(view, self.state.view(now))
+        except NoHealthyInstance as exc:
+            rec.error = f"no healthy instance: {exc}"
+            self._request_done(srun, k)
+            return
+        decision.policy = decision.policy or cfg.policy.name
+        ticket = self.state.admit(view, decision, now)
+        for key, value in decision.receipt().items():  # the route receipt, as the proxy's
+            setattr(rec, key, value)
+        rec.t_prefill_sent = now
+        flight = Flight(req, rec, ticket, srun)
+        flight_k = (flight, k)
+        self._uid += 1
+        if decision.disaggregated:
+            seq = Seq(self._uid, req.input_tokens, 1, hashes, flight_k, hold_blocks=True)
+            flight.prefill_seq = seq
+            self._submit(self.instances[decision.prefill], seq)
+        else:
+            seq = Seq(self._uid, req.input_tokens, output, hashes, flight_k)
+            flight.decode_seq = seq
+            self._submit(self.instances[decision.decode], seq)
+
+    def _submit(self, inst: Instance, seq: Seq) -> None:
+        inst.submit(seq)
+        self._wake(inst)
+
+    def _wake(self, inst: Instance) -> None:
+        """Something new for `inst`: plan a step now if idle, else end its run early."""
+        if inst.step is None:
+            if not self._plan_pending[inst.index]:
+                self._plan_pending[inst.index] = True
+                self._push(self._now, PLAN, inst)
+        elif inst.needs_cut() and inst.cut(self._now):
+            self._version[inst.index] += 1
+            self._push(inst.step.t_end, STEP_END, (inst, self._version[inst.index]))
+
+    def _plan(self, inst: Instance) -> None:
+        self._plan_pending[inst.index] = False
+        if inst.step is not None:
+            return
+        step = inst.schedule(self._now)
+        if step is None:
+            return
+        inst.step = step
+        for seq in step.transfers:
+            self._start_transfer(inst, seq)
+        self._version[inst.index] += 1
+        self._push(step.t_end, STEP_END, (inst, self._version[inst.index]))
+
+    def _step_end(self, inst: Instance) -> None:
+        for seq in inst.finish_step():
+            flight, k = seq.tag
+            if seq is flight.prefill_seq:
+                self._prefill_done(flight)
+                continue
+            rec = flight.record
+            if seq.t_first_token == self._now and rec.t_first_token is None:
+                rec.t_first_token = self._now
+                self.state.first_token(flight.ticket)
+                if flight.prefill_seq is None:
+                    rec.cached_tokens = max(seq.cached_tokens, 0)
+                    rec.t_prefill_done = self._now
+            if seq.t_done is not None:
+                rec.t_done = seq.t_done
+                rec.output_tokens = seq.generated
+                self.state.finish(flight.ticket, seq.generated)
+                rec.finalize()
+                self._request_done(flight.session, k)
+        self._plan_pending[inst.index] = True
+        self._push(self._now, PLAN, inst)
+
+    # ---- PD: prefill done, KV transfer, decode ---------------------------------------
+
+    def _prefill_done(self, flight: Flight) -> None:
+        p = flight.prefill_seq
+        assert p is not None
+        rec = flight.record
+        rec.t_prefill_done = self._now
+        rec.cached_tokens = max(p.cached_tokens, 0)
+        self.state.prefill_done(flight.ticket)
+        d = flight.ticket.decision
+        self._uid += 1
+        seq = Seq(
+            self._uid,
+            p.prompt_tokens,
+            max(flight.request.output_tokens, 1),
+            p.hashes,
+            p.tag,
+            kv=KV_NEEDS_BLOCKS,
+        )
+        flight.decode_seq = seq
+        self._submit(self.instances[d.decode], seq)
+
+    def _start_transfer(self, inst: Instance, seq: Seq) -> None:
+        flight, _k = seq.tag
+        tokens = seq.remote_tokens
+        dt = self.kv_fixed_s + tokens * self.profile.kv_bytes_per_token / self.kv_bytes_per_s
+        flight.record.kv_transfer_tokens = tokens
+        flight.record.kv_transfer_s = dt
+        self._push(self._now + dt, KV_LANDED, (inst, seq))
+
+    def _kv_landed(self, inst: Instance, seq: Seq) -> None:
+        flight, _k = seq.tag
+        inst.kv_landed(seq)
+        p = flight.prefill_seq
+        assert p is not None
+        pinst = self.instances[flight.ticket.decision.prefill]
+        pinst.release(p)  # the prefill side frees its blocks once they are read
+        self._wake(pinst)
+        self._wake(inst)
+
+    # ---- observation -----------------------------------------------------------------
+
+    def _scrape(self, t: float) -> None:
+        for inst in self.instances:
+            self.state.update_scrape(
+                inst.index, t, len(inst.running), len(inst.waiting), inst.kv_usage_at(t)
+            )
+
+    def _sample(self, t: float) -> None:
+        for inst, view in zip(self.instances, self.state.instances, strict=True):
+            self.samples.append(
+                InstanceSample(
+                    t=t,
+                    instance=inst.index,
+                    running=len(inst.running),
+                    waiting=len(inst.waiting),
+                    kv_usage=inst.kv_usage_at(t),
+                    prefix_cache_queries=float(inst.prefix_queries),
+                    prefix_cache_hits=float(inst.prefix_hits),
+                    external_prefix_cache_hits=float(inst.external_hits),
+                    preemptions=float(inst.preemptions),
+                    router_inflight=view.num_requests,
+                    router_pending_prefill_tokens=view.pending_prefill_tokens,
+                )
+            )
