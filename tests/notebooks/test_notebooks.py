@@ -51,6 +51,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nb") / "results"
     for seed in (0, 1):
         _make_run(root, [f"seed={seed}"])
+    # A real-engine run whose simulated twin is seed 0's run above.
+    _make_run(root, ["seed=0", "backend=vllm"])
     # An incomplete run: the notebooks must not read it.
     broken = _make_run(root, ["seed=9"])
     manifest = root / "runs" / broken / "manifest.json"
@@ -145,3 +147,17 @@ def test_load_balance(results: Path, tmp_path: Path) -> None:
     samples = pl.read_csv(tables / "instance_samples_summary.csv")
     assert samples.height == 3 * len(runs)
     assert (samples["samples"] == 3).all()
+
+
+def test_sim_vs_real(results: Path, tmp_path: Path) -> None:
+    tables, figures = _execute(REPO / "notebooks" / "sim_vs_real.py", results, tmp_path)
+    assert (figures / "sim_vs_real_latency.png").is_file()
+    table = pl.read_csv(tables / "sim_vs_real.csv")
+    manifests = {
+        d.name: json.loads((d / "manifest.json").read_text()) for d in (results / "runs").iterdir()
+    }
+    real = [k for k, m in manifests.items() if m["backend"] == "vllm"]
+    twin = [k for k, m in manifests.items() if m["backend"] == "sim" and m["seed"] == 0]
+    assert table["run_id"].to_list() == real and table["run_id_sim"].to_list() == twin
+    ttft = [r["ttft_s"] for r in _complete_records(results)[real[0]] if not r["error"]]
+    assert table["ttft_s_p90"][0] == pytest.approx(np.percentile(ttft, 90), rel=1e-9)

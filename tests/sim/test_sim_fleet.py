@@ -10,6 +10,7 @@ import pytest
 
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import read_jsonl
+from agentic_kvc.policy.registry import list_policies
 from agentic_kvc.runs import execute
 from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
@@ -133,3 +134,22 @@ def test_requests_longer_than_the_kv_cache_fail_with_a_clear_error() -> None:
     fleet = simulate(cfg(**{"fleet.kv_cache_tokens": 4096}))
     errs = [r.error for r in fleet.records if r.error]
     assert errs and "do not fit the instance KV cache of 4096 tokens" in errs[0]
+
+
+@pytest.mark.parametrize("name", sorted(list_policies()))
+def test_every_registered_policy_runs_in_the_simulator(name: str) -> None:
+    for extra in ({}, {"policy.cache_view": "exact", "fleet.roles": "[prefill, decode]"}):
+        fleet = simulate(cfg(**{"policy.name": name, "workload.generator.sessions": 4, **extra}))
+        assert fleet.records and all(r.error is None and r.t_done for r in fleet.records)
+
+
+def test_max_inflight_sessions_queues_whole_sessions() -> None:
+    fleet = simulate(cfg(**{"replay.max_inflight_sessions": 1}))
+    spans: dict[str, list[float]] = {}
+    for r in fleet.records:
+        span = spans.setdefault(r.session_id, [r.arrival_s, r.t_done])
+        span[0], span[1] = min(span[0], r.arrival_s), max(span[1], r.t_done)
+    ordered = sorted(spans.values())
+    assert len(ordered) > 1
+    for (_, end), (start, _) in pairwise(ordered):
+        assert start >= end  # one session at a time

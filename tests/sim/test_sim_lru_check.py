@@ -53,6 +53,7 @@ def test_bad_record_names_file_and_line(tmp_path: Path) -> None:
         read_hash_trace(path, 16)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PEER.is_file(), reason="kvcache-simulator not installed (make peers)")
 def test_matches_kvcache_simulator_on_the_mooncake_trace_head(
     shared_traces: Path, tmp_path: Path

@@ -8,11 +8,15 @@ hashes, parent hash, token ids, block size, medium), BlockRemoved, AllBlocksClea
 `serve/kv_connectors.py` gives the flags (and a fixed PYTHONHASHSEED with the CBOR hash, so
 hashes are stable across processes and restarts).
 
-`ExactCacheView` wraps `cache.prefix_index.ExactPrefixIndex` (which re-keys stored blocks by
-the router's hash from their token ids) with what a policy needs on the proxy's event loop:
-events decoded without importing vLLM, sequence gaps counted, the engine's block size adopted,
-and vLLM's lookup rule applied (a prefix hit never covers the prompt's last token, and counts
-whole blocks only), so its prediction is the engine's `cached_tokens`, not an upper bound.
+Events name blocks by vLLM's hashes, requests carry the router's keys (`hashing.py`). A
+BlockStored event carries its blocks' token ids and its parent's engine hash, so each stored
+block is re-keyed with the router's hash by continuing the parent's key
+(`extend_block_hashes`): the router never re-implements vLLM's hash recipe, and a request's
+keys match exactly the blocks the engine reports. `cache.prefix_index.ExactPrefixIndex` keeps
+that mapping per instance; `ExactCacheView` adds what a policy needs on the proxy's event
+loop: events decoded without importing vLLM, sequence gaps counted, the engine's block size
+adopted, and vLLM's lookup rule (a hit never covers the prompt's last token, and counts whole
+blocks), so its prediction is the engine's `cached_tokens`, not an upper bound.
 `KVEventSubscriber` feeds it from one SUB socket per instance, as an asyncio task.
 """
 

@@ -5,9 +5,10 @@ Dynamo's insert-on-route fallback): every routed prompt is recorded for the inst
 prefilled it, each instance keeps an LRU of block hashes with a capacity (its KV cache size in
 blocks) and a TTL, and nothing is learned from the engines.
 
-`BlockIndex` is a plain hash -> instances map with explicit add / remove / clear per instance,
-for views fed by the engines themselves (vLLM KV events: BlockStored, BlockRemoved,
-AllBlocksCleared); see `cache/kv_events.py`.
+`BlockIndex` is a plain hash -> instances map with explicit add / remove / clear per instance.
+`ExactPrefixIndex` keeps one up to date from the engines' own vLLM KV events (BlockStored,
+BlockRemoved, AllBlocksCleared): what each instance really holds, evictions included;
+`cache/kv_events.py` decodes the events and feeds it.
 
 Both answer `matched_tokens(request, n_instances)`: for each instance, the number of leading
 prompt tokens (whole blocks of `request.block_size`) it holds, which is what vLLM's prefix
@@ -17,8 +18,10 @@ cache would reuse.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from agentic_kvc.cache.hashing import extend_block_hashes
 from agentic_kvc.policy.base import RequestView
 
 
@@ -221,3 +224,96 @@ class BlockIndex:
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
         bs = request.block_size
         return [m * bs for m in self.matched_blocks(request.block_hashes, n_instances)]
+
+
+def _field(event: Any, name: str, default: Any = None) -> Any:
+    """A field of a vLLM event object (msgspec struct) or of the same event as a dict."""
+    if isinstance(event, Mapping):
+        return event.get(name, default)
+    return getattr(event, name, default)
+
+
+class ExactPrefixIndex:
+    """The exact cache view's index: a `BlockIndex` kept up to date from vLLM KV events.
+
+    Events name blocks by vLLM's own hashes, requests by the router's keys (`hashing.py`). A
+    BlockStored event carries its blocks' token ids and its parent block's engine hash, so the
+    stored blocks are re-keyed with the router's hash by continuing the parent's key
+    (`extend_block_hashes`): the router never needs vLLM's hash recipe, and a request's keys
+    match exactly the blocks the engine reports. Only GPU-resident blocks count (`medium` None
+    or "GPU"): that is what vLLM's prefix lookup reuses.
+
+    A stored block whose parent this index never saw (events lost, or the subscriber started
+    late) cannot be keyed; it is skipped and counted in `unkeyed_blocks`, so the view can
+    under-report (never over-report) that instance until the prefix is stored again.
+    """
+
+    def __init__(self, n_instances: int, block_size: int = 16) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.index = BlockIndex(n_instances)
+        self._keys: list[dict[int, int]] = [{} for _ in range(n_instances)]  # engine -> router
+        self.unkeyed_blocks = 0
+        self.events = 0
+
+    def _held(self, instance: int) -> dict[int, int]:
+        self.index._ensure(instance)
+        while instance >= len(self._keys):
+            self._keys.append({})
+        return self._keys[instance]
+
+    def apply(self, instance: int, event: Any) -> None:
+        """Apply one event (BlockStored / BlockRemoved / AllBlocksCleared) from `instance`.
+
+        The kind is the event's class name, or a dict's "type" key; anything else is an error
+        that names it (a silently ignored event would leave the view wrong).
+        """
+        kind = event.get("type") if isinstance(event, Mapping) else type(event).__name__
+        self.events += 1
+        if kind == "AllBlocksCleared":
+            self.clear(instance)
+        elif kind not in ("BlockStored", "BlockRemoved"):
+            raise ValueError(f"instance {instance}: unknown KV event type {kind!r}")
+        elif _field(event, "medium") not in (None, "GPU", "gpu"):
+            return  # an offloaded copy (CPU, disk): not what a prefix lookup reuses
+        elif kind == "BlockStored":
+            self._stored(instance, event)
+        else:
+            held = self._held(instance)
+            hashes = [int(h) for h in _field(event, "block_hashes", [])]
+            self.index.remove(instance, [held.pop(h) for h in hashes if h in held])
+
+    def _stored(self, instance: int, event: Any) -> None:
+        size = int(_field(event, "block_size", self.block_size))
+        if size != self.block_size:
+            raise ValueError(
+                f"instance {instance}: KV event block_size {size} differs from the router's "
+                f"{self.block_size}; set the router's block size to the engine's"
+            )
+        engine_hashes = [int(h) for h in _field(event, "block_hashes", [])]
+        tokens = list(_field(event, "token_ids", []))
+        if len(tokens) != size * len(engine_hashes):
+            raise ValueError(
+                f"instance {instance}: BlockStored has {len(tokens)} token ids for "
+                f"{len(engine_hashes)} blocks of {size}"
+            )
+        held = self._held(instance)
+        parent = _field(event, "parent_block_hash")
+        if parent is not None and int(parent) not in held:
+            self.unkeyed_blocks += len(engine_hashes)
+            return
+        start = None if parent is None else held[int(parent)]
+        keys = extend_block_hashes(start, tokens, size)
+        held.update(zip(engine_hashes, keys, strict=True))
+        self.index.add(instance, keys)
+
+    def clear(self, instance: int) -> None:
+        self._held(instance).clear()
+        self.index.clear(instance)
+
+    def blocks(self, instance: int) -> int:
+        return self.index.blocks(instance)
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
+        return self.index.matched_tokens(request, n_instances)

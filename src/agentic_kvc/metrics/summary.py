@@ -56,6 +56,44 @@ def token_load(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def cache_view_accuracy(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Predicted vs engine-reported cached tokens, per cache view (estimated / exact).
+
+    Error = predicted - actual, on the instance that prefilled (for PD requests `cached_tokens`
+    is P's hit); positive means the view promised a hit the engine did not have.
+    """
+    per: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        pred = r.get("predicted_cached_tokens")
+        if pred is None or r.get("error") or r.get("pd_fallback"):
+            continue
+        per[r.get("cache_view") or "unknown"].append(int(pred) - int(r.get("cached_tokens") or 0))
+    out: dict[str, Any] = {}
+    for view, errs in sorted(per.items()):
+        arr = np.asarray(errs, dtype=float)
+        out[view] = {
+            "count": len(errs),
+            "exact_share": float((arr == 0).mean()),
+            "mean_error_tokens": float(arr.mean()),
+            "mean_abs_error_tokens": float(np.abs(arr).mean()),
+            "max_abs_error_tokens": float(np.abs(arr).max()),
+            "over_predicted": int((arr > 0).sum()),
+        }
+    return out
+
+
+def pd_summary(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Offloaded requests: how many, how many fell back, KV moved and hand-off time."""
+    ok = [r for r in rows if not r.get("error")]
+    done = [r for r in ok if r.get("t_prefill_done") is not None]
+    return {
+        "offloaded": len(done),
+        "fallbacks": sum(1 for r in ok if r.get("pd_fallback")),
+        "kv_transfer_tokens": sum(int(r.get("kv_transfer_tokens") or 0) for r in done),
+        "kv_transfer_s": describe([r["kv_transfer_s"] for r in done if r.get("kv_transfer_s")]),
+    }
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     rows = list(records)
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -65,4 +103,6 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "overall": _group_summary(rows),
         "by_route_class": {k: _group_summary(v) for k, v in sorted(by_class.items())},
         "token_load": token_load(rows),
+        "cache_view_accuracy": cache_view_accuracy(rows),
+        "pd": pd_summary(rows),
     }

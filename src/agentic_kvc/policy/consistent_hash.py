@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import ColocatingPolicy, StrictParams
@@ -37,7 +37,7 @@ class ConsistentHash(ColocatingPolicy):
     Params = ConsistentHashParams
     description = "Hash ring on the session id (request id without one); no load term."
 
-    def __init__(self, params=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self._ring_n = -1
         self._points: list[int] = []

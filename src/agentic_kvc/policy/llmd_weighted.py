@@ -16,7 +16,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin, fresh_engine_value
@@ -49,7 +49,7 @@ class LlmdWeighted(ColocatingPolicy):
         "prefix-affinity filter."
     )
 
-    def __init__(self, params=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 

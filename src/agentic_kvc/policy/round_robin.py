@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import ColocatingPolicy
 from agentic_kvc.policy.registry import register
@@ -15,7 +17,7 @@ class RoundRobin(ColocatingPolicy):
     name = "round_robin"
     description = "Cycle over healthy instances; ignores cache and load."
 
-    def __init__(self, params=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self._next = 0
 

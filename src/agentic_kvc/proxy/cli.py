@@ -20,6 +20,13 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
+def _peer(text: str) -> dict[str, str]:
+    engine, sep, addr = text.partition("@")
+    if not sep or not engine or ":" not in addr:
+        raise ValueError(f"--kv-peer {text!r}: expected ENGINE_ID@HOST:PORT")
+    return {"engine_id": engine, "bootstrap_addr": addr}
+
+
 @click.command("proxy")
 @click.option(
     "--backend",
@@ -49,7 +56,29 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
     default="estimated",
     show_default=True,
     help="Prefix-cache view for the policy: 'estimated' records every routed prompt's blocks; "
-    "'exact' follows the engines' KV events (needs the KV-events subscriber).",
+    "'exact' follows the engines' KV events (give --kv-events per backend).",
+)
+@click.option(
+    "--kv-events",
+    "kv_events",
+    multiple=True,
+    metavar="ENDPOINT",
+    help="ZMQ endpoint of a backend's KV event publisher, e.g. tcp://127.0.0.1:5557 (one per "
+    "--backend, in order; vLLM's --kv-events-config endpoint). Needed by --cache-view exact.",
+)
+@click.option(
+    "--kv-connector",
+    type=click.Choice(["nixl", "mooncake"]),
+    default="nixl",
+    show_default=True,
+    help="KV connector the engines run, for PD decisions (prefill on one, decode on another).",
+)
+@click.option(
+    "--kv-peer",
+    "kv_peers",
+    multiple=True,
+    metavar="ENGINE_ID@HOST:PORT",
+    help="Mooncake only: a backend's engine id and bootstrap address (one per --backend).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -130,6 +159,9 @@ def proxy(
     policy: str,
     params: tuple[str, ...],
     cache_view: str,
+    kv_events: tuple[str, ...],
+    kv_connector: str,
+    kv_peers: tuple[str, ...],
     host: str,
     port: int,
     records: Path | None,
@@ -171,15 +203,13 @@ def proxy(
             block_size=block_size,
             roles=list(roles) or None,  # type: ignore[arg-type]
             retry_refused=not no_retry,
+            kv_events=list(kv_events) or None,
+            kv_connector=kv_connector,  # type: ignore[arg-type]
+            kv_peers=[_peer(p) for p in kv_peers] or None,
         )
+        if cache_view == "exact" and not kv_events:
+            raise ValueError("--cache-view exact needs --kv-events (one endpoint per --backend)")
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    if cache_view == "exact":
-        click.echo(
-            "error: --cache-view exact needs the KV-events subscriber "
-            "(agentic_kvc.cache.kv_events), not wired into the CLI yet",
-            err=True,
-        )
         sys.exit(2)
     run_proxy(settings, log_level=log_level)

@@ -58,7 +58,9 @@ class ProxySettings:
         if self.kv_connector not in ("nixl", "mooncake"):
             raise ValueError(f"--kv-connector {self.kv_connector!r}: expected nixl or mooncake")
         if self.kv_connector == "mooncake" and self.kv_peers is None:
-            raise ValueError("--kv-connector mooncake needs each backend's engine id and "
-                             "bootstrap address (kv_peers)")
+            raise ValueError(
+                "--kv-connector mooncake needs each backend's engine id and "
+                "bootstrap address (kv_peers)"
+            )
         if self.upstream_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")

@@ -16,11 +16,16 @@ Connectors:
 KV events (the exact cache view, `cache/kv_events.py`) need a ZMQ endpoint per instance, and
 block hashes that do not change between processes: a fixed `PYTHONHASHSEED` (vLLM seeds the
 first block's parent hash from it) and a CBOR hash (`sha256_cbor`, no pickle-version drift).
+vLLM's publisher *binds* only wildcard (`tcp://*:P`) and ipc/inproc endpoints and *connects*
+to any other (`tcp://127.0.0.1:P` means "a subscriber has bound there"). Engines here bind an
+ipc socket each: local only, no port to collide, and any number of subscribers (the proxy, a
+test, a recorder) may connect, before or after the engine starts.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -59,9 +64,7 @@ def kv_transfer_config(
 ) -> dict[str, Any]:
     """The `--kv-transfer-config` JSON object of one instance."""
     if connector not in CONNECTOR_CLASSES:
-        raise ValueError(
-            f"kv connector {connector!r}: expected one of {sorted(CONNECTOR_CLASSES)}"
-        )
+        raise ValueError(f"kv connector {connector!r}: expected one of {sorted(CONNECTOR_CLASSES)}")
     cfg: dict[str, Any] = {
         "kv_connector": CONNECTOR_CLASSES[connector],
         "kv_role": role,
@@ -74,12 +77,15 @@ def kv_transfer_config(
     return cfg
 
 
-def kv_events_config(port: int, host: str = LOOPBACK) -> dict[str, Any]:
-    """The `--kv-events-config` JSON object: a ZMQ PUB socket the proxy subscribes to."""
+def kv_events_config(endpoint: str) -> dict[str, Any]:
+    """The `--kv-events-config` JSON object: a ZMQ PUB socket the proxy subscribes to.
+
+    Use an endpoint vLLM binds (`ipc://...` or `tcp://*:PORT`); see the module docstring.
+    """
     return {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
-        "endpoint": f"tcp://{host}:{port}",
+        "endpoint": endpoint,
         "topic": KV_EVENTS_TOPIC,
     }
 
@@ -125,16 +131,20 @@ def kv_launch(
     roles: Sequence[Role] | None = None,
     device: str = "cpu",
     kv_events: bool = False,
+    events_dir: str | None = None,
 ) -> KVLaunch:
     """Flags and env for a fleet: a KV connector per role and/or a KV-event publisher.
 
-    Ports are chosen now (free at planning time), one side-channel and one event port per
-    instance, so instances on one host never collide.
+    Side-channel ports are chosen now (free at planning time), one per instance; KV events go
+    to one ipc socket per instance in `events_dir` (default: a new temporary directory; keep
+    the path short, Unix socket paths are limited to about 100 bytes).
     """
     roles = list(roles) if roles is not None else ["combined"] * n_instances
     if len(roles) != n_instances:
         raise ValueError(f"{len(roles)} roles given for {n_instances} instances")
     out = KVLaunch([[] for _ in range(n_instances)], [{} for _ in range(n_instances)])
+    if kv_events and events_dir is None:
+        events_dir = tempfile.mkdtemp(prefix="akvc-ev-")
     for i in range(n_instances):
         info = InstanceKV(i)
         args, env = out.args[i], out.env[i]
@@ -150,8 +160,7 @@ def kv_launch(
             else:
                 env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(info.side_port)
         if kv_events:
-            port = free_port()
-            ev = kv_events_config(port)
+            ev = kv_events_config(f"ipc://{events_dir}/kv-events-{i}.sock")
             info.events_endpoint = ev["endpoint"]
             args += ["--kv-events-config", json.dumps(ev)]
             args += ["--prefix-caching-hash-algo", HASH_ALGO]

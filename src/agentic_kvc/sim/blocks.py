@@ -18,7 +18,7 @@ because the engine's tokens are not the workload's).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 
 class BlockPool:
@@ -28,7 +28,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.hash_of: list[int | None] = [None] * num_blocks
-        self.ref = [0] * num_blocks
+        self.ref = [0] * num_blocks  # requests holding each block
         self.cached: dict[int, int] = {}  # block hash -> a block holding it
         # Other blocks with the same content (two requests prefilled it at once): vLLM keeps a
         # hash cached while any block holds it, and so must we, or the prefix-closure below
@@ -75,12 +75,11 @@ class BlockPool:
         cached = self.cached
         return [cached[h] for h in hashes[: self.count_hit(hashes, max_blocks)]]
 
-    def evictable(self, block_ids: Iterable[int]) -> int:
-        """How many of these (hit) blocks sit in the free queue: touching them uses capacity."""
+    def evictable(self, block_ids: Sequence[int]) -> int:
         ref = self.ref
         return sum(1 for b in block_ids if ref[b] == 0)
 
-    def touch(self, block_ids: Iterable[int]) -> None:
+    def touch(self, block_ids: Sequence[int]) -> None:
         free, ref = self.free, self.ref
         for b in block_ids:
             if ref[b] == 0:
@@ -89,7 +88,7 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks from the head of the free queue (caller checked `num_free`)."""
-        ref, hash_of, cached, dups = self.ref, self.hash_of, self.cached, self.dups
+        hash_of, cached, dups = self.hash_of, self.cached, self.dups
         popitem = self.free.popitem
         out = []
         evicted = 0
@@ -103,8 +102,10 @@ class BlockPool:
                 else:
                     del cached[h]
                     evicted += 1
-            ref[b] = 1
             out.append(b)
+        ref = self.ref
+        for b in out:
+            ref[b] = 1
         self.evictions += evicted
         return out
 
@@ -130,7 +131,6 @@ class BlockPool:
             hash_of[b] = h
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """A request frees its blocks: tail first, so the tail is evicted first."""
         free, ref = self.free, self.ref
         for b in reversed(block_ids):
             ref[b] -= 1

@@ -13,7 +13,7 @@ import yaml
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats import FORMATS, read_workload, write_native
 from agentic_kvc.workload.generator import PRESETS, synthesize
-from agentic_kvc.workload.transform import apply_transforms
+from agentic_kvc.workload.transform import Overflow, apply_transforms
 
 _FORMAT_HELP = (
     "Input format; 'auto' tells native, mooncake, bailian, tracelab (CSV), tracelab-rounds "
@@ -231,7 +231,7 @@ def convert_cmd(
     max_requests: int | None,
     token_scale: float,
     max_input_tokens: int | None,
-    overflow: str,
+    overflow: Overflow,
     rate_scale: float,
     time_scale: float,
 ) -> None:
@@ -244,7 +244,7 @@ def convert_cmd(
             max_requests=max_requests,
             token_scale=token_scale,
             max_input_tokens=max_input_tokens,
-            overflow=overflow,  # type: ignore[arg-type]
+            overflow=overflow,
             rate_scale=rate_scale,
             time_scale=time_scale,
         )

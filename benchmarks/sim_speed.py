@@ -1,0 +1,130 @@
+"""Simulator speed: simulated seconds per wall second, events per second (issue 7 goal: 1000x).
+
+Runs the default agentic workload (config/runs/sim_agentic.yaml: generated agentic-coding
+sessions, closed loop) on 8 simulated instances, in this process (one core), for a few session
+counts and policies, and times `SimFleet.run` alone (workload generation excluded, reported
+apart). `--set` adds config overrides, e.g. another profile: --set fleet.hardware=h100.
+
+    .venv/bin/python benchmarks/sim_speed.py --out results/bench/sim_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from agentic_kvc.config import load_config
+from agentic_kvc.io import atomic_write_json
+from agentic_kvc.runs import hardware_info
+from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.workload import load_workload
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = REPO / "config" / "runs" / "sim_agentic.yaml"
+GOAL = 1000.0
+
+
+# The default workload (token_scale 0.1, prompts capped at 3k tokens, for the tiny CPU model)
+# and the same sessions at full size (16k-token median first turns) with a GPU-sized KV cache.
+SCENARIOS = {
+    "default": [],
+    "full_size_prompts": [
+        "workload.token_scale=1.0",
+        "workload.max_input_tokens=null",
+        "fleet.kv_cache_tokens=1048576",
+    ],
+}
+
+
+def measure(sets: list[str], repeats: int) -> dict:
+    config = load_config(BASE, sets)
+    t0 = time.perf_counter()
+    workload = load_workload(config.workload, config.seed)
+    gen_s = time.perf_counter() - t0
+    profile = profile_for(config)
+    walls = []
+    for _ in range(repeats):  # the median of a few runs: the machine is shared
+        t0 = time.perf_counter()
+        fleet = SimFleet(config, workload, profile)
+        stats = fleet.run()
+        walls.append(time.perf_counter() - t0)
+    wall = sorted(walls)[len(walls) // 2]
+    errors = sum(1 for r in fleet.records if r.error)
+    return {
+        "set": sets,
+        "policy": config.policy.name,
+        "sessions": len(workload.sessions),
+        "requests": len(workload),
+        "errors": errors,
+        "prompt_tokens": sum(r.input_tokens for r in fleet.records),
+        "profile": f"{profile.hardware}/{profile.model} ({profile.source})",
+        "kv_blocks_per_instance": fleet.num_blocks,
+        "simulated_s": stats.sim_s,
+        "wall_s": wall,
+        "workload_generation_s": gen_s,
+        "speedup": stats.sim_s / wall,
+        "events": stats.events,
+        "events_per_s": stats.events / wall,
+        "engine_steps": stats.steps,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("results/bench/sim_speed.json"))
+    ap.add_argument("--sessions", default="16,64,256", help="comma-separated session counts")
+    ap.add_argument("--policies", default="round_robin,lmetric")
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], dest="sets")
+    args = ap.parse_args()
+    measure([f"fleet.instances={args.instances}"], 1)  # warm-up: imports, registries, caches
+    rows = []
+    for scenario, scenario_sets in SCENARIOS.items():
+        for policy in args.policies.split(","):
+            for n in (int(s) for s in args.sessions.split(",")):
+                sets = [
+                    f"fleet.instances={args.instances}",
+                    f"workload.generator.sessions={n}",
+                    f"policy.name={policy}",
+                    *scenario_sets,
+                    *args.sets,
+                ]
+                row = {"scenario": scenario, "sessions_asked": n, **measure(sets, args.repeats)}
+                rows.append(row)
+                print(
+                    f"{scenario:17s} {policy:12s} {n:4d} sessions {row['requests']:5d} requests: "
+                    f"{row['simulated_s']:8.1f} sim s in {row['wall_s']:6.2f} wall s = "
+                    f"{row['speedup']:7.0f}x, {row['events_per_s']:8.0f} events/s"
+                    + (f" ({row['errors']} errors)" if row["errors"] else "")
+                )
+    default = [r for r in rows if r["scenario"] == "default" and r["sessions_asked"] == 16]
+    out = {
+        "benchmark": "sim_speed",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": hardware_info(),
+        "parameters": {
+            "base_config": str(BASE.relative_to(REPO)),
+            "instances": args.instances,
+            "scenarios": SCENARIOS,
+            "extra_sets": args.sets,
+            "repeats": args.repeats,
+            "timed": "median wall time of SimFleet.run over the repeats (generation excluded)",
+            "goal_speedup": GOAL,
+        },
+        "results": rows,
+        "default_workload_speedup": min((r["speedup"] for r in default), default=None),
+        "min_speedup": min(r["speedup"] for r in rows),
+    }
+    out["pass"] = out["default_workload_speedup"] is not None and (
+        out["default_workload_speedup"] >= GOAL
+    )
+    atomic_write_json(args.out, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

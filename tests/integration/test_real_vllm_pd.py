@@ -1,0 +1,289 @@
+"""PD offload and the exact cache view on real vLLM (CPU, tiny model, 2 instances, NIXL).
+
+One fleet serves the module: both instances `kv_both` (offload policies may prefill on either),
+each publishing KV events (fixed PYTHONHASHSEED, CBOR hash). Each test uses its own token
+ranges, so no test sees another's cached prefixes, and its own proxy (in-process, so records
+and the router's state can be read directly). Requests are sent one at a time, with a short
+pause, so each request's KV events have arrived before the next decision reads the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentic_kvc.config import FleetConfig
+from agentic_kvc.metrics.prometheus import parse_vllm_metrics
+from agentic_kvc.metrics.summary import summarize
+from agentic_kvc.proxy.server import ProxyThread
+from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.serve.kv_connectors import KVLaunch, kv_launch
+from agentic_kvc.serve.launcher import VllmFleet
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+BLOCK = 32
+EVENT_SETTLE_S = 0.3  # KV events of a finished request reach the subscriber within ms
+# Tiny prompts count as HEAVY: >= 64 new tokens, unless more than half is cached.
+CLASSES = {"heavy_threshold": 64, "warm_max_new_tokens": 32}
+
+
+@pytest.fixture(scope="module")
+def kv() -> KVLaunch:
+    return kv_launch(2, "nixl", kv_events=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, kv: KVLaunch
+) -> Iterator[VllmFleet]:
+    logs = tmp_path_factory.mktemp("pd_fleet_logs")
+    cfg = FleetConfig(instances=2, model=str(tiny_model), block_size=BLOCK, max_num_seqs=16)
+    with VllmFleet.from_config(
+        cfg,
+        logs,
+        device="cpu",
+        startup_timeout_s=400,
+        per_instance_args=kv.args,
+        per_instance_env=kv.env,
+    ) as f:
+        yield f
+    assert f.remaining_pids() == set()
+
+
+@contextlib.contextmanager
+def _proxy(
+    fleet: VllmFleet, kv: KVLaunch, policy: str, params: dict[str, Any], view: str = "exact"
+) -> Iterator[tuple[ProxyThread, list[dict[str, Any]]]]:
+    records: list[dict[str, Any]] = []
+    settings = ProxySettings(
+        backends=fleet.urls,
+        port=0,
+        policy=policy,
+        params=params,
+        cache_view=view,  # type: ignore[arg-type]
+        kv_events=kv.events_endpoints if view == "exact" else None,
+        scrape_interval_s=0.5,
+        on_record=records.append,
+    )
+    with ProxyThread(settings) as proxy:
+        time.sleep(0.5)  # the SUB sockets join before any traffic
+        yield proxy, records
+
+
+def _external(url: str) -> float:
+    m = parse_vllm_metrics(httpx.get(url + "/metrics", timeout=10).text)
+    return m.prompt_tokens_by_source.get("external_kv_transfer", 0.0)
+
+
+def _body(model: str, prompt: list[int], max_tokens: int = 8, **kw: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **kw,
+    }
+
+
+def _text(resp: httpx.Response) -> str:
+    assert resp.status_code == 200, resp.text
+    return resp.json()["choices"][0]["text"]
+
+
+def _stream_text(client: httpx.Client, url: str, body: dict[str, Any]) -> str:
+    import json
+
+    out = []
+    with client.stream("POST", url, json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                out += [c.get("text", "") for c in json.loads(line[6:]).get("choices", [])]
+    return "".join(out)
+
+
+def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
+    fleet: VllmFleet, kv: KVLaunch
+) -> None:
+    model = fleet.model_name
+    # Two sessions; turn 2 adds more than it shares, so it is HEAVY again and D already
+    # holds turn 1's blocks (it pulled them): NIXL must move only the new part.
+    sessions = {
+        f"pd-{s}": [list(range(base, base + 300)), list(range(base, base + 700))]
+        for s, base in (("a", 10_000), ("b", 20_000))
+    }
+    before = [_external(u) for u in fleet.urls]
+    texts: dict[str, str] = {}
+    params = {"version": 2, **CLASSES}
+    with _proxy(fleet, kv, "adaptive", params) as (proxy, records), httpx.Client(
+        base_url=proxy.url, timeout=120
+    ) as client:
+        for turn in range(2):
+            for sid, prompts in sessions.items():
+                body = _body(model, prompts[turn])
+                headers = {"x-session-id": sid, "x-request-id": f"{sid}-{turn}"}
+                if turn == 0:
+                    texts[f"{sid}-{turn}"] = _text(client.post("/v1/completions", json=body,
+                                                               headers=headers))
+                else:  # the streaming path of PD
+                    with client.stream("POST", "/v1/completions",
+                                       json={**body, "stream": True}, headers=headers) as r:
+                        assert r.status_code == 200
+                        assert r.headers["x-akvc-route-class"] == "HEAVY_P2P"
+                        texts[f"{sid}-{turn}"] = _stream_sse(r)
+                time.sleep(EVENT_SETTLE_S)
+        view_stats = proxy.app.state.cache.stats()  # type: ignore[union-attr]
+    grown = [_external(u) - b for u, b in zip(fleet.urls, before, strict=True)]
+    recs = {r["request_id"]: r for r in records}
+    assert len(recs) == 4 and all(r["error"] is None for r in recs.values()), records
+    for r in recs.values():
+        assert r["route_class"] == "HEAVY_P2P" and r["reason"] == "heavy_offload"
+        assert r["prefill_instance"] != r["decode_instance"] and r["pd_fallback"] is None
+        assert r["t_prefill_sent"] <= r["t_prefill_done"] <= r["t_done"]
+        # The exact view's promise is the engine's own count on P.
+        assert r["predicted_cached_tokens"] == r["cached_tokens"], r
+    # Turn 2: D held turn 1's full blocks (9 x 32 of 300), so it pulls only the rest.
+    for sid in sessions:
+        r2 = recs[f"{sid}-1"]
+        assert r2["predicted_decode_cached_tokens"] == 9 * BLOCK
+        assert r2["kv_transfer_tokens"] == 700 - 9 * BLOCK
+        assert r2["kv_transfer_s"] is not None and r2["kv_transfer_s"] >= 0
+    # The decode instances' external-transfer counters grew by exactly what was moved.
+    moved = [0, 0]
+    for r in recs.values():
+        moved[r["decode_instance"]] += r["kv_transfer_tokens"]
+    assert grown == pytest.approx(moved), (grown, moved, view_stats)
+    assert sum(moved) == 2 * 300 + 2 * (700 - 9 * BLOCK)
+    # Greedy text equals a colocated run of the same prompts (direct to one engine).
+    with httpx.Client(timeout=120) as direct:
+        for sid, prompts in sessions.items():
+            for turn, prompt in enumerate(prompts):
+                ref = _text(direct.post(fleet.urls[0] + "/v1/completions",
+                                        json=_body(model, prompt)))
+                assert texts[f"{sid}-{turn}"] == ref, (sid, turn)
+    assert view_stats["unkeyed_blocks"] == 0 and view_stats["lost_batches"] == 0
+
+
+def _stream_sse(r: httpx.Response) -> str:
+    import json
+
+    out = []
+    for line in r.iter_lines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            out += [c.get("text", "") for c in json.loads(line[6:]).get("choices", [])]
+    return "".join(out)
+
+
+async def _start_long_decode(
+    client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[asyncio.Task[None], str]:
+    """Start a long streaming decode; return once its first token arrived (and where it runs)."""
+    first: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def run() -> None:
+        async with client.stream("POST", "/v1/completions", json=body, headers=headers) as r:
+            async for _ in r.aiter_lines():
+                if not first.done():
+                    first.set_result(r.headers["x-akvc-decode"])
+
+    task = asyncio.create_task(run())
+    return task, await asyncio.wait_for(first, 120)
+
+
+def test_elastic_offloads_when_p_is_idle_and_colocates_when_p_is_busier(
+    fleet: VllmFleet, kv: KVLaunch
+) -> None:
+    model = fleet.model_name
+    long = {"max_tokens": 3000, "stream": True}
+
+    async def scenario(url: str) -> list[httpx.Response]:
+        out = []
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            # D = session e1's instance, decoding; the other instance idle: offload.
+            t1, d = await _start_long_decode(
+                client, _body(model, list(range(30_000, 30_200)), **long), {"x-session-id": "e1"}
+            )
+            heavy = _body(model, list(range(31_000, 31_300)))
+            out.append(await client.post("/v1/completions", json=heavy,
+                                         headers={"x-session-id": "e1"}))
+            # A bigger decode lands on the other instance (least loaded): P is now busier
+            # than D, so the next HEAVY turn of e1 stays on D.
+            t2, d2 = await _start_long_decode(
+                client, _body(model, list(range(32_000, 33_200)), **long), {"x-session-id": "e2"}
+            )
+            assert d2 != d
+            heavy2 = _body(model, list(range(34_000, 34_300)))
+            out.append(await client.post("/v1/completions", json=heavy2,
+                                         headers={"x-session-id": "e1"}))
+            for t in (t1, t2):
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        return out
+
+    with _proxy(fleet, kv, "elastic", dict(CLASSES)) as (proxy, records):
+        offloaded, colocated = asyncio.run(scenario(proxy.url))
+    assert offloaded.headers["x-akvc-route-class"] == "HEAVY_P2P"
+    assert offloaded.headers["x-akvc-reason"] == "p_idle_d_busy"
+    assert offloaded.headers["x-akvc-prefill"] != offloaded.headers["x-akvc-decode"]
+    assert colocated.headers["x-akvc-route-class"] == "HEAVY_COLO"
+    assert colocated.headers["x-akvc-reason"] == "p_overloaded"
+    assert colocated.headers["x-akvc-decode"] == offloaded.headers["x-akvc-decode"]
+    with httpx.Client(timeout=120) as direct:
+        for resp, base in ((offloaded, 31_000), (colocated, 34_000)):
+            ref = _text(direct.post(fleet.urls[0] + "/v1/completions",
+                                    json=_body(model, list(range(base, base + 300)))))
+            assert _text(resp) == ref
+    done = [r for r in records if r["route_class"].startswith("HEAVY")]
+    assert {r["route_class"] for r in done} == {"HEAVY_P2P", "HEAVY_COLO"}
+
+
+def _workload(base: int) -> list[tuple[str, list[int]]]:
+    """Three sessions x three growing turns, interleaved (a tiny agentic workload)."""
+    out = []
+    for turn in range(3):
+        for s in range(3):
+            start = base + s * 5_000
+            out.append((f"w{base}-{s}", list(range(start, start + 150 + 170 * turn))))
+    return out
+
+
+def _run_workload(
+    fleet: VllmFleet, kv: KVLaunch, view: str, base: int
+) -> list[dict[str, Any]]:
+    with _proxy(fleet, kv, "adaptive", {"version": 1}, view) as (proxy, records), httpx.Client(
+        base_url=proxy.url, timeout=120
+    ) as client:
+        for sid, prompt in _workload(base):
+            r = client.post("/v1/completions", json=_body(fleet.model_name, prompt, 4),
+                            headers={"x-session-id": sid})
+            assert r.status_code == 200, r.text
+            time.sleep(EVENT_SETTLE_S)
+    return records
+
+
+def test_exact_view_predicts_engine_cached_tokens_and_estimate_error_is_measured(
+    fleet: VllmFleet, kv: KVLaunch
+) -> None:
+    exact = _run_workload(fleet, kv, "exact", 40_000)
+    estimated = _run_workload(fleet, kv, "estimated", 60_000)
+    assert len(exact) == len(estimated) == 9
+    for r in exact:
+        assert r["cache_view"] == "exact" and r["error"] is None
+        assert r["predicted_cached_tokens"] == r["cached_tokens"], r
+    assert sum(r["cached_tokens"] for r in exact) > 0  # later turns really hit
+    acc = summarize(exact + estimated)["cache_view_accuracy"]
+    assert acc["exact"]["exact_share"] == 1.0 and acc["exact"]["count"] == 9
+    assert acc["estimated"]["count"] == 9
+    # The estimate counts the router's own hashes up to input - 1 tokens; the engine only
+    # reuses whole blocks short of the last token: it over-predicts by a partial block.
+    assert 0 < acc["estimated"]["mean_abs_error_tokens"] < BLOCK
+    print("cache view accuracy", acc)

@@ -1,0 +1,70 @@
+"""Launch flags for KV transfer and KV events, per role, and the proxy CLI that consumes them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from agentic_kvc.serve.kv_connectors import kv_launch, kv_role, kv_transfer_config
+
+
+def _flag(args: list[str], name: str) -> dict:
+    return json.loads(args[args.index(name) + 1])
+
+
+def test_offload_fleet_is_kv_both_with_distinct_side_channels() -> None:
+    kv = kv_launch(3, "nixl", device="cpu")
+    cfgs = [_flag(a, "--kv-transfer-config") for a in kv.args]
+    assert [c["kv_role"] for c in cfgs] == ["kv_both"] * 3
+    assert all(c["kv_connector"] == "NixlConnector" for c in cfgs)
+    assert all(c["kv_buffer_device"] == "cpu" for c in cfgs)
+    assert [c["engine_id"] for c in cfgs] == ["akvc-0", "akvc-1", "akvc-2"]
+    ports = [e["VLLM_NIXL_SIDE_CHANNEL_PORT"] for e in kv.env]
+    assert len(set(ports)) == 3  # one NIXL side channel per instance
+    assert all("--kv-events-config" not in a for a in kv.args)
+
+
+def test_static_pd_roles_and_gpu_buffer() -> None:
+    kv = kv_launch(3, "nixl", roles=["prefill", "prefill", "decode"], device="cuda")
+    cfgs = [_flag(a, "--kv-transfer-config") for a in kv.args]
+    assert [c["kv_role"] for c in cfgs] == ["kv_producer", "kv_producer", "kv_consumer"]
+    assert {c["kv_buffer_device"] for c in cfgs} == {"cuda"}
+    assert [kv_role(r) for r in ("combined", "both")] == ["kv_both", "kv_both"]
+
+
+def test_mooncake_peers_and_kv_events_flags() -> None:
+    kv = kv_launch(2, "mooncake", kv_events=True)
+    cfg = _flag(kv.args[1], "--kv-transfer-config")
+    assert cfg["kv_connector"] == "MooncakeConnector" and "kv_buffer_device" not in cfg
+    port = kv.env[1]["VLLM_MOONCAKE_BOOTSTRAP_PORT"]
+    assert kv.peers[1] == {"engine_id": "akvc-1", "bootstrap_addr": f"127.0.0.1:{port}"}
+    ev = _flag(kv.args[0], "--kv-events-config")
+    assert ev["enable_kv_cache_events"] and ev["publisher"] == "zmq"
+    assert kv.events_endpoints[0] == ev["endpoint"] and len(set(kv.events_endpoints)) == 2
+    # Stable hashes across processes: a fixed seed and the CBOR hash.
+    assert kv.env[0]["PYTHONHASHSEED"] == kv.env[1]["PYTHONHASHSEED"]
+    assert kv.args[0][kv.args[0].index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"
+
+
+def test_events_only_fleet_has_no_connector_and_bad_input_is_named() -> None:
+    kv = kv_launch(1, None, kv_events=True)
+    assert "--kv-transfer-config" not in kv.args[0] and kv.events_endpoints
+    with pytest.raises(ValueError, match="kv connector 'p2p'"):
+        kv_transfer_config("p2p", "kv_both", 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 roles given for 2 instances"):
+        kv_launch(2, roles=["prefill"])
+
+
+def test_proxy_cli_exact_view_needs_endpoints_and_peers_parse() -> None:
+    from agentic_kvc.proxy.cli import proxy
+
+    runner = CliRunner()
+    res = runner.invoke(proxy, ["--backend", "http://127.0.0.1:9", "--cache-view", "exact"])
+    assert res.exit_code == 2 and "needs --kv-events" in res.output
+    res = runner.invoke(
+        proxy,
+        ["--backend", "http://127.0.0.1:9", "--kv-connector", "mooncake", "--kv-peer", "bad"],
+    )
+    assert res.exit_code == 2 and "ENGINE_ID@HOST:PORT" in res.output
