@@ -84,20 +84,36 @@ class SeqClient:
     `urls` are used in turn, one connection each ("direct" alternates between engines)."""
 
     def __init__(self, urls: list[str]) -> None:
-        self.conns = []
-        for url in urls:
-            host, port = url.removeprefix("http://").split(":")
-            conn = http.client.HTTPConnection(host, int(port), timeout=60)
-            conn.connect()
-            assert conn.sock is not None
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.conns.append(conn)
+        self.urls = urls
+        self.conns = [self._connect(u) for u in urls]
         self.k = 0
+        self.reconnects = 0
+
+    @staticmethod
+    def _connect(url: str) -> http.client.HTTPConnection:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
 
     def one(self, body: bytes) -> tuple[float, float]:
         """(seconds to the first body bytes, seconds to the end of the response)."""
-        conn = self.conns[self.k % len(self.conns)]
+        i = self.k % len(self.conns)
         self.k += 1
+        try:
+            return self._timed(self.conns[i], body)
+        except (http.client.HTTPException, ConnectionError):
+            # A server closed the idle keep-alive connection (vLLM's uvicorn after 5 s while
+            # other targets were measured): reconnect and time a fresh request instead.
+            self.reconnects += 1
+            self.conns[i].close()
+            self.conns[i] = self._connect(self.urls[i])
+            return self._timed(self.conns[i], body)
+
+    @staticmethod
+    def _timed(conn: http.client.HTTPConnection, body: bytes) -> tuple[float, float]:
         t0 = time.perf_counter()
         conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
         resp = conn.getresponse()
@@ -227,6 +243,7 @@ def main() -> None:
                     first["added_p50_ms"] = first["p50_ms"] - base_first["p50_ms"]
                     first["added_p99_ms"] = first["p99_ms"] - base_first["p99_ms"]
                     entry["stream_first_event"] = first
+            entry["reconnects"] = clients[name].reconnects
             results[name] = entry
         for name, urls in targets.items():
             for mode in ("stream", "nonstream"):

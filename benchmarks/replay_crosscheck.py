@@ -234,7 +234,7 @@ def main() -> None:
         write_mooncake_trace(wl, bodies, trace)
         hf_home = hf_cache_with_tokenizer(Path(fleet.plan.model), work / "hf")
         # Warm-up: first requests after start pay one-off costs neither client should see.
-        warm = build_workload(2, args.seed + 1, 0.0)
+        warm = build_workload(2, args.seed + 1, 0.01)
         asyncio.run(replay_async(warm, ReplaySettings(url, model, progress=False), tokens))
         for k in range(args.passes):
             reset_prefix_cache(url)

@@ -38,16 +38,32 @@ def test_bench_section_is_generic(tmp_path: Path) -> None:
     )
     (tmp_path / "flat.json").write_text(json.dumps({"a": 1, "b": {"c": [1, 2]}}))
     (tmp_path / "named.json").write_text(
-        json.dumps({"results": {"direct": {"p50": 1.0}, "proxy": {"p50": 2.5, "n": 3}}})
+        json.dumps(
+            {
+                "when": "now",
+                "decision": {"direct": {"p50": 1.0}, "proxy": {"p50": 2.5, "n": 3}},
+                "hashing": {"numpy": {"ms": 0.6}, "list": {"ms": 2.8}, "note": "100k tokens"},
+            }
+        )
     )
     (tmp_path / "broken.json").write_text("{nope")
     secs = {s["name"]: s for s in bench_sections(tmp_path.glob("*.json"))}
-    assert secs["rows"]["columns"] == ["tokens", "t.p50"]
-    assert secs["rows"]["rows"] == [["16", "0.5"], ["32", ""]]
+    (rows,) = secs["rows"]["tables"]
+    assert (rows["title"], rows["columns"]) == ("rows", ["tokens", "t.p50"])
+    assert rows["rows"] == [["16", "0.5"], ["32", ""]]
     assert secs["rows"]["meta"] == {"device": "cpu"}
-    assert secs["flat"]["meta"] == {"a": "1", "b.c": "1, 2"}
-    assert secs["named"]["columns"] == ["metric", "direct", "proxy"]
-    assert secs["named"]["rows"] == [["p50", "1", "2.5"], ["n", "", "3"]]
+    assert secs["flat"]["meta"] == {"a": "1", "b.c": "1, 2"} and secs["flat"]["tables"] == []
+    # Named results, at any depth, are a table with one row per name; a mapping that mixes
+    # results with plain values is walked into instead.
+    (named,) = secs["named"]["tables"]
+    assert named["title"] == "decision" and named["columns"] == ["name", "p50", "n"]
+    assert named["rows"] == [["direct", "1", ""], ["proxy", "2.5", "3"]]
+    assert secs["named"]["meta"] == {
+        "when": "now",
+        "hashing.numpy.ms": "0.6",
+        "hashing.list.ms": "2.8",
+        "hashing.note": "100k tokens",
+    }
     assert "unreadable" in secs["broken"]["error"]
 
 

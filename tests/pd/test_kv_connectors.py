@@ -43,6 +43,7 @@ def test_mooncake_peers_and_kv_events_flags() -> None:
     ev = _flag(kv.args[0], "--kv-events-config")
     assert ev["enable_kv_cache_events"] and ev["publisher"] == "zmq"
     assert kv.events_endpoints[0] == ev["endpoint"] and len(set(kv.events_endpoints)) == 2
+    assert ev["endpoint"].startswith("ipc://")  # an endpoint vLLM binds, not connects to
     # Stable hashes across processes: a fixed seed and the CBOR hash.
     assert kv.env[0]["PYTHONHASHSEED"] == kv.env[1]["PYTHONHASHSEED"]
     assert kv.args[0][kv.args[0].index("--prefix-caching-hash-algo") + 1] == "sha256_cbor"

@@ -117,7 +117,8 @@ def test_prefill_failure_falls_back_to_colocated_on_d(
         p_fake.prefill_status = 500
     elif fault == "no_params":
         p_fake.return_params = False
-    proxy, client = pd_proxy()
+    # No scraping: the request, not a scrape, is what finds P down.
+    proxy, client = pd_proxy(scrape_interval_s=0 if fault == "down" else 0.2)
     if fault == "down":
         p_server.stop()
     r = client.post("/v1/completions", json=_body(stream=True))

@@ -40,6 +40,21 @@ def test_lint_is_clean() -> None:
     assert "Lints for" not in out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml"])
+def test_shipped_experiment_sets_resolve(name: str) -> None:
+    """Every run of the shipped experiment sets is a valid config (schema, base, overrides)."""
+    import jsonschema
+
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
+    if name == "config.yaml":
+        schema = json.loads((REPO / "workflow/schemas/config.schema.json").read_text())
+        jsonschema.validate(cfg, schema)
+    plan = expand(cfg["experiments"], REPO)
+    assert plan.runs and len(plan.run_ids()) == len(plan.runs)  # no two entries are one run
+    for run in plan.runs:
+        assert (REPO / run.base).is_file()
+
+
 def _planned_ids(root: Path) -> list[str]:
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())
     return expand(cfg["experiments"], root).run_ids()

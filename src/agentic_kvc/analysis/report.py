@@ -233,6 +233,8 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
         for k, v in obj.items():
             out.update(_flat(v, f"{prefix}{k}."))
         return out
+    if isinstance(obj, list) and not obj:
+        return {prefix.rstrip("."): "[]"}
     if isinstance(obj, list) and not all(isinstance(v, Mapping) for v in obj):
         return {prefix.rstrip("."): ", ".join(fmt_num(v) for v in obj[:16])}
     if isinstance(obj, list):
@@ -240,53 +242,70 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): fmt_num(obj)}
 
 
+def _table(title: str, rows: list[tuple[str | None, Any]]) -> dict[str, Any]:
+    """Rows of (name or None, mapping) as a table: one column per flattened leaf."""
+    flat = [({"name": name} if name is not None else {}) | _flat(r) for name, r in rows]
+    columns = list(dict.fromkeys(k for r in flat[:MAX_BENCH_ROWS] for k in r))
+    return {
+        "title": title,
+        "columns": columns,
+        "rows": [[r.get(c, "") for c in columns] for r in flat[:MAX_BENCH_ROWS]],
+        "truncated": max(len(rows) - MAX_BENCH_ROWS, 0),
+    }
+
+
+def _is_table(obj: Any) -> bool:
+    """A list of objects, or an object of (two or more) objects: results one row each."""
+    if isinstance(obj, list):
+        return bool(obj) and all(isinstance(v, Mapping) for v in obj)
+    return (
+        isinstance(obj, Mapping)
+        and len(obj) > 1
+        and all(isinstance(v, Mapping) for v in obj.values())
+    )
+
+
+def _split(obj: Mapping[str, Any], prefix: str, meta: dict[str, Any], tables: list) -> None:
+    """Walk a benchmark's JSON: collections of results become tables, other values `meta`."""
+    for key, value in obj.items():
+        path = f"{prefix}{key}"
+        if _is_table(value):
+            items = (
+                [(None, v) for v in value]
+                if isinstance(value, list)
+                else [(str(k), v) for k, v in value.items()]
+            )
+            tables.append(_table(path, items))
+        elif isinstance(value, Mapping):
+            _split(value, f"{path}.", meta, tables)
+        else:
+            meta.update(_flat(value, f"{path}."))
+
+
 def bench_sections(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Each benchmark file as a table (list of flat rows, or under a `rows`/`results` key) or,
-    failing that, as flattened key/value pairs. Unreadable files are listed, not fatal."""
+    """Each benchmark file, whatever its layout: every list of result objects (or object of
+    named result objects) anywhere in it becomes a table, every other value a `key: value`
+    line. Unreadable files are listed with the reason, not fatal."""
     out = []
     for path in sorted(paths):
-        # Every key the template reads, so a non-table file renders too (StrictUndefined).
         section: dict[str, Any] = {
             "name": path.stem,
             "path": str(path),
             "error": None,
             "meta": {},
-            "columns": [],
-            "rows": [],
-            "truncated": 0,
+            "tables": [],
         }
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             section["error"] = f"unreadable: {exc}"
-            out.append(section)
-            continue
-        rows = data
-        if isinstance(data, Mapping):
-            rows = next((data[k] for k in ("rows", "results") if k in data), None)
-            rest = {k: v for k, v in data.items() if k not in ("rows", "results")}
-            section["meta"] = _flat(rest) if rest else {}
-        if isinstance(rows, list) and rows and all(isinstance(r, Mapping) for r in rows):
-            # A list of results: one table row each.
-            flat = [_flat(r) for r in rows[:MAX_BENCH_ROWS]]
-            columns = list(dict.fromkeys(k for r in flat for k in r))
-            section["columns"] = columns
-            section["rows"] = [[r.get(c, "") for c in columns] for r in flat]
-            section["truncated"] = max(len(rows) - MAX_BENCH_ROWS, 0)
-        elif (
-            isinstance(rows, Mapping)
-            and rows
-            and all(isinstance(r, Mapping) for r in rows.values())
-        ):
-            # Named results (e.g. one per system under test): one column each, metrics as rows,
-            # which stays readable when each result has many nested metrics.
-            flat_by = {str(k): _flat(v) for k, v in rows.items()}
-            metrics = list(dict.fromkeys(m for f in flat_by.values() for m in f))
-            section["columns"] = ["metric", *flat_by]
-            section["rows"] = [
-                [m, *(f.get(m, "") for f in flat_by.values())] for m in metrics[:MAX_BENCH_ROWS]
-            ]
-            section["truncated"] = max(len(metrics) - MAX_BENCH_ROWS, 0)
+        else:
+            _split(
+                {"": data} if not isinstance(data, Mapping) else data,
+                "",
+                section["meta"],
+                section["tables"],
+            )
         out.append(section)
     return out
 

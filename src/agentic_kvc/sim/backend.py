@@ -47,6 +47,8 @@ def run_sim(
             "speedup": round(stats.sim_s / wall, 1) if wall > 0 else None,
             "events": stats.events,
             "engine_steps": stats.steps,
+            "kv_transfers": stats.transfers,
+            "kv_pull_s_mean": stats.transfer_s / stats.transfers if stats.transfers else None,
         },
         "workload": {
             "sessions": len(workload.sessions),

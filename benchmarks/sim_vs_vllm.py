@@ -1,0 +1,184 @@
+"""Real-engine check of the simulator (issue 7): the same config on real vLLM CPU and simulated.
+
+A small token-scaled agentic workload (closed-loop sessions of the agentic-coding preset, a
+seed the calibration never saw: `akvc calibrate` probes with random single requests) runs with
+`akvc run`'s backends on 1 and on 2 real tiny-model vLLM CPU instances, and in the simulator
+with the cpu-tiny profile. Reported per fleet size: TTFT and E2E p50/p90 of both and the
+simulator's relative error (goal < 10 %, hard limit 20 %), and the prefix-hit tokens of the
+simulator against vLLM's own counters (`vllm:prefix_cache_hits_total`, goal within 2 %).
+Two instances use consistent_hash routing so both backends place every session alike.
+
+    flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/sim_vs_vllm.py \
+        --out results/bench/sim_vs_vllm.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.config import load_config
+from agentic_kvc.io import atomic_write_json, read_jsonl
+from agentic_kvc.runs import execute, hardware_info
+from agentic_kvc.sim.calibrate import machine_facts
+from agentic_kvc.sim.profiles import get_profile
+
+BASE: dict[str, Any] = {
+    "seed": 11,
+    "workload": {
+        "generator": {
+            "preset": "agentic-coding",
+            "sessions": 12,
+            "params": {
+                "session_rate_per_s": 1.0,
+                "max_turns": 6,
+                "continue_prob": 0.7,
+                "max_context_tokens": 30000,
+                "output_max_tokens": 2000,
+            },
+        },
+        "mode": "closed",
+        "token_scale": 0.1,
+        "max_input_tokens": 3000,
+        "time_scale": 0.25,
+    },
+    "fleet": {"model": "tiny", "hardware": "cpu-tiny", "block_size": 32, "max_num_seqs": 64},
+    "replay": {"request_timeout_s": 120},
+    "sim": {"sample_interval_s": 0.5},
+}
+METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
+
+
+def percentile(values: list[float], q: int) -> float:
+    """Linear-interpolated percentile (numpy's default), without numpy."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def config_for(instances: int, backend: str) -> Any:
+    data = copy.deepcopy(BASE)
+    data["backend"] = backend
+    data["fleet"]["instances"] = instances
+    data["policy"] = {"name": "unified" if instances == 1 else "consistent_hash"}
+    return load_config(data)
+
+
+def engine_hits(run_dir: Path) -> float | None:
+    """Prefix-hit tokens by vLLM's own counters: per instance, last minus first sample."""
+    by_inst: dict[int, list[float]] = {}
+    for row in read_jsonl(run_dir / "instances.jsonl"):
+        if row.get("prefix_cache_hits") is not None:
+            by_inst.setdefault(row["instance"], []).append(row["prefix_cache_hits"])
+    if not by_inst:
+        return None
+    return sum(max(v) - min(v) for v in by_inst.values())
+
+
+def run_stats(run_dir: Path) -> dict[str, Any]:
+    rows = [r for r in read_jsonl(run_dir / "requests.jsonl")]
+    ok = [r for r in rows if not r.get("error") and r.get("e2e_s") is not None]
+    out: dict[str, Any] = {
+        "run_dir": str(run_dir),
+        "requests": len(rows),
+        "errors": len(rows) - len(ok),
+        "cached_tokens_records": sum(r.get("cached_tokens") or 0 for r in ok),
+        "input_tokens": sum(r["input_tokens"] for r in ok),
+        "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
+    }
+    for key, q in METRICS:
+        out[f"{key[:-2]}_p{q}_s"] = percentile([r[key] for r in ok], q)
+    first = min(r["arrival_s"] for r in ok)
+    out["makespan_s"] = max(r["arrival_s"] + r["e2e_s"] for r in ok) - first
+    return out
+
+
+def compare(instances: int, results: Path, log: Any) -> dict[str, Any]:
+    runs: dict[str, dict[str, Any]] = {}
+    for backend in ("vllm", "sim"):
+        cfg = config_for(instances, backend)
+        t0 = time.monotonic()
+        run_dir = execute(cfg, results, log=log)
+        runs[backend] = {**run_stats(run_dir), "wall_s": round(time.monotonic() - t0, 2)}
+        if backend == "vllm":
+            runs[backend]["prefix_hits_vllm_counters"] = engine_hits(run_dir)
+    real, sim = runs["vllm"], runs["sim"]
+    errors = {}
+    for key, q in METRICS:
+        name = f"{key[:-2]}_p{q}_s"
+        errors[name] = (sim[name] - real[name]) / real[name]
+    counters = real["prefix_hits_vllm_counters"]
+    hits = {
+        "vllm_counters": counters,
+        "vllm_records": real["cached_tokens_records"],
+        "sim_records": sim["cached_tokens_records"],
+        "sim_vs_counters_rel": (sim["cached_tokens_records"] - counters) / counters
+        if counters
+        else None,
+    }
+    worst = max(abs(v) for v in errors.values())
+    return {
+        "instances": instances,
+        "policy": config_for(instances, "sim").policy.name,
+        "vllm": real,
+        "sim": sim,
+        "rel_error": errors,
+        "max_abs_rel_error": worst,
+        "prefix_hits": hits,
+        "meets_goal_10pct": worst < 0.10,
+        "within_hard_limit_20pct": worst < 0.20,
+        "prefix_hits_within_2pct": hits["sim_vs_counters_rel"] is not None
+        and abs(hits["sim_vs_counters_rel"]) <= 0.02,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("results/bench/sim_vs_vllm.json"))
+    ap.add_argument("--results", type=Path, default=Path("results"))
+    ap.add_argument("--instances", type=int, nargs="+", default=[1, 2])
+    args = ap.parse_args()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    prof = get_profile("cpu-tiny", "tiny")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    cases = []
+    for n in args.instances:
+        case = compare(n, args.results, log)
+        log(
+            f"{n} instance(s): errors "
+            + ", ".join(f"{k} {v:+.1%}" for k, v in case["rel_error"].items())
+            + f"; hits sim {case['prefix_hits']['sim_records']} vs vLLM "
+            f"{case['prefix_hits']['vllm_counters']}"
+        )
+        cases.append(case)
+    doc = {
+        "benchmark": "sim_vs_vllm",
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+        "started_at": started,
+        "machine": {**hardware_info(), **machine_facts()},
+        "profile": {
+            "source": prof.source,
+            "coefficients": getattr(prof.cost, "as_dict", lambda: {})(),
+            "kv_capacity_tokens": prof.kv_capacity_tokens,
+        },
+        "config": BASE,
+        "goal": {"latency_rel_error": 0.10, "hard_limit": 0.20, "prefix_hits_rel": 0.02},
+        "cases": cases,
+        "max_abs_rel_error": max(c["max_abs_rel_error"] for c in cases),
+        "median_abs_rel_error": statistics.median(
+            abs(v) for c in cases for v in c["rel_error"].values()
+        ),
+    }
+    atomic_write_json(args.out, doc)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

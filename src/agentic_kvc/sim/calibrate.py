@@ -1,0 +1,297 @@
+"""`akvc calibrate`: measure the real CPU engine's step costs and fit the cpu-tiny profile.
+
+One real vLLM instance (the tiny model, launched by serve/launcher.py) answers two kinds of
+probe, each with random token-id prompts so no prefix is ever cached:
+- prefill: one request at a time, `max_tokens` 1, at several prompt lengths. Its time to first
+  token is one engine step that prefills the whole prompt (the prompt fits the token budget),
+  plus the request's fixed path cost, which the fit's per-prefill-sequence term absorbs.
+- decode: B concurrent requests with C-token prompts generating N tokens each. Once every
+  request has its first token, each inter-token interval is one decode step of batch B over
+  about B * (C + position) KV tokens; the median of those intervals is the step time.
+The linear model of profiles/linear.py is then fitted by non-negative least squares on relative
+errors, and the coefficients, per-point residuals and machine facts are written as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import platform
+import random
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
+from agentic_kvc.sim.profiles.models import get_model
+
+# Token ids for prompts: above the tiny tokenizer's special tokens, inside its vocabulary.
+TOKEN_LO, TOKEN_HI = 16, 8000
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One probed step shape and its measured duration (median over samples)."""
+
+    kind: str  # "prefill" | "decode"
+    prefill_chunks: tuple[tuple[int, int], ...]
+    decode_batch: int
+    decode_kv_tokens: int
+    seconds: float
+    samples: int = 1
+
+    def features(self) -> tuple[float, ...]:
+        return step_features(self.prefill_chunks, self.decode_batch, self.decode_kv_tokens)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to probe. Defaults take about two minutes on one quiet core."""
+
+    prefill_lengths: tuple[int, ...] = (32, 256, 512, 1024, 2048, 3072, 3968)
+    prefill_reps: int = 3
+    decode_batches: tuple[int, ...] = (1, 4, 16, 32)
+    decode_contexts: tuple[int, ...] = (128, 1024, 2048)
+    decode_tokens: int = 48
+    warmup: int = 3
+
+
+@dataclass
+class Fit:
+    cost: LinearStepCost
+    residuals: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        rel = [abs(r["rel_error"]) for r in self.residuals]
+        by_kind = {
+            kind: [abs(r["rel_error"]) for r in self.residuals if r["kind"] == kind]
+            for kind in ("prefill", "decode")
+        }
+        out = {
+            "points": float(len(rel)),
+            "mean_abs_rel_error": statistics.fmean(rel) if rel else 0.0,
+            "max_abs_rel_error": max(rel) if rel else 0.0,
+        }
+        for kind, vals in by_kind.items():
+            if vals:
+                out[f"{kind}_mean_abs_rel_error"] = statistics.fmean(vals)
+        return out
+
+
+def nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of x @ c ~ y on relative errors (each row divided by y).
+
+    Active-set by elimination: solve, drop the most negative coefficient, repeat. Columns are
+    scaled to unit norm first because the features span ~12 orders of magnitude.
+    """
+    w = x / y[:, None]
+    ones = np.ones_like(y)
+    scale = np.linalg.norm(w, axis=0)
+    scale[scale == 0] = 1.0
+    ws = w / scale
+    active = [j for j in range(x.shape[1]) if np.any(x[:, j] != 0)]
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(ws[:, active], ones, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return coef / scale
+
+
+def fit(measurements: Sequence[Measurement]) -> Fit:
+    """Fit the linear step model; fails clearly when the probes cannot identify it."""
+    if len(measurements) < len(FEATURES):
+        raise ValueError(f"need at least {len(FEATURES)} measurements, got {len(measurements)}")
+    kinds = {m.kind for m in measurements}
+    if kinds != {"prefill", "decode"}:
+        raise ValueError(f"need both prefill and decode measurements, got {sorted(kinds)}")
+    for i, m in enumerate(measurements):
+        if not m.seconds > 0:
+            raise ValueError(f"measurement {i} ({m.kind}): seconds must be > 0, got {m.seconds}")
+    x = np.array([m.features() for m in measurements], dtype=float)
+    y = np.array([m.seconds for m in measurements], dtype=float)
+    coef = nnls_relative(x, y)
+    cost = LinearStepCost(**{name: float(c) for name, c in zip(FEATURES, coef, strict=True)})
+    residuals = []
+    for m in measurements:
+        pred = cost.step_s(m.prefill_chunks, m.decode_batch, m.decode_kv_tokens)
+        residuals.append(
+            {
+                "kind": m.kind,
+                "prefill_chunks": [list(c) for c in m.prefill_chunks],
+                "decode_batch": m.decode_batch,
+                "decode_kv_tokens": m.decode_kv_tokens,
+                "measured_s": m.seconds,
+                "predicted_s": pred,
+                "rel_error": (pred - m.seconds) / m.seconds,
+                "samples": m.samples,
+            }
+        )
+    return Fit(cost, residuals)
+
+
+# --- probing a live server -------------------------------------------------------------------
+
+
+def _prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(n)]
+
+
+async def _stream(
+    client: httpx.AsyncClient, url: str, model: str, prompt: list[int], max_tokens: int
+) -> list[float]:
+    """Monotonic arrival time of every streamed token (SSE event with choices)."""
+    from agentic_kvc.replay.client import completion_body
+    from agentic_kvc.replay.sse import StreamTiming
+
+    body = completion_body(model, prompt, max_tokens, session_id=None)
+    loop = asyncio.get_running_loop()
+    timing = StreamTiming(t_send=loop.time())
+    stamps: list[float] = []
+    async with client.stream("POST", url + "/v1/completions", json=body) as resp:
+        if resp.status_code != 200:
+            text = (await resp.aread()).decode(errors="replace")
+            raise RuntimeError(f"{url}: HTTP {resp.status_code}: {text[:300]}")
+        async for line in resp.aiter_lines():
+            before = timing.content_events
+            timing.feed_line(line.encode(), loop.time())
+            if timing.error:
+                raise RuntimeError(f"{url}: {timing.error}")
+            if timing.content_events > before:
+                stamps.append(loop.time())
+    return [timing.t_send, *stamps]
+
+
+async def probe(
+    url: str,
+    model: str,
+    plan: Plan,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> list[Measurement]:
+    """Run the plan's probes against a live server; see the module doc."""
+    rng = random.Random(seed)
+    out: list[Measurement] = []
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        for _ in range(plan.warmup):
+            await _stream(client, url, model, _prompt(rng, 512), 8)
+        for length in plan.prefill_lengths:
+            ttfts = []
+            for _ in range(plan.prefill_reps):
+                stamps = await _stream(client, url, model, _prompt(rng, length), 1)
+                ttfts.append(stamps[1] - stamps[0])
+            out.append(
+                Measurement("prefill", ((length, 0),), 0, 0, statistics.median(ttfts), len(ttfts))
+            )
+            progress(f"prefill {length:5d} tokens: {out[-1].seconds * 1e3:8.2f} ms")
+        for ctx in plan.decode_contexts:
+            for batch in plan.decode_batches:
+                streams = await asyncio.gather(
+                    *(
+                        _stream(client, url, model, _prompt(rng, ctx), plan.decode_tokens)
+                        for _ in range(batch)
+                    )
+                )
+                # Steady state: after the last request's first token, before the first finishes.
+                start = max(s[1] for s in streams)
+                end = min(s[-1] for s in streams)
+                itls, positions = [], []
+                for s in streams:
+                    for i in range(2, len(s)):
+                        if s[i - 1] >= start and s[i] <= end:
+                            itls.append(s[i] - s[i - 1])
+                            positions.append(i - 1)
+                if len(itls) < 4:
+                    raise RuntimeError(
+                        f"decode probe batch={batch} ctx={ctx}: only {len(itls)} steady-state "
+                        "intervals; raise decode_tokens"
+                    )
+                kv = batch * (ctx + round(statistics.median(positions)))
+                step = statistics.median(itls)
+                out.append(Measurement("decode", (), batch, kv, step, len(itls)))
+                progress(f"decode batch {batch:3d} ctx {ctx:5d}: {step * 1e3:8.2f} ms/step")
+    return out
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores_visible": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "load_avg_at_start": list(os.getloadavg()),
+    }
+
+
+def calibrate(
+    out: Path,
+    log_dir: Path,
+    plan: Plan = Plan(),
+    block_size: int = 32,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Launch one real tiny-model instance, probe it, fit, write the profile JSON to `out`."""
+    from agentic_kvc.config import FleetConfig
+    from agentic_kvc.io import atomic_write_json
+    from agentic_kvc.metrics.prometheus import parse_vllm_metrics
+    from agentic_kvc.serve.launcher import VllmFleet
+
+    fleet_cfg = FleetConfig(instances=1, model="tiny", hardware="cpu-tiny", block_size=block_size)
+    started = dt.datetime.now(dt.UTC)
+    with VllmFleet.from_config(fleet_cfg, log_dir) as fleet:
+        url = fleet.urls[0]
+        desc = fleet.describe()
+        progress(f"vLLM up at {url} after {desc['instances'][0]['startup_s']} s")
+        measurements = asyncio.run(probe(url, fleet.model_name, plan, seed, progress))
+        metrics = parse_vllm_metrics(httpx.get(url + "/metrics", timeout=10).text)
+    if not metrics.num_gpu_blocks or not metrics.block_size:
+        raise RuntimeError(f"{url}/metrics: no cache_config_info; cannot size the KV cache")
+    result = fit(measurements)
+    shape = get_model("tiny")
+    vllm = desc.get("vllm") or {}
+    doc = {
+        "hardware": "cpu-tiny",
+        "model": "tiny",
+        "form": "step = " + " + ".join(FEATURES) + " (profiles/linear.py)",
+        "coefficients": result.cost.as_dict(),
+        "fit": result.summary(),
+        "residuals": result.residuals,
+        "kv_bytes_per_token": shape.kv_bytes_per_token,
+        "kv_capacity_tokens": metrics.num_gpu_blocks * metrics.block_size,
+        "engine": {
+            "block_size": metrics.block_size,
+            "num_gpu_blocks": metrics.num_gpu_blocks,
+            "argv": desc["instances"][0]["argv"][3:],
+            "env": desc["instances"][0]["env"],
+        },
+        "plan": asdict(plan),
+        "seed": seed,
+        "vllm_version": vllm.get("version"),
+        "vllm_distribution": vllm.get("distribution"),
+        "machine": machine_facts(),
+        "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "duration_s": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1),
+        "command": " ".join(["akvc", "calibrate", *sys.argv[1:]])
+        if Path(sys.argv[0]).name == "akvc"
+        else " ".join(sys.argv),
+    }
+    atomic_write_json(out, doc)
+    return doc

@@ -1,0 +1,113 @@
+"""Fitting the cpu-tiny step model: synthetic measurements with known coefficients."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from agentic_kvc.sim.calibrate import Measurement, Plan, fit
+from agentic_kvc.sim.profiles import load_cpu_profile
+from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost
+
+TRUE = LinearStepCost(
+    overhead_s=4e-3,
+    per_token_s=1.5e-4,
+    per_attn_pair_s=2e-9,
+    per_prefill_seq_s=8e-3,
+    per_decode_seq_s=6e-4,
+    per_kv_token_s=3e-8,
+)
+
+
+def synthetic(cost: LinearStepCost, noise: float = 0.0, seed: int = 0) -> list[Measurement]:
+    """The default plan's probe shapes, timed by `cost` with multiplicative noise."""
+    rng = random.Random(seed)
+    plan = Plan()
+    out = []
+    for n in plan.prefill_lengths:
+        t = cost.step_s([(n, 0)], 0, 0) * (1 + rng.gauss(0, noise))
+        out.append(Measurement("prefill", ((n, 0),), 0, 0, t))
+    for ctx in plan.decode_contexts:
+        for b in plan.decode_batches:
+            kv = b * (ctx + 24)
+            t = cost.step_s([], b, kv) * (1 + rng.gauss(0, noise))
+            out.append(Measurement("decode", (), b, kv, t))
+    return out
+
+
+def test_fit_recovers_known_coefficients() -> None:
+    result = fit(synthetic(TRUE))
+    for name in FEATURES:
+        assert getattr(result.cost, name) == pytest.approx(getattr(TRUE, name), rel=1e-4), name
+    assert result.summary()["max_abs_rel_error"] < 1e-6
+
+
+def test_fit_with_noise_predicts_unseen_steps() -> None:
+    result = fit(synthetic(TRUE, noise=0.03, seed=1))
+    assert result.summary()["mean_abs_rel_error"] < 0.05
+    # Shapes not probed: a mid-size prefill after context, a mixed step, an odd batch.
+    for chunks, batch, kv in [([(1500, 400)], 0, 0), ([(300, 0)], 8, 8000), ([], 24, 40_000)]:
+        truth = TRUE.step_s(chunks, batch, kv)
+        assert result.cost.step_s(chunks, batch, kv) == pytest.approx(truth, rel=0.08)
+
+
+def test_fit_never_returns_negative_coefficients() -> None:
+    # No attention-pair cost at all, plus noise: plain least squares would go negative.
+    flat = LinearStepCost(**{**TRUE.as_dict(), "per_attn_pair_s": 0.0, "per_kv_token_s": 0.0})
+    result = fit(synthetic(flat, noise=0.05, seed=3))
+    assert all(v >= 0 for v in result.cost.as_dict().values())
+    assert result.cost.per_token_s == pytest.approx(flat.per_token_s, rel=0.15)
+
+
+def test_fit_rejects_unidentifiable_probes() -> None:
+    only_decode = [m for m in synthetic(TRUE) if m.kind == "decode"]
+    with pytest.raises(ValueError, match="both prefill and decode"):
+        fit(only_decode)
+    with pytest.raises(ValueError, match="at least"):
+        fit(synthetic(TRUE)[:3])
+    bad = synthetic(TRUE)
+    bad[2] = Measurement("prefill", ((10, 0),), 0, 0, 0.0)
+    with pytest.raises(ValueError, match="measurement 2"):
+        fit(bad)
+
+
+def test_fitted_cost_round_trips_through_a_profile_file(tmp_path: Path) -> None:
+    result = fit(synthetic(TRUE))
+    path = tmp_path / "cpu.json"
+    doc = {
+        "coefficients": result.cost.as_dict(),
+        "kv_bytes_per_token": 1024,
+        "kv_capacity_tokens": 4096,
+        "vllm_version": "x",
+        "date": "d",
+    }
+    path.write_text(json.dumps(doc))
+    prof = load_cpu_profile(path)
+    assert prof.cost == result.cost and prof.kv_capacity_tokens == 4096
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_calibrate_against_the_real_cpu_engine(tmp_path: Path, tiny_model: Path) -> None:
+    from agentic_kvc.sim.calibrate import calibrate
+
+    plan = Plan(
+        prefill_lengths=(64, 1024, 3072),
+        prefill_reps=1,
+        decode_batches=(1, 8),
+        decode_contexts=(256, 2048),
+        decode_tokens=24,
+        warmup=1,
+    )
+    out = tmp_path / "cpu-tiny.json"
+    doc = calibrate(out, tmp_path / "logs", plan)
+    prof = load_cpu_profile(out)
+    assert doc["vllm_version"] and doc["machine"]["cpu"] is not None
+    assert prof.kv_capacity_tokens == doc["engine"]["num_gpu_blocks"] * doc["engine"]["block_size"]
+    # A real engine: prefill grows with length, and the fit follows the probes it was fitted on.
+    prefill = [r["measured_s"] for r in doc["residuals"] if r["kind"] == "prefill"]
+    assert prefill == sorted(prefill) and prefill[-1] > 2 * prefill[0]
+    assert doc["fit"]["mean_abs_rel_error"] < 0.3
