@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import numpy as np
 
 from agentic_kvc.config import FleetConfig
@@ -147,6 +148,32 @@ async def throughput(urls: list[str], body: bytes, total: int, concurrency: int)
     return {"requests": total, "seconds": dt, "req_per_s": total / dt, "errors": errors}
 
 
+def proxy_routing_overhead(url: str) -> dict[str, float]:
+    """The proxy's own histogram (request received -> sent upstream): the routing cost alone,
+    free of the engines' noise. Quantiles are bucket upper bounds."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "akvc_proxy_overhead_seconds":
+            continue
+        for smp in fam.samples:
+            if smp.name.endswith("_bucket"):
+                buckets.append((float(smp.labels["le"]), smp.value))
+            elif smp.name.endswith("_sum"):
+                total = smp.value
+            elif smp.name.endswith("_count"):
+                count = smp.value
+    buckets.sort()
+    out = {"count": count, "mean_ms": total / count * 1e3 if count else float("nan")}
+    for q in (0.5, 0.99):
+        le = next((b for b, c in buckets if c >= q * count), float("inf"))
+        out[f"p{int(q * 100)}_le_ms"] = le * 1e3
+    return out
+
+
 def pct(xs: list[float]) -> dict[str, float]:
     a = np.asarray(xs) * 1e3
     return {
@@ -244,6 +271,8 @@ def main() -> None:
                     first["added_p99_ms"] = first["p99_ms"] - base_first["p99_ms"]
                     entry["stream_first_event"] = first
             entry["reconnects"] = clients[name].reconnects
+            if name.startswith("akvc:"):
+                entry["routing_overhead"] = proxy_routing_overhead(targets[name][0])
             results[name] = entry
         for name, urls in targets.items():
             for mode in ("stream", "nonstream"):

@@ -42,11 +42,12 @@ from agentic_kvc.analysis.tables import (
     latency_summary,
     route_class_summary,
     to_pandas,
+    with_label,
     write_table,
 )
 
 runs, plan = open_runs(results_dir, archive_dir, plan_path)
-requests = requests_frame(runs, plan)
+requests = with_label(requests_frame(runs, plan))
 tables = Path(tables_dir)
 figures = Path(figures_dir)
 figures.mkdir(parents=True, exist_ok=True)
@@ -87,21 +88,25 @@ by_class.select(
 # ## Percentiles per variant
 
 # %%
-long = by_variant.unpivot(
-    index=["experiment", "variant"],
-    on=[f"{lat}_p{p}" for lat in LATENCIES for p in (50, 90, 99)],
-    variable_name="stat",
-    value_name="seconds",
-).with_columns(
-    pl.col("stat").str.extract(r"^(\w+?)_s_").alias("metric"),
-    pl.col("stat").str.extract(r"_(p\d+)$").alias("percentile"),
+long = (
+    with_label(by_variant)
+    .unpivot(
+        index=["experiment", "variant", "label"],
+        on=[f"{lat}_p{p}" for lat in LATENCIES for p in (50, 90, 99)],
+        variable_name="stat",
+        value_name="seconds",
+    )
+    .with_columns(
+        pl.col("stat").str.extract(r"^(\w+?)_s_").alias("metric"),
+        pl.col("stat").str.extract(r"_(p\d+)$").alias("percentile"),
+    )
 )
 if long.height and long["seconds"].drop_nulls().len():
     grid = sns.catplot(
         data=to_pandas(long.drop_nulls("seconds")),
         x="percentile",
         y="seconds",
-        hue="variant",
+        hue="label",
         col="metric",
         kind="bar",
         sharey=False,
@@ -119,7 +124,7 @@ if long.height and long["seconds"].drop_nulls().len():
 ok = requests.filter(pl.col("error").is_null() & pl.col("ttft_s").is_not_null())
 if ok.height:
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    sns.ecdfplot(data=to_pandas(ok), x="ttft_s", hue="variant", ax=ax)
+    sns.ecdfplot(data=to_pandas(ok), x="ttft_s", hue="label", ax=ax)
     ax.set_xscale("log")
     ax.set_xlabel("TTFT (s)")
     fig.tight_layout()
@@ -136,7 +141,7 @@ if ok.height:
         data=to_pandas(ok.with_columns(pl.col("route_class").fill_null("UNCLASSIFIED"))),
         x="route_class",
         y="ttft_s",
-        hue="variant",
+        hue="label",
         ax=ax,
         showfliers=False,
     )

@@ -42,12 +42,13 @@ from agentic_kvc.analysis.tables import (
     to_pandas,
     token_load_per_instance,
     token_load_summary,
+    with_label,
     write_table,
 )
 
 runs, plan = open_runs(results_dir, archive_dir, plan_path)
 requests = requests_frame(runs, plan)
-samples = samples_frame(runs, plan)
+samples = with_label(samples_frame(runs, plan))
 tables = Path(tables_dir)
 figures = Path(figures_dir)
 figures.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,7 @@ load
 
 # %%
 sample_summary = write_table(
-    samples.group_by(["run_id", "variant", "instance"])
+    samples.group_by(["run_id", "experiment", "variant", "instance"])
     .agg(
         pl.len().alias("samples"),
         pl.col("running").mean().alias("running_mean"),
@@ -86,10 +87,10 @@ sample_summary
 if per_instance.height:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     sns.barplot(
-        data=to_pandas(per_instance),
+        data=to_pandas(with_label(per_instance)),
         x="instance",
         y="tokens",
-        hue="variant",
+        hue="label",
         ax=ax,
         errorbar=("pi", 100),  # bars: mean over seeds; whiskers: min..max over seeds
     )
@@ -99,18 +100,19 @@ if per_instance.height:
     plt.close(fig)
 
 # %% [markdown]
-# ## Running requests per instance over time (first seed of each variant)
+# ## Running requests per instance over time (first seed of each experiment's variant)
 
 # %%
 if samples.height and samples["running"].drop_nulls().len():
-    first = samples.group_by("variant").agg(pl.col("run_id").min()).get_column("run_id")
+    first = samples.group_by("label").agg(pl.col("run_id").min()).get_column("run_id")
     shown = samples.filter(pl.col("run_id").is_in(first.to_list()))
     grid = sns.relplot(
         data=to_pandas(shown),
         x="t",
         y="running",
         hue="instance",
-        col="variant",
+        col="label",
+        col_wrap=4,
         kind="line",
         height=3,
         aspect=1.4,

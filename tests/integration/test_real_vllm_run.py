@@ -1,6 +1,6 @@
 """`akvc run` with `backend: vllm` on real engines: fleet + proxy + replay + samples + teardown.
 
-The CLI is run as a user would run it (a subprocess), on the small real config shrunk to three
+The CLI is run as a user would run it (a subprocess), on the small real config shrunk to five
 sessions, so this is the same path `make report` takes for its real-vLLM experiment.
 """
 
@@ -43,7 +43,7 @@ def test_backend_vllm_run_writes_records_samples_manifest(tiny_model, tmp_path) 
         "--results",
         str(tmp_path),
         "--set",
-        "workload.generator.sessions=3",
+        "workload.generator.sessions=5",
         "--set",
         "policy.name=unified",
     ]
@@ -75,7 +75,7 @@ def test_backend_vllm_run_writes_records_samples_manifest(tiny_model, tmp_path) 
         assert r["ttft_s"] > 0 and r["e2e_s"] >= r["ttft_s"]
         assert r["policy"] == "unified" and r["route_class"] and r["reason"]
         assert r["t_prefill_sent"] is not None and r["decode_instance"] in (0, 1)
-    later = [r for r in recs if r["turn"] > 0]
+    later = [r for r in recs if r["turn"] > 0]  # one session of six turns
     assert later and sum(r["cached_tokens"] for r in later) > 0  # engines reported hits
 
     # instances.jsonl: samples of both engines over the run; counters saw the traffic.

@@ -59,3 +59,14 @@ def test_a_hash_stays_cached_while_any_block_holds_it() -> None:
     pool.release(b)
     pool.allocate(1)
     assert pool.count_hit([5]) == 0 and not pool.dups
+
+
+def test_never_used_blocks_go_before_freed_cached_ones() -> None:
+    pool = BlockPool(num_blocks=4, block_size=16)
+    a = pool.allocate(1)
+    pool.cache(a, [42])
+    pool.release(a)
+    assert pool.num_free == 4
+    assert pool.allocate(3) == [1, 2, 3]  # the queue's head: blocks never used
+    assert pool.count_hit([42]) == 1
+    assert pool.allocate(1) == a and pool.count_hit([42]) == 0

@@ -76,7 +76,9 @@ def token_load_per_instance(requests: pl.DataFrame) -> pl.DataFrame:
     work = ok.group_by(["run_id", pl.col("prefill_instance").alias("instance")]).agg(
         (pl.col("input_tokens") - pl.col("cached_tokens").fill_null(0)).sum().alias("tokens")
     )
-    runs = requests.select("run_id", "variant", "policy", "seed", "instances").unique()
+    runs = requests.select(
+        "run_id", "experiment", "variant", "policy", "seed", "instances"
+    ).unique()
     grid = runs.with_columns(pl.int_ranges(0, pl.col("instances")).alias("instance")).explode(
         "instance"
     )
@@ -90,7 +92,7 @@ def token_load_per_instance(requests: pl.DataFrame) -> pl.DataFrame:
 def token_load_summary(per_instance: pl.DataFrame) -> pl.DataFrame:
     """Per run: max and min computed tokens over instances and their ratio (null if min is 0)."""
     return (
-        per_instance.group_by(["run_id", "variant", "policy", "seed"])
+        per_instance.group_by(["run_id", "experiment", "variant", "policy", "seed"])
         .agg(
             pl.col("tokens").max().alias("tokens_max"),
             pl.col("tokens").min().alias("tokens_min"),
@@ -128,6 +130,14 @@ def sim_vs_real(requests: pl.DataFrame) -> pl.DataFrame:
         for s in TWIN_STATS
     ]
     return joined.with_columns(errors).sort(["experiment", "variant", "seed"])
+
+
+def with_label(df: pl.DataFrame) -> pl.DataFrame:
+    """Add `label` = "experiment: variant", what figures colour by: one variant name (e.g.
+    round_robin) can belong to several experiments, which must not be pooled."""
+    return df.with_columns(
+        pl.concat_str([pl.col("experiment"), pl.col("variant")], separator=": ").alias("label")
+    )
 
 
 def to_pandas(df: pl.DataFrame):  # type: ignore[no-untyped-def]

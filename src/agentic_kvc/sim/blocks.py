@@ -34,18 +34,22 @@ class BlockPool:
         # hash cached while any block holds it, and so must we, or the prefix-closure below
         # would break.
         self.dups: dict[int, list[int]] = {}
-        # Insertion order is eviction order (head = least recently freed).
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # The free queue. vLLM's starts with every block in id order and appends freed blocks
+        # at its tail, so never-used blocks are always its head: they are kept as a count
+        # (ids `next_fresh` and up), which spares building a queue of a million blocks per
+        # instance. `free` holds the freed ones; insertion order is eviction order.
+        self.next_fresh = 0
+        self.free: OrderedDict[int, None] = OrderedDict()
         self.evictions = 0  # cached blocks reused for other content
 
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return len(self.free) + self.num_blocks - self.next_fresh
 
     @property
     def usage(self) -> float:
         """vLLM's kv_cache_usage: the fraction of blocks not in the free queue."""
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def count_hit(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
         """Length in blocks of the longest cached prefix of `hashes`.
@@ -88,17 +92,19 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks from the head of the free queue (caller checked `num_free`)."""
+        fresh = min(n, self.num_blocks - self.next_fresh)
+        out = list(range(self.next_fresh, self.next_fresh + fresh))
+        self.next_fresh += fresh
         hash_of, cached, dups = self.hash_of, self.cached, self.dups
         popitem = self.free.popitem
-        out = []
         evicted = 0
-        for _ in range(n):
+        for _ in range(n - fresh):
             b = popitem(last=False)[0]
             h = hash_of[b]
             if h is not None:  # reusing a cached block: its content leaves the cache
                 hash_of[b] = None
-                if h in dups:
-                    evicted += self._uncache_dup(b, h)
+                if h in dups:  # another block still holds h: it stays cached
+                    self._uncache_dup(b, h)
                 else:
                     del cached[h]
                     evicted += 1
@@ -109,8 +115,8 @@ class BlockPool:
         self.evictions += evicted
         return out
 
-    def _uncache_dup(self, b: int, h: int) -> int:
-        """Drop block b from hash h's holders; 1 if h left the cache (never: others hold it)."""
+    def _uncache_dup(self, b: int, h: int) -> None:
+        """Drop block b from the holders of hash h, which another block keeps cached."""
         others = self.dups[h]
         if self.cached[h] == b:
             self.cached[h] = others.pop()
@@ -118,7 +124,6 @@ class BlockPool:
             others.remove(b)
         if not others:
             del self.dups[h]
-        return 0
 
     def cache(self, block_ids: Sequence[int], hashes: Sequence[int]) -> None:
         """Make full blocks findable by their hashes (pairwise)."""
