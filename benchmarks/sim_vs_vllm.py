@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -105,8 +107,13 @@ def compare(instances: int, results: Path, log: Any) -> dict[str, Any]:
     for backend in ("vllm", "sim"):
         cfg = config_for(instances, backend)
         t0 = time.monotonic()
-        run_dir = execute(cfg, results, log=log)
+        # Real runs are kept (a rerun reuses them); simulated ones are redone every time because
+        # the profile, which the run_id does not hash, may have been recalibrated.
+        root = results if backend == "vllm" else Path(tempfile.mkdtemp(prefix="akvc-sim-"))
+        run_dir = execute(cfg, root, log=log)
         runs[backend] = {**run_stats(run_dir), "wall_s": round(time.monotonic() - t0, 2)}
+        if backend == "sim":
+            shutil.rmtree(root)
         if backend == "vllm":
             runs[backend]["prefix_hits_vllm_counters"] = engine_hits(run_dir)
     real, sim = runs["vllm"], runs["sim"]

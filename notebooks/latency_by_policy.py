@@ -42,12 +42,11 @@ from agentic_kvc.analysis.tables import (
     latency_summary,
     route_class_summary,
     to_pandas,
-    with_label,
     write_table,
 )
 
 runs, plan = open_runs(results_dir, archive_dir, plan_path)
-requests = with_label(requests_frame(runs, plan))
+requests = requests_frame(runs, plan)
 tables = Path(tables_dir)
 figures = Path(figures_dir)
 figures.mkdir(parents=True, exist_ok=True)
@@ -86,66 +85,76 @@ by_class.select(
 
 # %% [markdown]
 # ## Percentiles per variant
+#
+# One row of panels per experiment: experiments differ in scale by orders of magnitude (a
+# tiny CPU model vs a simulated GPU fleet), so each gets its own axes.
 
 # %%
-long = (
-    with_label(by_variant)
-    .unpivot(
-        index=["experiment", "variant", "label"],
-        on=[f"{lat}_p{p}" for lat in LATENCIES for p in (50, 90, 99)],
-        variable_name="stat",
-        value_name="seconds",
-    )
-    .with_columns(
-        pl.col("stat").str.extract(r"^(\w+?)_s_").alias("metric"),
-        pl.col("stat").str.extract(r"_(p\d+)$").alias("percentile"),
-    )
+long = by_variant.unpivot(
+    index=["experiment", "variant"],
+    on=[f"{lat}_p{p}" for lat in LATENCIES for p in (50, 90, 99)],
+    variable_name="stat",
+    value_name="seconds",
+).with_columns(
+    pl.col("stat").str.extract(r"^(\w+?)_s_").alias("metric"),
+    pl.col("stat").str.extract(r"_(p\d+)$").alias("percentile"),
 )
 if long.height and long["seconds"].drop_nulls().len():
     grid = sns.catplot(
         data=to_pandas(long.drop_nulls("seconds")),
         x="percentile",
         y="seconds",
-        hue="label",
+        hue="variant",
         col="metric",
+        row="experiment",
         kind="bar",
         sharey=False,
-        height=3.2,
-        aspect=1.1,
+        height=2.8,
+        aspect=1.2,
     )
-    grid.set_titles("{col_name}")
-    grid.savefig(figures / "latency_percentiles.png", dpi=120)
+    grid.set_titles("{row_name}: {col_name}")
+    grid.savefig(figures / "latency_percentiles.png", dpi=110)
     plt.close("all")
 
 # %% [markdown]
-# ## TTFT distribution per variant (ECDF)
+# ## TTFT distribution per variant (ECDF), one panel per experiment
 
 # %%
 ok = requests.filter(pl.col("error").is_null() & pl.col("ttft_s").is_not_null())
 if ok.height:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    sns.ecdfplot(data=to_pandas(ok), x="ttft_s", hue="label", ax=ax)
-    ax.set_xscale("log")
-    ax.set_xlabel("TTFT (s)")
-    fig.tight_layout()
-    fig.savefig(figures / "ttft_ecdf.png", dpi=120)
-    plt.close(fig)
+    grid = sns.displot(
+        data=to_pandas(ok),
+        x="ttft_s",
+        hue="variant",
+        col="experiment",
+        kind="ecdf",
+        log_scale=True,
+        height=3,
+        aspect=1.2,
+        facet_kws={"sharex": False},
+    )
+    grid.set_axis_labels("TTFT (s)", "share of requests")
+    grid.savefig(figures / "ttft_ecdf.png", dpi=110)
+    plt.close("all")
 
 # %% [markdown]
-# ## TTFT by route class
+# ## TTFT by route class, one panel per experiment
 
 # %%
 if ok.height:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    sns.boxplot(
+    grid = sns.catplot(
         data=to_pandas(ok.with_columns(pl.col("route_class").fill_null("UNCLASSIFIED"))),
         x="route_class",
         y="ttft_s",
-        hue="label",
-        ax=ax,
+        hue="variant",
+        col="experiment",
+        kind="box",
         showfliers=False,
+        sharex=False,
+        sharey=False,
+        height=3,
+        aspect=1.4,
     )
-    ax.set_ylabel("TTFT (s)")
-    fig.tight_layout()
-    fig.savefig(figures / "ttft_by_route_class.png", dpi=120)
-    plt.close(fig)
+    grid.set_axis_labels("route class", "TTFT (s)")
+    grid.savefig(figures / "ttft_by_route_class.png", dpi=110)
+    plt.close("all")

@@ -85,19 +85,22 @@ sample_summary
 
 # %%
 if per_instance.height:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    sns.barplot(
-        data=to_pandas(with_label(per_instance)),
+    grid = sns.catplot(
+        data=to_pandas(per_instance),
         x="instance",
         y="tokens",
-        hue="label",
-        ax=ax,
+        hue="variant",
+        col="experiment",
+        kind="bar",
         errorbar=("pi", 100),  # bars: mean over seeds; whiskers: min..max over seeds
+        sharex=False,
+        sharey=False,
+        height=3,
+        aspect=1.3,
     )
-    ax.set_ylabel("prompt tokens computed")
-    fig.tight_layout()
-    fig.savefig(figures / "token_load_per_instance.png", dpi=120)
-    plt.close(fig)
+    grid.set_axis_labels("instance", "prompt tokens computed")
+    grid.savefig(figures / "token_load_per_instance.png", dpi=110)
+    plt.close("all")
 
 # %% [markdown]
 # ## Running requests per instance over time (first seed of each experiment's variant)

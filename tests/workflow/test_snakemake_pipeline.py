@@ -70,6 +70,7 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
         StorageSettings,
     )
 
+    cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
     ids = _planned_ids(pipeline)
     assert len(ids) >= 2
     # One planned run is archived (made on hardware we lack): it must be read, not run.
@@ -78,6 +79,11 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
     for f in ("config.json", "requests.jsonl", "instances.jsonl", "summary.json"):
         (archived / f).write_text("{}\n")
     (archived / "manifest.json").write_text(json.dumps({"complete": True}))
+    # Simulator profile data: a calibrated file for cpu-tiny, an operator table for GPUs.
+    data = pipeline / "src/agentic_kvc/sim/profiles/data"
+    data.mkdir(parents=True)
+    (data / "cpu-tiny.json").write_text("{}")
+    (data / "h100_ops.csv").write_text("op\n")
 
     monkeypatch.chdir(pipeline)
     with SnakemakeApi(OutputSettings(dryrun=True, quiet={Quietness.ALL})) as api:
@@ -95,7 +101,20 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
     for job in jobs:
         by_rule.setdefault(job.rule.name, []).append(job)
     assert sorted(j.wildcards["run_id"] for j in by_rule["akvc_run"]) == sorted(ids[1:])
-    cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
+    # Simulated runs depend on the profile data they use (a recalibration reruns them); real
+    # runs on none.
+    plan = {r.run_id: r for r in expand(cfg["experiments"], pipeline).runs}
+    for job in by_rule["akvc_run"]:
+        run = plan[job.wildcards["run_id"]]
+        expected = {
+            ("sim", "cpu-tiny"): ["src/agentic_kvc/sim/profiles/data/cpu-tiny.json"],
+            ("sim", "h20"): ["src/agentic_kvc/sim/profiles/data/h100_ops.csv"],
+        }.get((run.backend, run.hardware), [])
+        assert list(map(str, job.input)) == expected, run
+    assert {(r.backend, r.hardware) for r in plan.values()} >= {
+        ("sim", "h20"),
+        ("vllm", "cpu-tiny"),
+    }
     assert sorted(j.wildcards["notebook"] for j in by_rule["notebook"]) == sorted(cfg["notebooks"])
     assert {"latency_by_policy", "load_balance"} <= set(cfg["notebooks"])
     assert len(by_rule["render_report"]) == 1 and len(by_rule["plan"]) == 1

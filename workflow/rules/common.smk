@@ -39,3 +39,22 @@ def override_flags(wildcards):
 
 def run_resource(name, default):
     return lambda wildcards: PLAN.first(wildcards.run_id).resources.get(name, default)
+
+
+# The simulator's measured profile data are not part of a run's config, so run_id does not
+# change when they are remeasured. As inputs of simulated runs, a remeasurement reruns the runs
+# that use it (by mtime): a calibrated profile `<hardware>.json` (e.g. cpu-tiny.json, written by
+# `akvc calibrate`) for its hardware, else the measured operator tables (*.csv) GPU profiles are
+# composed or derived from. Real runs do not depend on them.
+SIM_PROFILE_DIR = Path("src/agentic_kvc/sim/profiles/data")
+
+
+def sim_profile_inputs(wildcards):
+    run = PLAN.first(wildcards.run_id)
+    if run.backend != "sim":
+        return []
+    calibrated = SIM_PROFILE_DIR / f"{run.hardware}.json"
+    if Path(workflow.basedir, calibrated).is_file():
+        return [str(calibrated)]
+    tables = Path(workflow.basedir, SIM_PROFILE_DIR).glob("*.csv")
+    return sorted(str(SIM_PROFILE_DIR / p.name) for p in tables)

@@ -1,7 +1,8 @@
 # One job per planned run: `akvc run BASE --set ... --results RESULTS`.
-# No inputs on purpose: the run_id already hashes the whole resolved config, so the only
-# reason to rerun is a missing output (e.g. a deleted requests.jsonl). `akvc run` itself clears
-# an incomplete run directory and redoes it, and is a no-op on a complete one.
+# The run_id already hashes the whole resolved config, so the config files are not inputs; a
+# run is redone when an output is missing (e.g. a deleted requests.jsonl) or, for simulated
+# runs, when the simulator's profile data change. `akvc run` itself clears an incomplete run
+# directory and redoes it, and is a no-op on a complete one.
 
 
 rule plan:
@@ -22,6 +23,8 @@ rule plan:
 
 rule akvc_run:
     """Run one resolved config into results/runs/<run_id>/ (any backend: sim or vllm)."""
+    input:
+        sim_profile_inputs,
     output:
         requests=f"{RESULTS}/runs/{{run_id}}/requests.jsonl",
         instances=f"{RESULTS}/runs/{{run_id}}/instances.jsonl",

@@ -42,6 +42,7 @@ class PlannedRun:
     # and `mem_mb`, from the experiment's `resources` or derived from the config.
     resources: dict[str, int]
     archived: bool = False  # a complete copy exists under the archive dir: read, don't run
+    hardware: str = ""  # fleet.hardware (the simulator's profile data a sim run depends on)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -144,6 +145,7 @@ def expand_experiment(
                 seed=cfg.seed,
                 resources=_resources_for(cfg, exp.get("resources") or {}),
                 archived=archive is not None and is_complete(archive / run_id),
+                hardware=cfg.fleet.hardware,
             )
         )
     return out

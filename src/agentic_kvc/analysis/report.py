@@ -94,7 +94,8 @@ def variant_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
     lat = latency_summary(requests, ["experiment", "variant"])
     seeds = requests.group_by(["experiment", "variant"]).agg(pl.col("run_id").n_unique().alias("n"))
     rows = []
-    for row in lat.join(seeds, on=["experiment", "variant"]).iter_rows(named=True):
+    joined = lat.join(seeds, on=["experiment", "variant"]).sort(["experiment", "variant"])
+    for row in joined.iter_rows(named=True):
         rows.append(
             {
                 "experiment": row["experiment"],
@@ -191,10 +192,24 @@ def provenance_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
     return rows
 
 
+# Flags that differ between instances of one fleet by construction (their addresses).
+_PER_INSTANCE_FLAGS = ("--host", "--port")
+
+
 def _engine_flags(argv: list[str]) -> str:
-    """The engine's command-line flags (from the first `--flag`), without the launcher part."""
-    flags = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
-    return " ".join(argv[flags:])
+    """The engine's command-line flags (from the first `--flag`), without the launcher part
+    and the per-instance address, so a fleet started alike shows one flag set."""
+    start = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    out: list[str] = []
+    skip = False
+    for arg in argv[start:]:
+        if skip:
+            skip = False
+        elif arg in _PER_INSTANCE_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{f}=" for f in _PER_INSTANCE_FLAGS)):
+            out.append(arg)
+    return " ".join(out)
 
 
 def real_run_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:

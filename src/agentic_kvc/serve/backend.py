@@ -23,6 +23,12 @@ from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import ReplaySettings, TokenFn, replay_async
 from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.runs import BackendResult
+from agentic_kvc.serve.device import detect_device
+from agentic_kvc.serve.kv_connectors import (
+    kv_launch_for_run,
+    may_disaggregate,
+    warm_nixl_pairs,
+)
 from agentic_kvc.serve.launcher import VllmFleet
 from agentic_kvc.serve.sampler import InstanceSampler
 from agentic_kvc.serve.services import ProxyProcess
@@ -120,8 +126,24 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
     if config.fleet.roles is not None:
         for role in config.fleet.roles:
             proxy_args += ["--role", role]
+    # PD-capable policies need a KV connector on every engine; the exact view needs KV events.
+    kv = kv_launch_for_run(
+        config.policy.name,
+        config.policy.params,
+        config.policy.cache_view,
+        config.fleet.instances,
+        config.fleet.roles,
+        detect_device(device_for(config)),
+    )
+    kv_plan: dict[str, Any] = {}
+    if kv is not None:
+        kv_plan = {"per_instance_args": kv.args, "per_instance_env": kv.env}
+        for endpoint in kv.events_endpoints:
+            proxy_args += ["--kv-events", endpoint]
     t_setup = time.monotonic()
-    with VllmFleet.from_config(config.fleet, logs, device_for(config)) as fleet:
+    with VllmFleet.from_config(config.fleet, logs, device_for(config), **kv_plan) as fleet:
+        if kv is not None and may_disaggregate(config.policy.name, config.policy.params):
+            warm_nixl_pairs(fleet.urls, fleet.model_name, [i.role for i in kv.instances])
         tokens = token_fn(Path(fleet.plan.model))
         with ProxyProcess(
             fleet.urls,

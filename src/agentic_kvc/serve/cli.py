@@ -113,7 +113,8 @@ def vllm_cmd(
 
     Values may use {index}, {port}, {core}, {gpu}. Prints each URL when all answer /health.
     """
-    from agentic_kvc.serve.launcher import LaunchError, VllmFleet, plan_fleet
+    from agentic_kvc.serve.device import detect_device
+    from agentic_kvc.serve.launcher import CPU_BLOCK_MULTIPLE, LaunchError, VllmFleet, plan_fleet
     from agentic_kvc.serve.services import ProxyProcess, RedisServer, ServiceError
 
     fleet_cfg, policy_name, policy_params = FleetConfig(), "round_robin", {}
@@ -136,6 +137,8 @@ def vllm_cmd(
         }.items()
         if v is not None
     }
+    if block_size is None and config_file is None and detect_device(device) == "cpu":
+        updates["block_size"] = CPU_BLOCK_MULTIPLE  # the fleet default (16) fails on CPU
     try:
         fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
         plan = plan_fleet(

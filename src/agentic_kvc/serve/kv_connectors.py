@@ -167,3 +167,60 @@ def kv_launch(
             env["PYTHONHASHSEED"] = HASH_SEED
         out.instances.append(info)
     return out
+
+
+# Policies whose decisions may put prefill and decode on different instances.
+OFFLOAD_POLICIES = frozenset(["elastic", "static_pd", "conditional_disagg"])
+
+
+def may_disaggregate(policy: str, params: dict[str, Any]) -> bool:
+    """Whether a run's policy can return PD decisions (so its engines need a KV connector)."""
+    return policy in OFFLOAD_POLICIES or (policy == "adaptive" and params.get("version") == 2)
+
+
+def kv_launch_for_run(
+    policy: str,
+    params: dict[str, Any],
+    cache_view: str,
+    n_instances: int,
+    roles: Sequence[Role] | None = None,
+    device: str = "cpu",
+    connector: ConnectorName = "nixl",
+) -> KVLaunch | None:
+    """The KV flags a real run needs: a connector if its policy may offload, KV events if it
+    routes by the exact view; None when it needs neither."""
+    offload = may_disaggregate(policy, params)
+    events = cache_view == "exact"
+    if not (offload or events):
+        return None
+    return kv_launch(n_instances, connector if offload else None, roles, device, events)
+
+
+def warm_nixl_pairs(
+    urls: Sequence[str],
+    model: str,
+    roles: Sequence[KVRole | None] | None = None,
+    prompt: Sequence[int] = tuple(range(100, 164)),
+) -> None:
+    """One NIXL exchange per ordered pair of instances, straight to the engines.
+
+    NIXL connects a P-D pair on its first transfer; on a loaded CPU machine that took over
+    10 s, long enough for P to drop the blocks it held for D and for D's request to fail. Runs
+    and tests measure transfers, not that one-off handshake, so they warm every pair first.
+    """
+    import httpx
+
+    from agentic_kvc.proxy import pd
+
+    body = {"model": model, "prompt": list(prompt), "max_tokens": 2, "temperature": 0}
+    with httpx.Client(timeout=300) as client:
+        for p, p_url in enumerate(urls):
+            for d, d_url in enumerate(urls):
+                # A consumer never prefills for others, a producer never pulls.
+                if p == d or (roles and (roles[p] == "kv_consumer" or roles[d] == "kv_producer")):
+                    continue
+                ans = client.post(p_url + "/v1/completions", json=pd.prefill_body(body))
+                ans.raise_for_status()
+                params = ans.json().get("kv_transfer_params")
+                d_body = pd.decode_body(body, "nixl", params)
+                client.post(d_url + "/v1/completions", json=d_body).raise_for_status()

