@@ -151,6 +151,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/bench/sim_vs_vllm.json"))
     ap.add_argument("--results", type=Path, default=Path("results"))
     ap.add_argument("--instances", type=int, nargs="+", default=[1, 2])
+    ap.add_argument(
+        "--baseline-results",
+        type=Path,
+        default=None,
+        help="Results root of an earlier real run of the same configs: reported as the real "
+        "engine's run-to-run variation (the noise floor of the comparison).",
+    )
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     prof = get_profile("cpu-tiny", "tiny")
@@ -164,6 +171,19 @@ def main() -> None:
             + f"; hits sim {case['prefix_hits']['sim_records']} vs vLLM "
             f"{case['prefix_hits']['vllm_counters']}"
         )
+        if args.baseline_results is not None:
+            base_dir = args.baseline_results / "runs" / config_for(n, "vllm").run_id()
+            if (base_dir / "requests.jsonl").is_file():
+                base = run_stats(base_dir)
+                case["real_vs_real_rel"] = {
+                    f"{k[:-2]}_p{q}_s": (
+                        base[f"{k[:-2]}_p{q}_s"] - case["vllm"][f"{k[:-2]}_p{q}_s"]
+                    )
+                    / case["vllm"][f"{k[:-2]}_p{q}_s"]
+                    for k, q in METRICS
+                }
+                case["real_baseline"] = base
+                log(f"{n} instance(s): real vs real {case['real_vs_real_rel']}")
         cases.append(case)
     doc = {
         "benchmark": "sim_vs_vllm",

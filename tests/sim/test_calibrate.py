@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.sim.calibrate import Measurement, Plan, fit
+from agentic_kvc.sim.calibrate import Measurement, Plan, fit, refit
 from agentic_kvc.sim.profiles import load_cpu_profile
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost
 
@@ -62,6 +62,31 @@ def test_fit_never_returns_negative_coefficients() -> None:
     assert result.cost.per_token_s == pytest.approx(flat.per_token_s, rel=0.15)
 
 
+def test_a_disturbed_probe_is_excluded_and_reported() -> None:
+    probes = synthetic(TRUE, noise=0.02, seed=4)
+    m = probes[1]
+    probes[1] = Measurement(m.kind, m.prefill_chunks, 0, 0, m.seconds * 6)  # a stalled probe
+    result = fit(probes)
+    assert [r["excluded"] for r in result.residuals].count(True) == 1
+    assert result.residuals[1]["excluded"]
+    assert result.summary()["excluded_outliers"] == 1
+    assert result.cost.per_token_s == pytest.approx(TRUE.per_token_s, rel=0.1)
+
+
+def test_refit_recomputes_a_profile_file_from_its_probes(tmp_path: Path) -> None:
+    result = fit(synthetic(TRUE, noise=0.02, seed=5))
+    path = tmp_path / "cpu.json"
+    stale = {name: 1.0 for name in FEATURES}
+    doc = {"coefficients": stale, "residuals": result.residuals, "kv_bytes_per_token": 1024}
+    path.write_text(json.dumps(doc))
+    out = refit(path)
+    assert out["coefficients"] == result.cost.as_dict()
+    assert json.loads(path.read_text())["coefficients"] == result.cost.as_dict()
+    path.write_text(json.dumps({"residuals": [{"kind": "prefill"}]}))
+    with pytest.raises(ValueError, match="field 'residuals'"):
+        refit(path)
+
+
 def test_fit_rejects_unidentifiable_probes() -> None:
     only_decode = [m for m in synthetic(TRUE) if m.kind == "decode"]
     with pytest.raises(ValueError, match="both prefill and decode"):
@@ -107,7 +132,8 @@ def test_calibrate_against_the_real_cpu_engine(tmp_path: Path, tiny_model: Path)
     prof = load_cpu_profile(out)
     assert doc["vllm_version"] and doc["machine"]["cpu"] is not None
     assert prof.kv_capacity_tokens == doc["engine"]["num_gpu_blocks"] * doc["engine"]["block_size"]
-    # A real engine: prefill grows with length, and the fit follows the probes it was fitted on.
+    # A real engine: 3k-token prefills cost far more than 64-token ones (even on a busy core),
+    # and the fit follows the probes it was fitted on.
     prefill = [r["measured_s"] for r in doc["residuals"] if r["kind"] == "prefill"]
-    assert prefill == sorted(prefill) and prefill[-1] > 2 * prefill[0]
+    assert prefill[-1] > 2 * prefill[0]
     assert doc["fit"]["mean_abs_rel_error"] < 0.3

@@ -34,6 +34,7 @@ import numpy as np
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
 from agentic_kvc.sim.profiles.models import get_model
 
+OUTLIER_REL_ERROR = 0.6  # a probe this far off the first fit is treated as disturbed
 # Token ids for prompts: above the tiny tokenizer's special tokens, inside its vocabulary.
 TOKEN_LO, TOKEN_HI = 16, 8000
 
@@ -71,13 +72,15 @@ class Fit:
     residuals: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, float]:
-        rel = [abs(r["rel_error"]) for r in self.residuals]
+        used = [r for r in self.residuals if not r.get("excluded")]
+        rel = [abs(r["rel_error"]) for r in used]
         by_kind = {
-            kind: [abs(r["rel_error"]) for r in self.residuals if r["kind"] == kind]
+            kind: [abs(r["rel_error"]) for r in used if r["kind"] == kind]
             for kind in ("prefill", "decode")
         }
         out = {
             "points": float(len(rel)),
+            "excluded_outliers": float(len(self.residuals) - len(used)),
             "mean_abs_rel_error": statistics.fmean(rel) if rel else 0.0,
             "max_abs_rel_error": max(rel) if rel else 0.0,
         }
@@ -121,10 +124,18 @@ def fit(measurements: Sequence[Measurement]) -> Fit:
             raise ValueError(f"measurement {i} ({m.kind}): seconds must be > 0, got {m.seconds}")
     x = np.array([m.features() for m in measurements], dtype=float)
     y = np.array([m.seconds for m in measurements], dtype=float)
+    keep = np.ones(len(y), dtype=bool)
     coef = nnls_relative(x, y)
+    # One refit without gross outliers: a probe that another process stalled (a shared core)
+    # reads several times its neighbours and would drag every coefficient.
+    rel = np.abs(x @ coef - y) / y
+    outliers = rel > OUTLIER_REL_ERROR
+    if outliers.any() and len(y) - outliers.sum() >= len(FEATURES):
+        keep = ~outliers
+        coef = nnls_relative(x[keep], y[keep])
     cost = LinearStepCost(**{name: float(c) for name, c in zip(FEATURES, coef, strict=True)})
     residuals = []
-    for m in measurements:
+    for m, kept in zip(measurements, keep, strict=True):
         pred = cost.step_s(m.prefill_chunks, m.decode_batch, m.decode_kv_tokens)
         residuals.append(
             {
@@ -136,6 +147,7 @@ def fit(measurements: Sequence[Measurement]) -> Fit:
                 "predicted_s": pred,
                 "rel_error": (pred - m.seconds) / m.seconds,
                 "samples": m.samples,
+                "excluded": not bool(kept),
             }
         )
     return Fit(cost, residuals)
@@ -253,6 +265,37 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "load_avg_at_start": list(os.getloadavg()),
     }
+
+
+def measurements_from_doc(doc: dict[str, Any], where: str) -> list[Measurement]:
+    """The probes stored in a profile file's residuals (to refit without an engine)."""
+    try:
+        return [
+            Measurement(
+                r["kind"],
+                tuple((int(c), int(x)) for c, x in r["prefill_chunks"]),
+                int(r["decode_batch"]),
+                int(r["decode_kv_tokens"]),
+                float(r["measured_s"]),
+                int(r.get("samples", 1)),
+            )
+            for r in doc["residuals"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: field 'residuals': {exc!r}") from None
+
+
+def refit(path: Path) -> dict[str, Any]:
+    """Refit a profile file's coefficients from its stored probes (after a model change)."""
+    import json
+
+    from agentic_kvc.io import atomic_write_json
+
+    doc = json.loads(path.read_text())
+    result = fit(measurements_from_doc(doc, str(path)))
+    doc.update(coefficients=result.cost.as_dict(), fit=result.summary(), residuals=result.residuals)
+    atomic_write_json(path, doc)
+    return doc
 
 
 def calibrate(

