@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.sim.profiles import (
+    DATA,
     GIB,
     RESERVED_BYTES,
     get_profile,
@@ -49,10 +50,7 @@ def test_step_cost_grows_with_work(hardware: str, model: str) -> None:
 
 def test_h100_prefill_matches_the_operator_sum() -> None:
     """An 8k-token prefill at context 0 is layers x (linears + MoE + attention) + LM head."""
-    rows = load_ops_csv(
-        Path(__import__("agentic_kvc.sim.profiles", fromlist=["DATA"]).DATA)
-        / "h100_ops_profile.csv"
-    )
+    rows = load_ops_csv(DATA / "h100_ops_profile.csv")
     ms = {(r.op, r.m, r.ctx): r.ms for r in rows if r.model == "qwen3-30b-a3b"}
     per_layer = (
         sum(ms[(op, 8192, 0)] for op in ("qkv_proj", "o_proj", "router", "moe_ffn_grouped"))

@@ -56,7 +56,7 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Plan:
-    """What to probe. Defaults take about two minutes on one quiet core."""
+    """What to probe. Defaults take under a minute after start-up on one core."""
 
     prefill_lengths: tuple[int, ...] = (32, 256, 512, 1024, 2048, 3072, 3968)
     prefill_reps: int = 3

