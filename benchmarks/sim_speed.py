@@ -4,6 +4,8 @@ Runs the default agentic workload (config/runs/sim_agentic.yaml: generated agent
 sessions, closed loop) on 8 simulated instances, in this process (one core), for a few session
 counts and policies, and times `SimFleet.run` alone (workload generation excluded, reported
 apart). `--set` adds config overrides, e.g. another profile: --set fleet.hardware=h100.
+The `h20_agentic_base` scenario is the default report's base run
+(config/runs/sim_h20_agentic.yaml) as it stands, with its own 200 sessions.
 
     .venv/bin/python benchmarks/sim_speed.py --out results/bench/sim_speed.json
     .venv/bin/python benchmarks/sim_speed.py --scenarios default --sessions 16   # quick
@@ -25,6 +27,7 @@ from agentic_kvc.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "config" / "runs" / "sim_agentic.yaml"
+H20_BASE = REPO / "config" / "runs" / "sim_h20_agentic.yaml"
 GOAL = 1000.0
 
 
@@ -44,11 +47,15 @@ SCENARIOS = {
         "fleet.hardware=h20",
         "fleet.model=qwen3-coder-30b-a3b",
     ],
+    # The default report's base run, unchanged (its session count replaces --sessions).
+    "h20_agentic_base": [],
 }
+# Scenarios run from another base config than BASE, at that config's own session count.
+OWN_BASE = {"h20_agentic_base": H20_BASE}
 
 
-def measure(sets: list[str], repeats: int) -> dict:
-    config = load_config(BASE, sets)
+def measure(sets: list[str], repeats: int, base: Path = BASE) -> dict:
+    config = load_config(base, sets)
     t0 = time.perf_counter()
     workload = load_workload(config.workload, config.seed)
     gen_s = time.perf_counter() - t0
@@ -62,6 +69,7 @@ def measure(sets: list[str], repeats: int) -> dict:
     wall = min(walls)
     errors = sum(1 for r in fleet.records if r.error)
     return {
+        "base_config": str(base.relative_to(REPO)),
         "set": sets,
         "policy": config.policy.name,
         "sessions": len(workload.sessions),
@@ -104,26 +112,31 @@ def main() -> int:
         ap.error(f"--scenarios: unknown {unknown}; known: {sorted(SCENARIOS)}")
     for scenario in chosen:
         scenario_sets = SCENARIOS[scenario]
+        base = OWN_BASE.get(scenario, BASE)
+        counts: list[int | None] = (
+            [None] if scenario in OWN_BASE else [int(s) for s in args.sessions.split(",")]
+        )
         for policy in args.policies.split(","):
-            for n in (int(s) for s in args.sessions.split(",")):
+            for n in counts:
                 sets = [
                     f"fleet.instances={args.instances}",
-                    f"workload.generator.sessions={n}",
+                    *([] if n is None else [f"workload.generator.sessions={n}"]),
                     f"policy.name={policy}",
                     *scenario_sets,
                     *args.sets,
                 ]
                 row: dict = {"scenario": scenario, "sessions_asked": n, "policy": policy}
                 try:
-                    row.update(measure(sets, args.repeats))
+                    row.update(measure(sets, args.repeats, base))
                 except ValueError as exc:  # e.g. a profile not calibrated on this machine
                     row["error"] = str(exc)
                     rows.append(row)
-                    print(f"{scenario:17s} {policy:12s} {n:4d} sessions: {exc}")
+                    print(f"{scenario:17s} {policy:12s} {n or 0:4d} sessions: {exc}")
                     continue
                 rows.append(row)
                 print(
-                    f"{scenario:17s} {policy:12s} {n:4d} sessions {row['requests']:5d} requests: "
+                    f"{scenario:17s} {policy:12s} {row['sessions']:4d} sessions "
+                    f"{row['requests']:5d} requests: "
                     f"{row['simulated_s']:8.1f} sim s in {row['wall_s']:6.2f} wall s = "
                     f"{row['speedup']:7.0f}x, {row['events_per_s']:8.0f} events/s"
                     + (f" ({row['errors']} errors)" if row["errors"] else "")
@@ -137,6 +150,7 @@ def main() -> int:
             "base_config": str(BASE.relative_to(REPO)),
             "instances": args.instances,
             "scenarios": {c: SCENARIOS[c] for c in chosen},
+            "scenario_base_configs": {c: str(b.relative_to(REPO)) for c, b in OWN_BASE.items()},
             "extra_sets": args.sets,
             "repeats": args.repeats,
             "timed": "best wall time of SimFleet.run over the repeats (generation excluded)",

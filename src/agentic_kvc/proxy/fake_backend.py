@@ -152,6 +152,7 @@ class FakeVLLM:
                 choice = {"index": 0, "text": " tok"}
             choice["finish_reason"] = fin
             events.append(_event({**head, "object": obj, "choices": [choice]}))
+        n_content = len(events)
         opts = body.get("stream_options") or {}
         if opts.get("include_usage"):
             events.append(_event({**head, "object": obj, "choices": [], "usage": usage}))
@@ -159,7 +160,9 @@ class FakeVLLM:
         for i, ev in enumerate(events):
             if drop_after is not None and i >= int(drop_after):
                 raise FakeDrop("fake backend drops the connection mid-stream")
-            if delay and i:
+            # Like vLLM, the usage chunk and [DONE] follow the last token at once: pausing
+            # before them would charge a proxy that asks for usage one extra token gap.
+            if delay and 0 < i < n_content:
                 await asyncio.sleep(delay)
             await send({"type": "http.response.body", "body": ev, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

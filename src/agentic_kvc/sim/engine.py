@@ -61,10 +61,14 @@ class Seq:
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens
 
-    def block_hash(self, j: int) -> int:
-        if j < len(self.hashes):
-            return self.hashes[j]
-        return _SYNTHETIC + (self.uid << 32) + j  # generated tokens: unique to this request
+    def block_hashes(self, start: int, stop: int) -> list[int]:
+        """Hashes of blocks start..stop-1: the prompt's, then synthetic ones for generated
+        tokens (unique to this request, consecutive so a range builds them at C speed)."""
+        n_prompt = len(self.hashes)
+        if stop <= n_prompt:
+            return self.hashes[start:stop]
+        base = _SYNTHETIC + (self.uid << 32)
+        return self.hashes[start:n_prompt] + list(range(base + max(start, n_prompt), base + stop))
 
 
 @dataclass(slots=True)
@@ -125,14 +129,7 @@ class Instance:
         start = seq.n_cached_blocks
         if full <= start:
             return
-        n_prompt = len(seq.hashes)
-        if full <= n_prompt:
-            hashes = seq.hashes[start:full]
-        else:
-            hashes = seq.hashes[start:n_prompt] + [
-                seq.block_hash(j) for j in range(max(start, n_prompt), full)
-            ]
-        self.pool.cache(seq.blocks[start:full], hashes)
+        self.pool.cache(seq.blocks[start:full], seq.block_hashes(start, full))
         seq.n_cached_blocks = full
 
     def _grow(self, seq: Seq, n: int) -> bool:
@@ -156,11 +153,8 @@ class Instance:
     def _lookup(self, seq: Seq) -> list[int]:
         """Block ids of the cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
         max_blocks = (seq.num_tokens - 1) // self.bs
-        n_prompt = len(seq.hashes)
-        if max_blocks > n_prompt:  # a preempted request also looks up its generated blocks
-            hashes = seq.hashes + [seq.block_hash(j) for j in range(n_prompt, max_blocks)]
-        else:
-            hashes = seq.hashes
+        # A preempted request also looks up its generated blocks.
+        hashes = seq.block_hashes(0, max(max_blocks, len(seq.hashes)))
         out = self.pool.longest_hit(hashes, max_blocks)
         self.prefix_queries += seq.num_tokens
         self.prefix_hits += len(out) * self.bs
