@@ -452,9 +452,13 @@ class ProxyApp:
             await self._fail(send, path, rec, ticket, 504, "upstream timed out")
             return
         except CONNECTION_ERRORS as exc:
-            msg = self._backend_failed(target, exc, "dropped the request")
-            await self._fail(send, path, rec, ticket, 502, msg)
-            return
+            # No response byte reached the client yet (typically a pooled keep-alive connection
+            # to an engine that just died), so another backend can take the request.
+            rec.error = self._backend_failed(target, exc, "dropped the request")
+            if pd_done or rec.pd_fallback:
+                await self._fail(send, path, rec, ticket, 502, rec.error)
+                return
+            raise _Retry from exc
         prefill, decode = str(decision.prefill).encode(), str(decision.decode).encode()
         headers = [
             (b"content-type", resp.headers.get("content-type", "application/json").encode()),
