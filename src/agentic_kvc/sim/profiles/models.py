@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from agentic_kvc.serve.tiny_model import model_config as tiny_model_config
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,22 @@ class ModelShape:
     top_k: int = 0
     tied_embeddings: bool = False
     dtype_bytes: int = 2  # bf16
+
+    @classmethod
+    def from_hf_config(cls, name: str, cfg: Mapping[str, Any]) -> ModelShape:
+        """A dense model's shape from its Hugging Face `config.json` fields."""
+        return cls(
+            name,
+            name,
+            layers=cfg["num_hidden_layers"],
+            hidden=cfg["hidden_size"],
+            q_heads=cfg["num_attention_heads"],
+            kv_heads=cfg["num_key_value_heads"],
+            head_dim=cfg["head_dim"],
+            vocab=cfg["vocab_size"],
+            ffn=cfg["intermediate_size"],
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
 
     @property
     def is_moe(self) -> bool:
@@ -86,19 +106,8 @@ MODELS: dict[str, ModelShape] = {
             vocab=128_256,
             ffn=14_336,
         ),
-        # src/agentic_kvc/serve/tiny_model.py: the locally built CPU model.
-        ModelShape(
-            "tiny",
-            "tiny",
-            layers=2,
-            hidden=256,
-            q_heads=4,
-            kv_heads=2,
-            head_dim=64,
-            vocab=8192,
-            ffn=512,
-            tied_embeddings=True,
-        ),
+        # The locally built CPU model: its shape is read from the config the builder writes.
+        ModelShape.from_hf_config("tiny", tiny_model_config()),
     )
 }
 ALIASES = {"tiny-qwen2": "tiny", "qwen3-30b-a3b": "qwen3-coder-30b-a3b"}
