@@ -170,34 +170,32 @@ def _with_run(df: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame:
     )
 
 
+def _runs_frame(
+    runs: Iterable[RunDir], plan: Plan | None, file: str, schema: dict[str, Any]
+) -> pl.DataFrame:
+    """One row per line of each run's `file`, typed by `schema`, with the run's labels."""
+    frames = []
+    for run in runs:
+        path = run.path / file
+        rows = _frame(list(read_jsonl(path)), schema, path)
+        frames.append(_with_run(rows, run_labels(run, plan)))
+    if not frames:
+        return _with_run(_frame([], schema, Path("-")), _NO_RUN).clear()
+    return pl.concat(frames, how="vertical")
+
+
 def requests_frame(runs: Iterable[RunDir], plan: Plan | None = None) -> pl.DataFrame:
     """Every request record of `runs`, one row each, with the run's labels.
 
     `policy` is the run's configured policy (a record's own `policy` field may be empty for
     backends that leave it to the run).
     """
-    frames = []
-    for run in runs:
-        path = run.path / "requests.jsonl"
-        df = _frame(list(read_jsonl(path)), REQUEST_SCHEMA, path)
-        labels = run_labels(run, plan)
-        frames.append(_with_run(df, labels))
-    if not frames:
-        return _with_run(_frame([], REQUEST_SCHEMA, Path("-")), _NO_RUN).clear()
-    return pl.concat(frames, how="vertical")
+    return _runs_frame(runs, plan, "requests.jsonl", REQUEST_SCHEMA)
 
 
 def samples_frame(runs: Iterable[RunDir], plan: Plan | None = None) -> pl.DataFrame:
     """Every per-instance sample of `runs`, with the run's labels."""
-    frames = []
-    for run in runs:
-        path = run.path / "instances.jsonl"
-        df = _frame(list(read_jsonl(path)), SAMPLE_SCHEMA, path)
-        labels = run_labels(run, plan)
-        frames.append(_with_run(df, labels))
-    if not frames:
-        return _with_run(_frame([], SAMPLE_SCHEMA, Path("-")), _NO_RUN).clear()
-    return pl.concat(frames, how="vertical")
+    return _runs_frame(runs, plan, "instances.jsonl", SAMPLE_SCHEMA)
 
 
 def open_runs(
