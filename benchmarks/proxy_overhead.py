@@ -198,6 +198,20 @@ def proxy_routing_overhead(url: str) -> dict[str, float]:
     return out
 
 
+def added_ci(
+    through: list[float], direct: list[float], q: float, rng: np.random.Generator
+) -> list[float]:
+    """95% bootstrap interval (ms) of percentile q of `through` minus that of `direct`.
+
+    The engines' own tail makes a p99 difference noisy; the interval says how noisy."""
+    a, b = np.asarray(through) * 1e3, np.asarray(direct) * 1e3
+    reps = 1000
+    qa = np.percentile(a[rng.integers(0, len(a), (reps, len(a)))], q, axis=1)
+    qb = np.percentile(b[rng.integers(0, len(b), (reps, len(b)))], q, axis=1)
+    lo, hi = np.percentile(qa - qb, [2.5, 97.5])
+    return [round(float(lo), 3), round(float(hi), 3)]
+
+
 def pct(xs: list[float]) -> dict[str, float]:
     a = np.asarray(xs) * 1e3
     return {
@@ -220,7 +234,9 @@ def peer_version() -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO / "results/bench/proxy_overhead.json")
-    ap.add_argument("--requests", type=int, default=400, help="sequential requests per target/mode")
+    ap.add_argument(
+        "--requests", type=int, default=1500, help="sequential requests per target/mode"
+    )
     ap.add_argument("--warmup", type=int, default=30, help="unmeasured requests per target/mode")
     ap.add_argument("--tput-requests", type=int, default=640, help="requests per throughput run")
     ap.add_argument("--concurrency", type=int, default=64)
@@ -298,6 +314,7 @@ def main() -> None:
             if (i + 1) % 100 == 0:
                 print(f"{i + 1}/{args.requests} sequential rounds", file=sys.stderr)
         results: dict[str, Any] = {}
+        rng = np.random.default_rng(0)
         for name in targets:
             entry: dict[str, Any] = {}
             for mode in bodies:
@@ -307,6 +324,11 @@ def main() -> None:
                 base_first = pct([f for f, _t in lat["direct"][mode]])
                 total["added_p50_ms"] = total["p50_ms"] - base["p50_ms"]
                 total["added_p99_ms"] = total["p99_ms"] - base["p99_ms"]
+                if name != "direct":
+                    ts = [t for _f, t in lat[name][mode]]
+                    ds = [t for _f, t in lat["direct"][mode]]
+                    total["added_p50_ci95_ms"] = added_ci(ts, ds, 50, rng)
+                    total["added_p99_ci95_ms"] = added_ci(ts, ds, 99, rng)
                 # Paired: request i of this target ran right after request i of direct.
                 diffs = np.subtract(
                     [t for _f, t in lat[name][mode]], [t for _f, t in lat["direct"][mode]]
@@ -359,14 +381,19 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"{'target':26} {'mode':10} {'p50':>7} {'p99':>7} {'+p50':>7} {'+p99':>7}  req/s c64")
+    print(
+        f"{'target':26} {'mode':10} {'p50':>7} {'p99':>7} {'+p50':>7} {'+p99':>7}  "
+        f"{'+p50 95% CI':>16} {'+p99 95% CI':>16}  req/s c64"
+    )
     for name, entry in results.items():
         for mode in ("stream", "nonstream"):
             s = entry[mode]
             tp = entry[f"throughput_c{args.concurrency}_{mode}"]["req_per_s"]
+            ci50, ci99 = s.get("added_p50_ci95_ms", [0, 0]), s.get("added_p99_ci95_ms", [0, 0])
             print(
                 f"{name:26} {mode:10} {s['p50_ms']:7.3f} {s['p99_ms']:7.3f} "
-                f"{s['added_p50_ms']:7.3f} {s['added_p99_ms']:7.3f}  {tp:8.1f}"
+                f"{s['added_p50_ms']:7.3f} {s['added_p99_ms']:7.3f}  "
+                f"[{ci50[0]:6.2f},{ci50[1]:6.2f}] [{ci99[0]:6.2f},{ci99[1]:6.2f}]  {tp:8.1f}"
             )
     print(f"wrote {args.out}")
 
