@@ -49,6 +49,18 @@ def test_cpu_plan_pins_one_core_per_instance(tiny_model, monkeypatch) -> None:
     assert s0.argv[-2:] == ["--max-num-seqs", "7"] and "7" not in s2.argv
 
 
+def test_spare_cpu_cores_become_frontend_cores(tiny_model, monkeypatch) -> None:
+    monkeypatch.setattr("agentic_kvc.serve.launcher.allowed_cores", lambda: [0, 1, 2, 3])
+    plan = plan_fleet(FleetConfig(instances=2, block_size=32), "cpu")
+    assert [s.env["VLLM_CPU_OMP_THREADS_BIND"] for s in plan.specs] == ["0", "1"]
+    assert plan.frontend_cores == [2, 3]
+    assert all(s.frontend_cores == [2, 3] for s in plan.specs)
+    # as many instances as cores: nothing to spare, every process may run anywhere
+    full = plan_fleet(FleetConfig(instances=4, block_size=32), "cpu")
+    assert full.frontend_cores is None and full.specs[0].frontend_cores is None
+    assert any("no spare core" in n for n in full.notes)
+
+
 def test_cuda_plan_gives_one_gpu_each(tiny_model) -> None:
     plan = plan_fleet(FleetConfig(instances=2, gpu_memory_utilization=0.5), "cuda")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan.specs] == ["0", "1"]

@@ -47,3 +47,16 @@ def test_kill_simulates_a_crash(tmp_path: Path) -> None:
     assert proc.returncode() == -9
     proc.stop()
     assert proc.remaining() == set()
+
+
+def test_cpus_pin_the_process_and_its_children(tmp_path: Path) -> None:
+    import os
+
+    core = max(os.sched_getaffinity(0))
+    script = "sleep 300 & wait"  # the shell is pinned, and its child inherits that
+    proc = ManagedProcess("pin", ["sh", "-c", script], tmp_path / "p.log", cpus=[core]).start()
+    try:
+        assert _wait_for(lambda: len(related_pids(proc.pid)) >= 2)
+        assert all(os.sched_getaffinity(pid) == {core} for pid in related_pids(proc.pid))
+    finally:
+        proc.stop(grace_s=2.0)

@@ -23,7 +23,7 @@ from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import ReplaySettings, TokenFn, replay_async
 from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.runs import BackendResult
-from agentic_kvc.serve.device import detect_device
+from agentic_kvc.serve.device import detect_device, pinned
 from agentic_kvc.serve.kv_connectors import (
     kv_launch_for_run,
     may_disaggregate,
@@ -152,6 +152,7 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
             params=config.policy.params,
             records=proxy_records,
             extra_args=proxy_args,
+            cpus=fleet.plan.frontend_cores,
         ) as proxy:
             setup_s = time.monotonic() - t_setup
             settings = ReplaySettings(
@@ -167,7 +168,10 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
             sampler = InstanceSampler(
                 fleet.urls, config.sim.sample_interval_s, origin, proxy_url=proxy.url
             )
-            client = asyncio.run(_replay_with_sampling(workload, settings, tokens, sampler, origin))
+            with pinned(fleet.plan.frontend_cores):
+                client = asyncio.run(
+                    _replay_with_sampling(workload, settings, tokens, sampler, origin)
+                )
             replay_s = time.monotonic() - origin
             proxy_desc = proxy.describe()
         fleet_desc = fleet.describe()

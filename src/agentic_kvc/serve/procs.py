@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,11 @@ class ManagedProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        cpus: Iterable[int] | None = None,
     ) -> None:
         self.name = name
+        # CPU cores the process (and what it starts, which inherits it) may run on.
+        self.cpus = set(cpus) if cpus is not None else None
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.env = dict(env) if env is not None else None
@@ -114,6 +117,10 @@ class ManagedProcess:
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: stop() reaches every child
             )
+        if self.cpus:
+            # Set right after exec, before the interpreter starts any thread or child.
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(self.popen.pid, self.cpus)
         with _LIVE_LOCK:
             _LIVE.add(self)
         return self

@@ -35,6 +35,7 @@ class _Service:
         self.port = free_port()
         self.proc: ManagedProcess | None = None
         self.startup_s: float | None = None
+        self.cpus: list[int] | None = None  # CPU affinity; None: any core
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -47,7 +48,7 @@ class _Service:
         return self.log_dir / f"{self.name}.log"
 
     def start(self) -> _Service:
-        self.proc = ManagedProcess(self.name, self.argv(), self.log_path).start()
+        self.proc = ManagedProcess(self.name, self.argv(), self.log_path, cpus=self.cpus).start()
         try:
             self.startup_s = round(self._wait_ready(), 2)
         except (DiedWhileWaiting, HealthTimeout) as exc:
@@ -72,6 +73,7 @@ class _Service:
             "port": self.port,
             "log": str(self.log_path),
             "startup_s": self.startup_s,
+            "cpus": self.cpus,
         }
 
     def __enter__(self) -> _Service:
@@ -96,8 +98,10 @@ class ProxyProcess(_Service):
         extra_args: Sequence[str] = (),
         log_level: str = "warning",
         startup_timeout_s: float = 60.0,
+        cpus: Sequence[int] | None = None,
     ) -> None:
         super().__init__(log_dir, startup_timeout_s)
+        self.cpus = list(cpus) if cpus else None
         if not backends:
             raise ValueError("the proxy needs at least one backend URL")
         self.backends = list(backends)

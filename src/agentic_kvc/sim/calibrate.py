@@ -310,6 +310,7 @@ def calibrate(
     from agentic_kvc.config import FleetConfig
     from agentic_kvc.io import atomic_write_json
     from agentic_kvc.metrics.prometheus import parse_vllm_metrics
+    from agentic_kvc.serve.device import pinned
     from agentic_kvc.serve.launcher import VllmFleet
 
     fleet_cfg = FleetConfig(instances=1, model="tiny", hardware="cpu-tiny", block_size=block_size)
@@ -318,7 +319,8 @@ def calibrate(
         url = fleet.urls[0]
         desc = fleet.describe()
         progress(f"vLLM up at {url} after {desc['instances'][0]['startup_s']} s")
-        measurements = asyncio.run(probe(url, fleet.model_name, plan, seed, progress))
+        with pinned(fleet.plan.frontend_cores):  # the client off the worker's core
+            measurements = asyncio.run(probe(url, fleet.model_name, plan, seed, progress))
         metrics = parse_vllm_metrics(httpx.get(url + "/metrics", timeout=10).text)
     if not metrics.num_gpu_blocks or not metrics.block_size:
         raise RuntimeError(f"{url}/metrics: no cache_config_info; cannot size the KV cache")
