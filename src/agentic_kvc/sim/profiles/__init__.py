@@ -59,8 +59,14 @@ def kv_capacity_tokens(spec: HardwareSpec, shape: ModelShape, gpu_memory_utiliza
     return int(free // shape.kv_bytes_per_token)
 
 
-def load_cpu_profile(path: Path = CPU_TINY_FILE) -> EngineProfile:
-    """The calibrated CPU profile written by `akvc calibrate`."""
+def load_cpu_profile(
+    path: Path = CPU_TINY_FILE, instances: int = 1, serving_fit: bool = True
+) -> EngineProfile:
+    """The calibrated CPU profile written by `akvc calibrate`, for a fleet of `instances`.
+
+    With a serving fit (`akvc calibrate --serving`, sim/serving_fit.py) its scales apply, and
+    its shared-core slowdown too when the fleet has no spare core on the calibration host.
+    """
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -71,6 +77,22 @@ def load_cpu_profile(path: Path = CPU_TINY_FILE) -> EngineProfile:
         if key not in data:
             raise ValueError(f"{path}: missing field {key!r}")
     cost = LinearStepCost.from_mapping(data["coefficients"], f"{path}: field 'coefficients'")
+    how = ""
+    fit = data.get("serving_fit") if serving_fit else None
+    if fit is not None:
+        from agentic_kvc.sim.serving_fit import scaled_cost
+
+        try:
+            prefill, step = float(fit["prefill_scale"]), float(fit["step_scale"])
+            slow = fit["shared_core_slowdown"] if instances >= int(fit["host_cores"]) else None
+            if slow:
+                prefill, step = prefill * float(slow["prefill"]), step * float(slow["step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: field 'serving_fit': {exc!r}") from None
+        cost = scaled_cost(cost, prefill, step)
+        how = f", serving fit: prefill x{prefill:.3g}, step x{step:.3g}" + (
+            f" (no spare core for {instances} instances)" if slow else ""
+        )
     return EngineProfile(
         data.get("hardware", CPU_TINY),
         data.get("model", "tiny"),
@@ -78,18 +100,21 @@ def load_cpu_profile(path: Path = CPU_TINY_FILE) -> EngineProfile:
         int(data["kv_bytes_per_token"]),
         int(data["kv_capacity_tokens"]),
         f"calibrated against vLLM {data.get('vllm_version', '?')} on {data.get('date', '?')} "
-        f"({path.name})",
+        f"({path.name}{how})",
     )
 
 
 @lru_cache(maxsize=32)
-def get_profile(hardware: str, model: str, gpu_memory_utilization: float = 0.9) -> EngineProfile:
+def get_profile(
+    hardware: str, model: str, gpu_memory_utilization: float = 0.9, instances: int = 1
+) -> EngineProfile:
+    """`instances` matters only to CPU profiles: a fleet without a spare core is slower."""
     shape = get_model(model)
     if hardware == CPU_TINY:
         if shape.name != "tiny":
             raise ValueError(f"hardware {CPU_TINY!r} is calibrated only for model 'tiny'")
         # The CPU engine's KV space is set in GiB by VLLM_CPU_KVCACHE_SPACE, not by utilization.
-        return load_cpu_profile()
+        return load_cpu_profile(instances=instances)
     spec = get_hardware(hardware)
     if shape.name == "tiny":
         raise ValueError(f"model 'tiny' runs only on hardware {CPU_TINY!r}")

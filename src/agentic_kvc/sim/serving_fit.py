@@ -1,0 +1,235 @@
+"""Second calibration stage: fit the cpu-tiny profile to real serving runs.
+
+`akvc calibrate`'s probes time engine steps one shape at a time on an otherwise idle engine.
+In serving, the same engine also streams to clients through the proxy, and its engine-core
+loop (Python, between steps) runs beside the API server, the proxy and the client; on a machine
+with no spare core those frontends share the model workers' cores too. Probes see neither.
+This stage replays a calibration workload (`SERVING_WORKLOAD`, seed 12; the validation in
+benchmarks/sim_vs_vllm.py uses seed 11) on real engines and fits three numbers so that the
+simulator's TTFT and E2E quantiles match the real ones:
+
+- `prefill_scale` multiplies the per-token, attention and per-prefill-sequence terms;
+- `step_scale` multiplies the per-step overhead and the decode terms;
+- `shared_core_slowdown` (`prefill` and `step`, the same split) multiplies the two scales in a
+  fleet with no spare core (instances >= the host's cores), fitted from such runs only, after
+  the scales.
+
+Loss: mean squared log ratio (simulated / real) of TTFT and E2E p50 and p90 over the runs.
+Search: a log-spaced grid, then the grid again around the best point at a finer step (numpy
+only; one simulation of the workload takes ~0.1 s).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.io import read_jsonl
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.profiles.linear import LinearStepCost
+
+SERVING_SEED = 12
+# Closed-loop agentic sessions scaled to the tiny model (3k-token prompts at most), loading one
+# CPU instance enough that queueing and prefill/decode interference show.
+SERVING_WORKLOAD: dict[str, Any] = {
+    "generator": {
+        "preset": "agentic-coding",
+        "sessions": 60,
+        "params": {
+            "session_rate_per_s": 1.0,
+            "max_turns": 6,
+            "continue_prob": 0.7,
+            "max_context_tokens": 30000,
+            "output_max_tokens": 2000,
+        },
+    },
+    "mode": "closed",
+    "token_scale": 0.1,
+    "max_input_tokens": 3000,
+    "time_scale": 0.25,
+}
+METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
+
+
+def serving_config(instances: int, backend: str = "vllm", seed: int = SERVING_SEED) -> RunConfig:
+    """The calibration replay on `instances` CPU instances (consistent_hash beyond one)."""
+    return load_config(
+        {
+            "backend": backend,
+            "seed": seed,
+            "workload": copy.deepcopy(SERVING_WORKLOAD),
+            "fleet": {
+                "instances": instances,
+                "model": "tiny",
+                "hardware": "cpu-tiny",
+                "block_size": 32,
+                "max_num_seqs": 64,
+            },
+            "policy": {"name": "unified" if instances == 1 else "consistent_hash"},
+            "replay": {"request_timeout_s": 120},
+            "sim": {"sample_interval_s": 0.5},
+        }
+    )
+
+
+def quantiles(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """TTFT and E2E p50/p90 (numpy's linear interpolation) of the successful records."""
+    ok = [r for r in records if not r.get("error") and r.get("e2e_s") is not None]
+    if not ok:
+        raise ValueError("no successful requests to fit")
+    return {
+        f"{key[:-2]}_p{q}_s": float(np.percentile([r[key] for r in ok], q)) for key, q in METRICS
+    }
+
+
+def scaled_cost(cost: LinearStepCost, prefill: float, step: float) -> LinearStepCost:
+    p, s = prefill, step
+    return LinearStepCost(
+        overhead_s=cost.overhead_s * s,
+        per_token_s=cost.per_token_s * p,
+        per_attn_pair_s=cost.per_attn_pair_s * p,
+        per_prefill_seq_s=cost.per_prefill_seq_s * p,
+        per_decode_seq_s=cost.per_decode_seq_s * s,
+        per_kv_token_s=cost.per_kv_token_s * s,
+    )
+
+
+class ServingRun:
+    """One real run to fit against: its config (re-simulated) and its measured quantiles."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from agentic_kvc.sim.backend import prepare_sim
+
+        self.run_dir = run_dir
+        cfg_path = run_dir / "config.json"
+        if not cfg_path.is_file():
+            raise ValueError(f"{run_dir}: not a run directory (no config.json)")
+        cfg = load_config(cfg_path)
+        if cfg.backend != "vllm" or cfg.fleet.hardware != "cpu-tiny":
+            raise ValueError(f"{cfg_path}: need a backend 'vllm' run on hardware 'cpu-tiny'")
+        self.instances = cfg.fleet.instances
+        self.real = quantiles(list(read_jsonl(run_dir / "requests.jsonl")))
+        self.sim_config = cfg.model_copy(update={"backend": "sim"})
+        self._simulate = prepare_sim(self.sim_config)
+
+    def simulate(self, profile: EngineProfile) -> dict[str, float]:
+        return quantiles(self._simulate(profile))
+
+    def loss(self, profile: EngineProfile) -> float:
+        sim = self.simulate(profile)
+        return float(np.mean([math.log(sim[k] / self.real[k]) ** 2 for k in self.real]))
+
+
+def _grid_search(
+    loss: Callable[[np.ndarray], float], lo: np.ndarray, hi: np.ndarray, points: int, rounds: int
+) -> tuple[np.ndarray, float]:
+    """Minimise `loss` over a log-spaced grid in [lo, hi], then re-grid around the best."""
+    best, best_loss = lo, math.inf
+    llo, lhi = np.log(lo), np.log(hi)
+    for _ in range(rounds):
+        axes = [np.exp(np.linspace(a, b, points)) for a, b in zip(llo, lhi, strict=True)]
+        for point in np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(lo), -1).T:
+            value = loss(point)
+            if value < best_loss:
+                best, best_loss = point, value
+        width = (lhi - llo) / (points - 1)
+        llo, lhi = np.log(best) - width, np.log(best) + width
+    return best, best_loss
+
+
+def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int) -> dict[str, Any]:
+    """Fit prefill/step scales on runs with a spare core, the slowdown on runs without."""
+    if not isinstance(base.cost, LinearStepCost):
+        raise ValueError("the serving fit applies to a calibrated linear (CPU) profile")
+    spare = [r for r in runs if r.instances < host_cores]
+    shared = [r for r in runs if r.instances >= host_cores]
+    if not spare:
+        raise ValueError(f"need a run with fewer instances than the host's {host_cores} cores")
+
+    def with_cost(p: float, s: float) -> EngineProfile:
+        return replace(base, cost=scaled_cost(base.cost, p, s))  # type: ignore[arg-type]
+
+    def scales_loss(x: np.ndarray) -> float:
+        prof = with_cost(float(x[0]), float(x[1]))
+        return float(np.mean([r.loss(prof) for r in spare]))
+
+    before = scales_loss(np.ones(2))
+    (prefill, step), loss = _grid_search(
+        scales_loss, np.array([0.5, 0.5]), np.array([4.0, 4.0]), points=9, rounds=3
+    )
+    out: dict[str, Any] = {
+        "prefill_scale": round(float(prefill), 4),
+        "step_scale": round(float(step), 4),
+        "shared_core_slowdown": None,
+        "host_cores": host_cores,
+        "loss_before": before,
+        "loss": loss,
+    }
+    if shared:
+
+        def slow_loss(x: np.ndarray) -> float:
+            prof = with_cost(float(prefill * x[0]), float(step * x[1]))
+            return float(np.mean([r.loss(prof) for r in shared]))
+
+        (slow_p, slow_s), slow_fit = _grid_search(
+            slow_loss, np.array([1.0, 1.0]), np.array([8.0, 8.0]), points=9, rounds=3
+        )
+        out.update(
+            shared_core_slowdown={
+                "prefill": round(float(slow_p), 4),
+                "step": round(float(slow_s), 4),
+            },
+            shared_loss_before=slow_loss(np.ones(2)),
+            shared_loss=slow_fit,
+        )
+    out["runs"] = []
+    for r in runs:
+        slow = out["shared_core_slowdown"] if r.instances >= host_cores else None
+        sp, ss = (slow["prefill"], slow["step"]) if slow else (1.0, 1.0)
+        sim = r.simulate(with_cost(float(prefill) * sp, float(step) * ss))
+        out["runs"].append(
+            {
+                "run_dir": str(r.run_dir),
+                "instances": r.instances,
+                "real": r.real,
+                "sim": sim,
+                "rel_error": {k: sim[k] / r.real[k] - 1 for k in r.real},
+            }
+        )
+    return out
+
+
+def run_serving(results: Path, host_cores: int, log: Callable[[str], None]) -> list[Path]:
+    """Replay the calibration workload on 1 real instance and on `host_cores` (none spare)."""
+    from agentic_kvc.runs import execute
+
+    sizes = sorted({1, host_cores})
+    return [execute(serving_config(n), results, log=log) for n in sizes]
+
+
+def fit_and_store(
+    profile_path: Path, run_dirs: Sequence[Path], host_cores: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Fit the serving stage against `run_dirs` and write it into the profile JSON."""
+    import datetime as dt
+    import json
+
+    from agentic_kvc.io import atomic_write_json
+    from agentic_kvc.sim.profiles import load_cpu_profile
+
+    base = load_cpu_profile(profile_path, serving_fit=False)
+    runs = [ServingRun(Path(d)) for d in run_dirs]
+    log(f"fitting against {len(runs)} real run(s): " + ", ".join(str(r.run_dir) for r in runs))
+    result = fit_serving(base, runs, host_cores)
+    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    doc = json.loads(profile_path.read_text())
+    doc["serving_fit"] = result
+    atomic_write_json(profile_path, doc)
+    return result
