@@ -29,6 +29,7 @@ from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.sim.calibrate import machine_facts
 from agentic_kvc.sim.profiles import get_profile
+from agentic_kvc.sim.serving_fit import SERVING_SEED
 
 BASE: dict[str, Any] = {
     "seed": 11,
@@ -65,8 +66,9 @@ def percentile(values: list[float], q: int) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def config_for(instances: int, backend: str) -> Any:
+def config_for(instances: int, backend: str, seed: int = 11) -> Any:
     data = copy.deepcopy(BASE)
+    data["seed"] = seed
     data["backend"] = backend
     data["fleet"]["instances"] = instances
     data["policy"] = {"name": "unified" if instances == 1 else "consistent_hash"}
@@ -102,14 +104,14 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def compare(instances: int, results: Path, repeats: int, log: Any) -> dict[str, Any]:
+def compare(instances: int, results: Path, repeats: int, seed: int, log: Any) -> dict[str, Any]:
     """The simulator against `repeats` real runs of the same config (their mean per metric)."""
     reals = []
     for k in range(repeats):
         t0 = time.monotonic()
         # Real runs are kept (a rerun reuses them), one results root per repeat because the
         # run_id is the config's hash.
-        run_dir = execute(config_for(instances, "vllm"), results / f"repeat-{k}", log=log)
+        run_dir = execute(config_for(instances, "vllm", seed), results / f"repeat-{k}", log=log)
         stats = {**run_stats(run_dir), "wall_s": round(time.monotonic() - t0, 2)}
         stats["prefix_hits_vllm_counters"] = engine_hits(run_dir)
         reals.append(stats)
@@ -117,7 +119,7 @@ def compare(instances: int, results: Path, repeats: int, log: Any) -> dict[str, 
     # have been recalibrated.
     root = Path(tempfile.mkdtemp(prefix="akvc-sim-"))
     t0 = time.monotonic()
-    sim = {**run_stats(execute(config_for(instances, "sim"), root, log=log))}
+    sim = {**run_stats(execute(config_for(instances, "sim", seed), root, log=log))}
     sim["wall_s"] = round(time.monotonic() - t0, 2)
     shutil.rmtree(root)
     names = [f"{key[:-2]}_p{q}_s" for key, q in METRICS]
@@ -164,13 +166,21 @@ def main() -> None:
         help="real runs per fleet size; the simulator is compared with their mean, and their "
         "spread is reported as the real engine's own run-to-run variation",
     )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=11,
+        help="workload seed; must differ from the serving calibration's (sim/serving_fit.py: 12)",
+    )
     args = ap.parse_args()
+    if args.seed == SERVING_SEED:
+        ap.error(f"seed {SERVING_SEED} is the serving calibration workload's: pick another")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     prof = get_profile("cpu-tiny", "tiny")
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cases = []
     for n in args.instances:
-        case = compare(n, args.results, args.repeats, log)
+        case = compare(n, args.results, args.repeats, args.seed, log)
         log(
             f"{n} instance(s): errors "
             + ", ".join(f"{k} {v:+.1%}" for k, v in case["rel_error"].items())
@@ -190,7 +200,7 @@ def main() -> None:
             "coefficients": getattr(prof.cost, "as_dict", lambda: {})(),
             "kv_capacity_tokens": prof.kv_capacity_tokens,
         },
-        "config": BASE,
+        "config": {**BASE, "seed": args.seed},
         "goal": {"latency_rel_error": 0.10, "hard_limit": 0.20, "prefix_hits_rel": 0.02},
         "cases": cases,
         "max_abs_rel_error": max(c["max_abs_rel_error"] for c in cases),

@@ -95,14 +95,15 @@ def test_binary_search_equals_linear_walk(ops, probe, cap, ttl) -> None:
     keys = block_hashes(probe, 1)
     cutoff = idx._cutoff()
     want = []
-    for lru in idx._lru:
+    for i in range(3):
+        lru = dict(idx.lru(i))
         m = 0
         while m < len(keys) and keys[m] in lru and lru[keys[m]] >= cutoff:
             m += 1
         want.append(m)
     assert idx.matched_blocks(keys, 3) == want
     if cap is not None:
-        assert all(len(lru) <= cap for lru in idx._lru)
+        assert all(len(idx.lru(i)) <= cap for i in range(3))
 
 
 def test_block_index_explicit_updates() -> None:

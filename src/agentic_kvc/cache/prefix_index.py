@@ -17,12 +17,28 @@ cache would reuse.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentic_kvc.cache.hashing import extend_block_hashes
 from agentic_kvc.policy.base import RequestView
+
+
+class _Record:
+    """One `record` call's blocks: an LRU run that all got the same touch time.
+
+    Entries leave from the end (the prompt's tail first); `end` is how many are left. An entry
+    whose hash a later record touched again is stale here (the index's `_owner` names that
+    later record) and is skipped.
+    """
+
+    __slots__ = ("end", "hashes", "t")
+
+    def __init__(self, hashes: list[int], t: float) -> None:
+        self.hashes = hashes
+        self.end = len(hashes)
+        self.t = t
 
 
 class EstimatedPrefixIndex:
@@ -41,6 +57,13 @@ class EstimatedPrefixIndex:
     running requests (vLLM evicts only free blocks), the engine's real capacity after
     fragmentation, preemptions, and prompts the router did not route (e.g. after a restart).
     Hash collisions aside, answers are exact for the LRU model itself.
+
+    Representation (for speed; the LRU order is the same as a per-block one): consecutive turns
+    of a session re-record thousands of blocks they share, so instead of moving each block to
+    the LRU's end, each instance keeps its `record` calls in order (`_Record` runs) and a map
+    hash -> the latest run that touched it, updated at C speed. A block's place in the LRU is
+    its latest run, then its position in that run from the tail; earlier runs' copies are
+    stale and skipped when eviction reaches them.
     """
 
     def __init__(
@@ -57,20 +80,25 @@ class EstimatedPrefixIndex:
             raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
         self.capacity_blocks = capacity_blocks
         self.ttl_s = ttl_s
-        # hash -> last touch time; insertion order is LRU order (oldest first).
-        self._lru: list[OrderedDict[int, float]] = [OrderedDict() for _ in range(n_instances)]
+        # Per instance: hash -> the latest run holding it; the runs, oldest first; and how
+        # many entries (live or stale) the runs hold, to bound memory (see `_compact`).
+        self._owner: list[dict[int, _Record]] = [{} for _ in range(n_instances)]
+        self._runs: list[deque[_Record]] = [deque() for _ in range(n_instances)]
+        self._entries = [0] * n_instances
         self._now = float("-inf")
 
     @property
     def n_instances(self) -> int:
-        return len(self._lru)
+        return len(self._owner)
 
-    def _ensure(self, instance: int) -> OrderedDict[int, float]:
+    def _ensure(self, instance: int) -> dict[int, _Record]:
         if instance < 0:
             raise IndexError(f"instance index must be >= 0, got {instance}")
-        while instance >= len(self._lru):
-            self._lru.append(OrderedDict())
-        return self._lru[instance]
+        while instance >= len(self._owner):
+            self._owner.append({})
+            self._runs.append(deque())
+            self._entries.append(0)
+        return self._owner[instance]
 
     def advance(self, now: float) -> None:
         """Move the index clock (for TTL) without recording anything; time never goes back."""
@@ -83,34 +111,84 @@ class EstimatedPrefixIndex:
     def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
         """The router sent a prompt with these full blocks to `instance` at time `now`."""
         self.advance(now)
-        lru = self._ensure(instance)
-        t = self._now
-        pop = lru.pop
-        for h in reversed(block_hashes):  # tail first: see the class docstring
-            pop(h, None)
-            lru[h] = t
-        self._evict(lru)
+        owner = self._ensure(instance)
+        hashes = list(block_hashes)
+        run = _Record(hashes, self._now)
+        latest = dict.fromkeys(hashes, run)
+        if len(latest) < len(hashes):
+            # A hash repeated within one prompt: touched tail first, its last touch is its
+            # first occurrence, which is where it stays.
+            run.hashes = hashes = list(latest)
+            run.end = len(hashes)
+        if hashes:
+            owner.update(latest)
+            self._runs[instance].append(run)
+            self._entries[instance] += len(hashes)
+        self._evict(instance)
 
-    def _evict(self, lru: OrderedDict[int, float]) -> None:
+    def _drop(self, instance: int, run: _Record, n: int | None = None) -> int:
+        """Evict up to `n` (None: all) live entries of `run`, tail first; returns how many."""
+        owner = self._owner[instance]
+        get = owner.get
+        hashes, end = run.hashes, run.end
+        dropped = 0
+        if n is None:
+            n = end
+        while end and dropped < n:
+            end -= 1
+            h = hashes[end]
+            if get(h) is run:  # else stale: a later run touched h again
+                del owner[h]
+                dropped += 1
+        self._entries[instance] -= run.end - end
+        run.end = end
+        if not end:
+            self._runs[instance].popleft()
+        return dropped
+
+    def _evict(self, instance: int) -> None:
+        owner, runs = self._owner[instance], self._runs[instance]
         if self.capacity_blocks is not None:
-            while len(lru) > self.capacity_blocks:
-                lru.popitem(last=False)
+            excess = len(owner) - self.capacity_blocks
+            while excess > 0:  # runs[0] is the oldest: drop least recently used first
+                excess -= self._drop(instance, runs[0], excess)
         cutoff = self._cutoff()
-        while lru:
-            h, t = next(iter(lru.items()))
-            if t >= cutoff:
-                break
-            del lru[h]
+        while runs and runs[0].t < cutoff:
+            self._drop(instance, runs[0])
+        if self._entries[instance] > 4 * len(owner) + 4096:
+            self._compact(instance)
+
+    def _compact(self, instance: int) -> None:
+        """Drop stale entries, so memory stays proportional to what the index holds."""
+        get = self._owner[instance].get
+        runs = self._runs[instance]
+        for run in runs:
+            run.hashes = [h for h in run.hashes[: run.end] if get(h) is run]
+            run.end = len(run.hashes)
+        self._runs[instance] = deque(run for run in runs if run.end)
+        self._entries[instance] = len(self._owner[instance])
+
+    def lru(self, instance: int) -> list[tuple[int, float]]:
+        """(hash, last touch time) of every block held, least recently used first."""
+        get = self._ensure(instance).get
+        return [
+            (h, run.t)
+            for run in self._runs[instance]
+            for h in reversed(run.hashes[: run.end])
+            if get(h) is run
+        ]
 
     def clear(self, instance: int) -> None:
         """Forget everything about an instance (restarted, or its cache was reset)."""
         self._ensure(instance).clear()
+        self._runs[instance].clear()
+        self._entries[instance] = 0
 
     def blocks(self, instance: int) -> int:
         """Blocks currently believed cached on `instance` (TTL-expired ones excluded)."""
-        lru = self._ensure(instance)
-        self._evict(lru)
-        return len(lru)
+        owner = self._ensure(instance)
+        self._evict(instance)
+        return len(owner)
 
     def matched_blocks(self, block_hashes: Sequence[int], n_instances: int) -> list[int]:
         nb = len(block_hashes)
@@ -119,20 +197,20 @@ class EstimatedPrefixIndex:
         if nb == 0:
             return out
         first, last = block_hashes[0], block_hashes[-1]
-        for i in range(min(n_instances, len(self._lru))):
-            get = self._lru[i].get
-            t = get(first)
-            if t is None or t < cutoff:
+        for i in range(min(n_instances, len(self._owner))):
+            get = self._owner[i].get
+            run = get(first)
+            if run is None or run.t < cutoff:
                 continue  # the common case: this instance never saw the prompt's head
-            t = get(last)
-            if t is not None and t >= cutoff:
+            run = get(last)
+            if run is not None and run.t >= cutoff:
                 out[i] = nb
                 continue
             lo, hi = 1, nb - 1  # invariant: block lo-1 held, block hi absent
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                t = get(block_hashes[mid - 1])
-                if t is not None and t >= cutoff:
+                run = get(block_hashes[mid - 1])
+                if run is not None and run.t >= cutoff:
                     lo = mid
                 else:
                     hi = mid - 1

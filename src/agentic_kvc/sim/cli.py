@@ -126,9 +126,12 @@ def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) 
     for r in result["runs"]:
         errs = ", ".join(f"{k} {v:+.1%}" for k, v in r["rel_error"].items())
         say(f"{r['instances']} instance(s): {errs}")
-    slow = result["shared_core_slowdown"]
+    slow = result["contended_slowdown"]
     click.echo(
-        f"wrote {out}: serving fit prefill x{result['prefill_scale']}, step "
-        f"x{result['step_scale']}"
-        + (f"; no spare core: prefill x{slow['prefill']}, step x{slow['step']}" if slow else "")
+        f"wrote {out}: serving fit x{result['prefill_scale']}"
+        + (
+            f"; while another instance is busy: prefill x{slow['prefill']}, step x{slow['step']}"
+            if slow
+            else ""
+        )
     )

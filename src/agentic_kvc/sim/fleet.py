@@ -308,6 +308,11 @@ class SimFleet:
         self._plan_pending[inst.index] = False
         if inst.step is not None:
             return
+        if self.profile.contended_cost is not None:
+            # A step is costed by whether another instance is mid-step when it starts (a run of
+            # decode steps keeps that rate to its end).
+            busy = any(o.step is not None for o in self.instances if o is not inst)
+            inst.cost = self.profile.contended_cost if busy else self.profile.cost
         step = inst.schedule(self._now)
         if step is None:
             return

@@ -5,18 +5,26 @@ In serving, the same engine also streams to clients through the proxy, and its e
 loop (Python, between steps) runs beside the API server, the proxy and the client; on a machine
 with no spare core those frontends share the model workers' cores too. Probes see neither.
 This stage replays a calibration workload (`SERVING_WORKLOAD`, seed 12; the validation in
-benchmarks/sim_vs_vllm.py uses seed 11) on real engines and fits three numbers so that the
-simulator's TTFT and E2E quantiles match the real ones:
+benchmarks/sim_vs_vllm.py uses seed 11) on real engines and fits, so that the
+simulator matches the real runs:
 
-- `prefill_scale` multiplies the per-token, attention and per-prefill-sequence terms;
-- `step_scale` multiplies the per-step overhead and the decode terms;
-- `shared_core_slowdown` (`prefill` and `step`, the same split) multiplies the two scales in a
-  fleet with no spare core (instances >= the host's cores), fitted from such runs only, after
-  the scales.
+- `prefill_scale` = `step_scale`: one factor on every step cost of a fleet with a spare core,
+  fitted request by request (the simulator replays the same requests, matched by id): the
+  median absolute log ratio simulated/real of TTFT plus that of TPOT;
+- `contended_slowdown` (`prefill`: the per-token, attention and per-prefill-sequence terms;
+  `step`: the per-step overhead and the decode terms) on top, for a step that starts while
+  another instance is mid-step in a fleet with no spare core (instances >= the host's cores):
+  then the workers and all the frontends share the cores. Fitted to such runs' TTFT and E2E
+  p50/p90 (mean squared log ratio), after the scale.
 
-Loss: mean squared log ratio (simulated / real) of TTFT and E2E p50 and p90 over the runs.
-Search: a log-spaced grid, then the grid again around the best point at a finer step (numpy
-only; one simulation of the workload takes ~0.1 s).
+How this was chosen (2026-11-23, docs/simulator.md): separate prefill and step scales, fitted
+to the calibration run's quantiles or request by request, matched that run but missed the
+validation workload by up to +71% (TTFT p50); one factor generalised. A slowdown applied to
+every step of a fleet without a spare core matched the validation workload (within 23%) but
+missed a third, unseen one by +71% (E2E p50): it charges contention even while the other
+instance idles, hence the contended form. Search: a
+log-spaced grid, then the grid again around the best point at a finer step (numpy only; one
+simulation of the workload takes ~0.1 s).
 """
 
 from __future__ import annotations
@@ -101,8 +109,22 @@ def scaled_cost(cost: LinearStepCost, prefill: float, step: float) -> LinearStep
     )
 
 
+def _tpot(r: dict[str, Any]) -> float | None:
+    n = r.get("output_tokens") or 0
+    return (r["e2e_s"] - r["ttft_s"]) / (n - 1) if n > 1 and r.get("ttft_s") else None
+
+
+def per_request(records: Sequence[dict[str, Any]]) -> dict[str, tuple[float, float | None]]:
+    """request id -> (TTFT, TPOT) of the successful requests."""
+    return {
+        r["request_id"]: (r["ttft_s"], _tpot(r))
+        for r in records
+        if not r.get("error") and r.get("ttft_s") and r.get("e2e_s") is not None
+    }
+
+
 class ServingRun:
-    """One real run to fit against: its config (re-simulated) and its measured quantiles."""
+    """One real run to fit against: its config (re-simulated) and its measured requests."""
 
     def __init__(self, run_dir: Path) -> None:
         from agentic_kvc.sim.backend import prepare_sim
@@ -115,16 +137,34 @@ class ServingRun:
         if cfg.backend != "vllm" or cfg.fleet.hardware != "cpu-tiny":
             raise ValueError(f"{cfg_path}: need a backend 'vllm' run on hardware 'cpu-tiny'")
         self.instances = cfg.fleet.instances
-        self.real = quantiles(list(read_jsonl(run_dir / "requests.jsonl")))
+        rows = list(read_jsonl(run_dir / "requests.jsonl"))
+        self.real = quantiles(rows)
+        self.real_requests = per_request(rows)
         self.sim_config = cfg.model_copy(update={"backend": "sim"})
         self._simulate = prepare_sim(self.sim_config)
 
     def simulate(self, profile: EngineProfile) -> dict[str, float]:
         return quantiles(self._simulate(profile))
 
-    def loss(self, profile: EngineProfile) -> float:
+    def quantile_loss(self, profile: EngineProfile) -> float:
+        """Mean squared log ratio simulated/real of TTFT and E2E p50 and p90."""
         sim = self.simulate(profile)
         return float(np.mean([math.log(sim[k] / self.real[k]) ** 2 for k in self.real]))
+
+    def loss(self, profile: EngineProfile) -> float:
+        """Median |log(sim/real)| of TTFT plus that of TPOT, request by request."""
+        sim = per_request(self._simulate(profile))
+        ttft, tpot = [], []
+        for rid, (real_ttft, real_tpot) in self.real_requests.items():
+            if rid not in sim:
+                continue
+            sim_ttft, sim_tpot = sim[rid]
+            ttft.append(abs(math.log(sim_ttft / real_ttft)))
+            if real_tpot and sim_tpot:
+                tpot.append(abs(math.log(sim_tpot / real_tpot)))
+        if not ttft:
+            raise ValueError(f"{self.run_dir}: no request of the run was simulated")
+        return float(np.median(ttft) + (np.median(tpot) if tpot else 0.0))
 
 
 def _grid_search(
@@ -144,8 +184,18 @@ def _grid_search(
     return best, best_loss
 
 
+def apply_fit(
+    base: EngineProfile, scale: float, contended: tuple[float, float] | None
+) -> EngineProfile:
+    """`base` (a linear CPU profile) with the serving fit's scale and contended slowdown."""
+    assert isinstance(base.cost, LinearStepCost)
+    cost = scaled_cost(base.cost, scale, scale)
+    slow = scaled_cost(cost, *contended) if contended else None
+    return replace(base, cost=cost, contended_cost=slow)
+
+
 def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int) -> dict[str, Any]:
-    """Fit prefill/step scales on runs with a spare core, the slowdown on runs without."""
+    """Fit the scale on runs with a spare core, the contended slowdown on runs without."""
     if not isinstance(base.cost, LinearStepCost):
         raise ValueError("the serving fit applies to a calibrated linear (CPU) profile")
     spare = [r for r in runs if r.instances < host_cores]
@@ -153,47 +203,40 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
     if not spare:
         raise ValueError(f"need a run with fewer instances than the host's {host_cores} cores")
 
-    def with_cost(p: float, s: float) -> EngineProfile:
-        return replace(base, cost=scaled_cost(base.cost, p, s))  # type: ignore[arg-type]
-
-    def scales_loss(x: np.ndarray) -> float:
-        prof = with_cost(float(x[0]), float(x[1]))
+    def scale_loss(x: np.ndarray) -> float:
+        prof = apply_fit(base, float(x[0]), None)
         return float(np.mean([r.loss(prof) for r in spare]))
 
-    before = scales_loss(np.ones(2))
-    (prefill, step), loss = _grid_search(
-        scales_loss, np.array([0.5, 0.5]), np.array([4.0, 4.0]), points=9, rounds=3
-    )
+    before = scale_loss(np.ones(1))
+    (scale,), loss = _grid_search(scale_loss, np.array([0.5]), np.array([4.0]), points=15, rounds=3)
     out: dict[str, Any] = {
-        "prefill_scale": round(float(prefill), 4),
-        "step_scale": round(float(step), 4),
-        "shared_core_slowdown": None,
+        "prefill_scale": round(float(scale), 4),
+        "step_scale": round(float(scale), 4),
+        "contended_slowdown": None,
         "host_cores": host_cores,
         "loss_before": before,
         "loss": loss,
     }
+    contended: tuple[float, float] | None = None
     if shared:
 
         def slow_loss(x: np.ndarray) -> float:
-            prof = with_cost(float(prefill * x[0]), float(step * x[1]))
-            return float(np.mean([r.loss(prof) for r in shared]))
+            prof = apply_fit(base, float(scale), (float(x[0]), float(x[1])))
+            return float(np.mean([r.quantile_loss(prof) for r in shared]))
 
         (slow_p, slow_s), slow_fit = _grid_search(
             slow_loss, np.array([1.0, 1.0]), np.array([8.0, 8.0]), points=9, rounds=3
         )
+        contended = (round(float(slow_p), 4), round(float(slow_s), 4))
         out.update(
-            shared_core_slowdown={
-                "prefill": round(float(slow_p), 4),
-                "step": round(float(slow_s), 4),
-            },
-            shared_loss_before=slow_loss(np.ones(2)),
-            shared_loss=slow_fit,
+            contended_slowdown={"prefill": contended[0], "step": contended[1]},
+            contended_loss_before=slow_loss(np.ones(2)),
+            contended_loss=slow_fit,
         )
     out["runs"] = []
     for r in runs:
-        slow = out["shared_core_slowdown"] if r.instances >= host_cores else None
-        sp, ss = (slow["prefill"], slow["step"]) if slow else (1.0, 1.0)
-        sim = r.simulate(with_cost(float(prefill) * sp, float(step) * ss))
+        prof = apply_fit(base, float(scale), contended if r.instances >= host_cores else None)
+        sim = r.simulate(prof)
         out["runs"].append(
             {
                 "run_dir": str(r.run_dir),

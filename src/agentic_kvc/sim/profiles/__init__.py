@@ -10,6 +10,7 @@ See docs/sim_profiles.md.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -64,8 +65,8 @@ def load_cpu_profile(
 ) -> EngineProfile:
     """The calibrated CPU profile written by `akvc calibrate`, for a fleet of `instances`.
 
-    With a serving fit (`akvc calibrate --serving`, sim/serving_fit.py) its scales apply, and
-    its shared-core slowdown too when the fleet has no spare core on the calibration host.
+    With a serving fit (`akvc calibrate --serving`, sim/serving_fit.py) its scale applies, and
+    when the fleet has no spare core on the calibration host, its contended step cost too.
     """
     try:
         data = json.loads(path.read_text())
@@ -77,31 +78,33 @@ def load_cpu_profile(
         if key not in data:
             raise ValueError(f"{path}: missing field {key!r}")
     cost = LinearStepCost.from_mapping(data["coefficients"], f"{path}: field 'coefficients'")
-    how = ""
-    fit = data.get("serving_fit") if serving_fit else None
-    if fit is not None:
-        from agentic_kvc.sim.serving_fit import scaled_cost
-
-        try:
-            prefill, step = float(fit["prefill_scale"]), float(fit["step_scale"])
-            slow = fit["shared_core_slowdown"] if instances >= int(fit["host_cores"]) else None
-            if slow:
-                prefill, step = prefill * float(slow["prefill"]), step * float(slow["step"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: field 'serving_fit': {exc!r}") from None
-        cost = scaled_cost(cost, prefill, step)
-        how = f", serving fit: prefill x{prefill:.3g}, step x{step:.3g}" + (
-            f" (no spare core for {instances} instances)" if slow else ""
-        )
-    return EngineProfile(
+    source = f"calibrated against vLLM {data.get('vllm_version', '?')} on {data.get('date', '?')}"
+    profile = EngineProfile(
         data.get("hardware", CPU_TINY),
         data.get("model", "tiny"),
         cost,
         int(data["kv_bytes_per_token"]),
         int(data["kv_capacity_tokens"]),
-        f"calibrated against vLLM {data.get('vllm_version', '?')} on {data.get('date', '?')} "
-        f"({path.name}{how})",
+        f"{source} ({path.name})",
     )
+    fit = data.get("serving_fit") if serving_fit else None
+    if fit is None:
+        return profile
+    from agentic_kvc.sim.serving_fit import apply_fit
+
+    try:
+        scale = float(fit["prefill_scale"])
+        slow = fit["contended_slowdown"] if instances >= int(fit["host_cores"]) else None
+        contended = (float(slow["prefill"]), float(slow["step"])) if slow else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: field 'serving_fit': {exc!r}") from None
+    how = f"serving fit x{scale:.3g}"
+    if contended:
+        how += (
+            f"; x{contended[0]:.3g} prefill, x{contended[1]:.3g} step while another instance "
+            "is busy (no spare core)"
+        )
+    return apply_fit(replace(profile, source=f"{source} ({path.name}; {how})"), scale, contended)
 
 
 @lru_cache(maxsize=32)

@@ -1,0 +1,112 @@
+"""The serving calibration stage: scaling, profile loading, and recovery of known scales."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentic_kvc.sim.backend import prepare_sim
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
+from agentic_kvc.sim.profiles.linear import LinearStepCost
+from agentic_kvc.sim.serving_fit import (
+    ServingRun,
+    _grid_search,
+    apply_fit,
+    fit_serving,
+    scaled_cost,
+    serving_config,
+)
+
+COST = LinearStepCost(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+
+
+def test_scales_split_prefill_terms_from_step_terms() -> None:
+    c = scaled_cost(COST, prefill=10.0, step=100.0)
+    assert (c.per_token_s, c.per_attn_pair_s, c.per_prefill_seq_s) == (20.0, 30.0, 40.0)
+    assert (c.overhead_s, c.per_decode_seq_s, c.per_kv_token_s) == (100.0, 500.0, 600.0)
+
+
+def test_grid_search_finds_a_minimum_between_grid_points() -> None:
+    target = np.array([1.37, 2.9])
+    best, loss = _grid_search(
+        lambda x: float(np.sum(np.log(x / target) ** 2)),
+        np.array([0.5, 0.5]),
+        np.array([4.0, 4.0]),
+        points=9,
+        rounds=3,
+    )
+    assert np.allclose(best, target, rtol=0.03) and loss < 1e-3
+
+
+def _profile_with_fit(tmp_path: Path, fit: object) -> Path:
+    doc = json.loads(CPU_TINY_FILE.read_text())
+    doc["serving_fit"] = fit
+    path = tmp_path / "cpu-tiny.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_profile_applies_the_fit_and_the_contended_cost(tmp_path: Path) -> None:
+    fit = {
+        "prefill_scale": 2.0,
+        "step_scale": 2.0,
+        "host_cores": 2,
+        "contended_slowdown": {"prefill": 5.0, "step": 7.0},
+    }
+    path = _profile_with_fit(tmp_path, fit)
+    raw = load_cpu_profile(path, serving_fit=False)
+    one = load_cpu_profile(path, instances=1)
+    two = load_cpu_profile(path, instances=2)
+    assert isinstance(raw.cost, LinearStepCost) and raw.contended_cost is None
+    # a spare core: the scale only, and instances never slow each other
+    assert one.cost == scaled_cost(raw.cost, 2.0, 2.0) and one.contended_cost is None
+    # none spare: the same alone, slower while another instance is mid-step
+    assert two.cost == one.cost
+    assert two.contended_cost == scaled_cost(raw.cost, 10.0, 14.0)
+    assert "no spare core" in two.source
+    broken = _profile_with_fit(tmp_path, {"prefill_scale": 2.0})
+    with pytest.raises(ValueError, match=r"cpu-tiny\.json: field 'serving_fit'"):
+        load_cpu_profile(broken)
+
+
+def _fake_real_run(tmp_path: Path, instances: int, profile: EngineProfile, name: str) -> Path:
+    """A 'real' run directory whose records come from the simulator with a known profile."""
+    cfg = serving_config(instances)
+    small = cfg.workload.generator.model_copy(update={"sessions": 12})  # keeps the fit quick
+    cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"generator": small})})
+    records = prepare_sim(cfg.model_copy(update={"backend": "sim"}))(profile)
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(cfg.canonical()))
+    (run_dir / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def test_fit_recovers_known_scale_and_contended_slowdown(tmp_path: Path) -> None:
+    base = load_cpu_profile(serving_fit=False)
+    assert isinstance(base.cost, LinearStepCost)
+    one = _fake_real_run(tmp_path, 1, apply_fit(base, 1.6, None), "one")
+    two = _fake_real_run(tmp_path, 2, apply_fit(base, 1.6, (2.0, 1.5)), "two")
+    result = fit_serving(base, [ServingRun(one), ServingRun(two)], host_cores=2)
+    assert result["prefill_scale"] == result["step_scale"] == pytest.approx(1.6, rel=0.05)
+    slow = result["contended_slowdown"]
+    assert slow["prefill"] == pytest.approx(2.0, rel=0.15)
+    assert slow["step"] == pytest.approx(1.5, rel=0.2)
+    assert result["loss"] < result["loss_before"]
+    for run in result["runs"]:
+        assert max(abs(v) for v in run["rel_error"].values()) < 0.2  # queueing amplifies
+
+
+def test_fit_needs_a_run_with_a_spare_core(tmp_path: Path) -> None:
+    base = load_cpu_profile(serving_fit=False)
+    two = _fake_real_run(tmp_path, 2, base, "two")
+    with pytest.raises(ValueError, match="fewer instances than the host's 2 cores"):
+        fit_serving(base, [ServingRun(two)], host_cores=2)
+    shutil.rmtree(two)
+    with pytest.raises(ValueError, match="not a run directory"):
+        ServingRun(two)
