@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,3 +142,63 @@ def test_block_index_matches_per_instance_walk(held, probe) -> None:
             m += 1
         want.append(m)
     assert idx.matched_blocks(probe, len(held)) == want
+
+
+class _PerBlockLRU:
+    """The plain model the index's runs stand for: one OrderedDict per instance, each record
+    moving its blocks to the end tail first, then evicting from the front (capacity, TTL)."""
+
+    def __init__(self, n: int, cap: int | None, ttl: float | None) -> None:
+        self.lru: list[OrderedDict[int, float]] = [OrderedDict() for _ in range(n)]
+        self.cap, self.ttl, self.now = cap, ttl, float("-inf")
+
+    def record(self, instance: int, hashes: list[int], now: float) -> None:
+        self.now = max(self.now, now)
+        lru = self.lru[instance]
+        for h in reversed(hashes):
+            lru.pop(h, None)
+            lru[h] = self.now
+        self.evict(instance)
+
+    def evict(self, instance: int) -> None:
+        lru = self.lru[instance]
+        while self.cap is not None and len(lru) > self.cap:
+            lru.popitem(last=False)
+        cutoff = float("-inf") if self.ttl is None else self.now - self.ttl
+        while lru and next(iter(lru.values())) < cutoff:
+            lru.popitem(last=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, 1), st.lists(st.integers(0, 6), max_size=10), st.floats(0, 5)),
+        max_size=40,
+    ),
+    cap=st.none() | st.integers(1, 12),
+    ttl=st.none() | st.floats(1, 20),
+)
+def test_runs_keep_the_per_block_lru_order(ops, cap, ttl) -> None:
+    """Same blocks, same LRU order, same times as a per-block LRU, after every record (raw
+    hash lists here, repeats included, so stale copies and duplicates are exercised)."""
+    idx = EstimatedPrefixIndex(2, capacity_blocks=cap, ttl_s=ttl)
+    model = _PerBlockLRU(2, cap, ttl)
+    now = 0.0
+    for inst, hashes, dt in ops:
+        now += dt
+        idx.record(inst, hashes, now)
+        model.record(inst, hashes, now)
+        assert idx.lru(inst) == list(model.lru[inst].items())
+    for inst in range(2):
+        model.evict(inst)
+        assert idx.blocks(inst) == len(model.lru[inst])
+        assert idx.lru(inst) == list(model.lru[inst].items())
+
+
+def test_stale_entries_are_compacted() -> None:
+    idx = EstimatedPrefixIndex(1)
+    prompt = list(range(1000))
+    for t in range(50):  # the same prompt again and again: every earlier copy goes stale
+        idx.record(0, prompt, now=t)
+    assert idx._entries[0] <= 4 * 1000 + 4096
+    assert idx.lru(0) == [(h, 49.0) for h in reversed(prompt)]

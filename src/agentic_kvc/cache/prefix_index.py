@@ -131,15 +131,16 @@ class EstimatedPrefixIndex:
         owner = self._owner[instance]
         get = owner.get
         hashes, end = run.hashes, run.end
+        want = end if n is None else n
         dropped = 0
-        if n is None:
-            n = end
-        while end and dropped < n:
-            end -= 1
-            h = hashes[end]
-            if get(h) is run:  # else stale: a later run touched h again
-                del owner[h]
-                dropped += 1
+        while end and dropped < want:
+            # The next `want - dropped` entries from the tail hold at most that many live
+            # ones, and all of them go: no need to walk them one by one.
+            start = max(end - (want - dropped), 0)
+            live = [h for h in hashes[start:end] if get(h) is run]  # else stale: touched later
+            deque(map(owner.__delitem__, live), maxlen=0)
+            dropped += len(live)
+            end = start
         self._entries[instance] -= run.end - end
         run.end = end
         if not end:

@@ -17,26 +17,18 @@ because the engine's tokens are not the workload's).
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
-from itertools import islice, repeat
+from collections import OrderedDict
+from collections.abc import Sequence
 
 
 class BlockPool:
-    """Whole-request operations run as C-level bulk dict operations (no per-block Python
-    loop) where no block is shared or duplicated; the general per-block path is kept for
-    those cases and gives the same result."""
-
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.hash_of: dict[int, int] = {}  # block -> its hash, for blocks holding one
-        # Reference counts, kept only where they exceed one: a block in the free queue is held
-        # by no request, any other by one plus `extra_refs` (prefix hits share blocks). So a
-        # block allocated, used and freed by one request costs no reference-count work.
-        self.extra_refs: dict[int, int] = {}
+        self.hash_of: list[int | None] = [None] * num_blocks
+        self.ref = [0] * num_blocks  # requests holding each block
         self.cached: dict[int, int] = {}  # block hash -> a block holding it
         # Other blocks with the same content (two requests prefilled it at once): vLLM keeps a
         # hash cached while any block holds it, and so must we, or the prefix-closure below
@@ -84,51 +76,43 @@ class BlockPool:
 
     def longest_hit(self, hashes: Sequence[int], max_blocks: int | None = None) -> list[int]:
         """Block ids of the longest cached prefix of `hashes` (at most `max_blocks`)."""
-        return list(map(self.cached.__getitem__, hashes[: self.count_hit(hashes, max_blocks)]))
+        cached = self.cached
+        return [cached[h] for h in hashes[: self.count_hit(hashes, max_blocks)]]
 
     def evictable(self, block_ids: Sequence[int]) -> int:
-        """How many of these blocks are free (held by no request)."""
-        return sum(map(self.free.__contains__, block_ids))
+        ref = self.ref
+        return sum(1 for b in block_ids if ref[b] == 0)
 
     def touch(self, block_ids: Sequence[int]) -> None:
-        """A request shares these (cached) blocks: free ones leave the free queue."""
-        free, extra = self.free, self.extra_refs
+        free, ref = self.free, self.ref
         for b in block_ids:
-            if b in free:
+            if ref[b] == 0:
                 del free[b]
-            else:
-                extra[b] = extra.get(b, 0) + 1
+            ref[b] += 1
 
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks from the head of the free queue (caller checked `num_free`)."""
         fresh = min(n, self.num_blocks - self.next_fresh)
         out = list(range(self.next_fresh, self.next_fresh + fresh))
         self.next_fresh += fresh
-        if n > fresh:
-            free = self.free
-            if n - fresh == len(free):
-                reused = list(free)
-                free.clear()
-            else:
-                reused = list(islice(free, n - fresh))
-                _consume(map(free.pop, reused))
-            # Reusing cached blocks: their content leaves the cache.
-            hash_of = self.hash_of
-            hashed = list(filter(hash_of.__contains__, reused))
-            hashes = list(map(hash_of.pop, hashed))
-            dups = self.dups
-            if dups and not dups.keys().isdisjoint(hashes):
-                cached = self.cached
-                for b, h in zip(hashed, hashes, strict=True):
-                    if h in dups:  # another block still holds h: it stays cached
-                        self._uncache_dup(b, h)
-                    else:
-                        del cached[h]
-                        self.evictions += 1
-            else:
-                _consume(map(self.cached.__delitem__, hashes))
-                self.evictions += len(hashes)
-            out += reused
+        hash_of, cached, dups = self.hash_of, self.cached, self.dups
+        popitem = self.free.popitem
+        evicted = 0
+        for _ in range(n - fresh):
+            b = popitem(last=False)[0]
+            h = hash_of[b]
+            if h is not None:  # reusing a cached block: its content leaves the cache
+                hash_of[b] = None
+                if h in dups:  # another block still holds h: it stays cached
+                    self._uncache_dup(b, h)
+                else:
+                    del cached[h]
+                    evicted += 1
+            out.append(b)
+        ref = self.ref
+        for b in out:
+            ref[b] = 1
+        self.evictions += evicted
         return out
 
     def _uncache_dup(self, b: int, h: int) -> None:
@@ -143,45 +127,25 @@ class BlockPool:
 
     def cache(self, block_ids: Sequence[int], hashes: Sequence[int]) -> None:
         """Make full blocks findable by their hashes (pairwise)."""
-        if len(block_ids) != len(hashes):
-            raise ValueError(f"{len(block_ids)} blocks for {len(hashes)} hashes")
         cached, hash_of = self.cached, self.hash_of
-        holder = dict(zip(hashes, block_ids))
-        if len(holder) == len(hashes) and cached.keys().isdisjoint(holder):
-            cached.update(holder)  # the common case: all new content
-        else:
-            for b, h in zip(block_ids, hashes):
-                if h in cached:
-                    self.dups.setdefault(h, []).append(b)
-                else:
-                    cached[h] = b
-        hash_of.update(zip(block_ids, hashes))
+        for b, h in zip(block_ids, hashes, strict=True):
+            if h in cached:
+                self.dups.setdefault(h, []).append(b)
+            else:
+                cached[h] = b
+            hash_of[b] = h
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """A request lets go of its blocks; those now unheld join the free queue, tail first."""
-        extra = self.extra_refs
-        tail_first = block_ids[::-1]
-        if not extra or extra.keys().isdisjoint(tail_first):
-            freed = tail_first  # the common case: no other request holds any
-        else:
-            freed = []
-            for b in tail_first:
-                r = extra.get(b, 0)
-                if r == 0:
-                    freed.append(b)
-                elif r == 1:
-                    del extra[b]
-                else:
-                    extra[b] = r - 1
-        self.free.update(zip(freed, repeat(None)))
+        free, ref = self.free, self.ref
+        for b in reversed(block_ids):
+            ref[b] -= 1
+            if ref[b] == 0:
+                free[b] = None
 
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""
-        self.hash_of.clear()
+        for b, h in enumerate(self.hash_of):
+            if h is not None:
+                self.hash_of[b] = None
         self.cached.clear()
         self.dups.clear()
-
-
-def _consume(it: Iterator[object]) -> None:
-    """Run an iterator of calls to the end at C speed."""
-    deque(it, maxlen=0)
