@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all env model peers report test test-fast test-all lint format clean-results help
+.PHONY: all env model peers system report test test-fast test-all lint format clean-results help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -47,14 +47,25 @@ $(STAMPS)/peers:
 
 peers: $(STAMPS)/peers  ## .venv-peers with vllm-router, aiperf, kvcache-simulator (benchmarks)
 
+# redis-server (the Debian package) for `akvc serve --redis` and its test. Best effort: where
+# there is no apt-get or no root it says so, and the test that needs it skips.
+$(STAMPS)/system:
+	@mkdir -p $(STAMPS)
+	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; } \
+		|| echo "note: redis-server not installed; the test that needs it will skip"
+	touch $@
+
+system: $(STAMPS)/system  ## redis-server via apt-get when missing (best effort)
+
 report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
 	$(BIN)/snakemake --cores $(CORES) report
 
 # Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
-test: $(STAMPS)/model  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
+test: $(STAMPS)/model $(STAMPS)/system  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMPS)/model  ## every test, slow ones included
+test-all: $(STAMPS)/model $(STAMPS)/system  ## every test, slow ones included
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMPS)/venv  ## no real engines, nothing slow
