@@ -69,6 +69,10 @@ def test_unified_affinity_gate_holds_at_051_releases_at_049() -> None:
     # owner has 5 requests (avg = 2, 5 <= 2*2? no) -> use 3 requests: avg 1.5, 3 <= 3 ok.
     held = pol.decide(req(1000), _affinity_fleet(510, owner_requests=3))
     assert (held.prefill, held.reason) == (0, "affinity")
+    # the receipt scores every candidate, not only the one affinity chose
+    assert set(held.scores) == {0, 1, 2, 3}
+    assert held.scores[0]["cache_ratio"] == 0.51 and held.scores[0]["avg_requests"] == 1.5
+    assert held.scores[1] == {"cache_ratio": 0.0, "num_requests": 1}
     released = pol.decide(req(1000), _affinity_fleet(490, owner_requests=3))
     assert released.reason == "lmetric"
     # LMetric: owner (1000-490)*3 = 1530 vs others 1000*1 -> elsewhere.

@@ -69,7 +69,14 @@ class Unified(ColocatingPolicy):
             ratio = cached[owner] / request.input_tokens if request.input_tokens > 0 else 0.0
             loaded_ok = a.num_requests <= avg * p.overload_factor
             if ratio > p.affinity_ratio and loaded_ok:
-                return a, "affinity", {a.index: {"cache_ratio": ratio, "avg_requests": avg}}
+                # The receipt shows every candidate, so a reader sees what affinity beat.
+                n = max(request.input_tokens, 1)
+                scores: dict[int, Any] = {
+                    i.index: {"cache_ratio": cached[i.index] / n, "num_requests": i.num_requests}
+                    for i in candidates
+                }
+                scores[a.index]["avg_requests"] = avg
+                return a, "affinity", scores
             if ratio > p.affinity_ratio:
                 reason = "lmetric_overloaded_affinity"
         eligible = list(candidates)
