@@ -529,12 +529,19 @@ class ProxyApp:
         client_gone = asyncio.ensure_future(receive())
         error: tuple[str, str, int] | None = None
         outcome = "ok"
+        closed = False  # the client's response has ended
         try:
             async for chunk in resp.content.iter_any():
                 out, first = tracker.feed(chunk)
                 if first:
                     rec.t_first_token = self.now()
                     self.state.first_token(ticket)
+                if tracker.done:
+                    # [DONE] ends the stream: end the client's response with it, rather than
+                    # on one more wake-up when the engine's end of body arrives.
+                    await send({"type": "http.response.body", "body": out, "more_body": False})
+                    closed = True
+                    break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if client_gone.done():
@@ -547,6 +554,10 @@ class ProxyApp:
             error = (msg, "upstream_error", 502)
         finally:
             client_gone.cancel()
+            if closed:
+                # Read the engine's end of body too, so its connection goes back to the pool.
+                with contextlib.suppress(*CONNECTION_ERRORS, TimeoutError):
+                    await resp.content.read()
             if error is not None or outcome == "client_gone" or not tracker.done:
                 resp.close()  # do not return a half-read connection to the pool
             else:
@@ -565,8 +576,9 @@ class ProxyApp:
         elif tracker.error is not None:
             rec.error = f"engine error: {tracker.error}"
             outcome = "engine_error"
-        with contextlib.suppress(OSError):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not closed:
+            with contextlib.suppress(OSError):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         _take_usage(rec, tracker.usage)
         if tracker.usage is None:
             rec.output_tokens = tracker.content_events
