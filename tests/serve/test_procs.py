@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
+
+import pytest
 
 from agentic_kvc.serve.procs import ManagedProcess, live_processes, related_pids
 
@@ -49,6 +52,7 @@ def test_kill_simulates_a_crash(tmp_path: Path) -> None:
     assert proc.remaining() == set()
 
 
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) not installed")
 def test_cpus_pin_the_process_and_its_children(tmp_path: Path) -> None:
     import os
 

@@ -77,10 +77,16 @@ def test_refit_recomputes_a_profile_file_from_its_probes(tmp_path: Path) -> None
     result = fit(synthetic(TRUE, noise=0.02, seed=5))
     path = tmp_path / "cpu.json"
     stale = {name: 1.0 for name in FEATURES}
-    doc = {"coefficients": stale, "residuals": result.residuals, "kv_bytes_per_token": 1024}
+    doc = {
+        "coefficients": stale,
+        "residuals": result.residuals,
+        "kv_bytes_per_token": 1024,
+        "serving_fit": {"prefill_scale": 2.0},
+    }
     path.write_text(json.dumps(doc))
     out = refit(path)
     assert out["coefficients"] == result.cost.as_dict()
+    assert "serving_fit" not in out  # it scaled the old coefficients
     assert json.loads(path.read_text())["coefficients"] == result.cost.as_dict()
     path.write_text(json.dumps({"residuals": [{"kind": "prefill"}]}))
     with pytest.raises(ValueError, match="field 'residuals'"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -105,11 +106,16 @@ class ManagedProcess:
             raise ProcessError(f"{self.name}: already started")
         _install_handlers()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.argv
+        taskset = shutil.which("taskset") if self.cpus else None
+        if taskset:
+            # Pinned from its first instruction, so nothing it starts can escape the set.
+            argv = [taskset, "-c", ",".join(map(str, sorted(self.cpus or ()))), *argv]
         with self.log_path.open("ab") as log:
-            log.write(f"# {self.name}: {' '.join(self.argv)}\n".encode())
+            log.write(f"# {self.name}: {' '.join(argv)}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(
-                self.argv,
+                argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -117,8 +123,9 @@ class ManagedProcess:
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: stop() reaches every child
             )
-        if self.cpus:
-            # Set right after exec, before the interpreter starts any thread or child.
+        if self.cpus and not taskset:
+            # No taskset (util-linux): pin right after the start; a child the program starts
+            # within microseconds could escape, which a server's slow start-up makes unlikely.
             with contextlib.suppress(ProcessLookupError):
                 os.sched_setaffinity(self.popen.pid, self.cpus)
         with _LIVE_LOCK:

@@ -294,6 +294,8 @@ def refit(path: Path) -> dict[str, Any]:
     doc = json.loads(path.read_text())
     result = fit(measurements_from_doc(doc, str(path)))
     doc.update(coefficients=result.cost.as_dict(), fit=result.summary(), residuals=result.residuals)
+    # A serving fit scales the coefficients it was fitted on; it does not carry over.
+    doc.pop("serving_fit", None)
     atomic_write_json(path, doc)
     return doc
 

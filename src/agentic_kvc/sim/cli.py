@@ -85,6 +85,7 @@ def calibrate(
     if refit:
         fit = refit_file(out)["fit"]
         click.echo(f"refitted {out}: mean |rel error| {fit['mean_abs_rel_error']:.1%}")
+        click.echo("its serving fit (if any) is dropped: redo it with --serving or --fit-runs")
         return
 
     plan = (
