@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -143,3 +144,28 @@ def test_calibrate_against_the_real_cpu_engine(tmp_path: Path, tiny_model: Path)
     prefill = [r["measured_s"] for r in doc["residuals"] if r["kind"] == "prefill"]
     assert prefill[-1] > 2 * prefill[0]
     assert doc["fit"]["mean_abs_rel_error"] < 0.3
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_serving_fit_against_a_real_replay(tmp_path: Path, tiny_model: Path) -> None:
+    """The serving stage on a real run directory: one real instance, a short replay."""
+    import json
+
+    from agentic_kvc.runs import execute
+    from agentic_kvc.sim.serving_fit import ServingRun, fit_serving, serving_config
+
+    cfg = serving_config(1)
+    small = cfg.workload.generator.model_copy(update={"sessions": 8})
+    cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"generator": small})})
+    run_dir = execute(cfg, tmp_path / "results")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    # with a spare core, the engine's frontends were started off the worker's core
+    fleet = manifest["backend_info"]["fleet"]["instances"][0]
+    if len(os.sched_getaffinity(0)) > 1:
+        assert fleet["frontend_cores"] and fleet["core"] not in fleet["frontend_cores"]
+    base = load_cpu_profile(serving_fit=False)
+    result = fit_serving(base, [ServingRun(run_dir)], host_cores=2)
+    assert 0.5 <= result["prefill_scale"] <= 4.0
+    assert result["loss"] <= result["loss_before"]
+    assert result["contended_slowdown"] is None  # no run without a spare core was given
