@@ -174,7 +174,12 @@ def vllm_cmd(
         desc: dict[str, Any] = {"fleet": fleet.describe()}
         if with_proxy:
             proxy = ProxyProcess(
-                fleet.urls, policy_name, log_dir, policy_params, log_dir / "proxy_records.jsonl"
+                fleet.urls,
+                policy_name,
+                log_dir,
+                policy_params,
+                log_dir / "proxy_records.jsonl",
+                cpus=plan.frontend_cores,  # off the workers' cores when there is a spare one
             )
             proxy.start()
             started.append(proxy)
