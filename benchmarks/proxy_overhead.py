@@ -7,8 +7,9 @@ engines themselves, alternating between them as a round-robin router would.
 
 Latency: short requests (a fixed 32-token token-id prompt, prefix-cached after the first
 request, 4 output tokens, ignore_eos), streaming and not, one at a time on a keep-alive
-connection per target. Targets are interleaved request by request (direct, akvc..., router...,
-then again), so a slow spell on the shared 2-core machine hits every target alike. Reported
+connection per target. Targets are interleaved request by request, in a fresh random order
+each round, so a slow spell on the shared 2-core machine hits every target alike and no target
+always follows the same other one (whose leftover work would land on it). Reported
 per target and mode: p50/p99 of the whole request (to the end of the stream) and of the time
 to the first streamed event, and the added p50/p99 = target minus direct. Throughput: the
 same requests at concurrency 64 (aiohttp), per target and mode.
@@ -307,10 +308,15 @@ def main() -> None:
         lat: dict[str, dict[str, list[tuple[float, float]]]] = {
             n: {m: [] for m in bodies} for n in targets
         }
+        order_rng = np.random.default_rng(1)
+        names = list(clients)
         for i in range(args.requests):
             for mode, body in bodies.items():
-                for name, client in clients.items():
-                    lat[name][mode].append(client.one(body))
+                # A fresh order every round: a target's leftover work after its response (its
+                # own bookkeeping on the shared router core) must not always land on the same
+                # next target.
+                for k in order_rng.permutation(len(names)):
+                    lat[names[k]][mode].append(clients[names[k]].one(body))
             if (i + 1) % 100 == 0:
                 print(f"{i + 1}/{args.requests} sequential rounds", file=sys.stderr)
         results: dict[str, Any] = {}
@@ -329,7 +335,7 @@ def main() -> None:
                     ds = [t for _f, t in lat["direct"][mode]]
                     total["added_p50_ci95_ms"] = added_ci(ts, ds, 50, rng)
                     total["added_p99_ci95_ms"] = added_ci(ts, ds, 99, rng)
-                # Paired: request i of this target ran right after request i of direct.
+                # Paired: request i of this target ran in the same round as request i of direct.
                 diffs = np.subtract(
                     [t for _f, t in lat[name][mode]], [t for _f, t in lat["direct"][mode]]
                 )

@@ -62,7 +62,7 @@ def test_receipt_from_json_header_and_single_fields() -> None:
     )
     assert got == {"route_class": "WARM", "prefill_instance": 1}
     got = receipt_from_headers(
-        {"x-akvc-route-class": "HEAVY", "x-akvc-prefill-instance": "0", "x-akvc-reason": "r"}
+        {"x-akvc-route-class": "HEAVY", "x-akvc-prefill": "0", "x-akvc-reason": "r"}
     )
     assert got == {"route_class": "HEAVY", "prefill_instance": 0, "reason": "r"}
     assert receipt_from_headers({"content-type": "text/event-stream"}) == {}

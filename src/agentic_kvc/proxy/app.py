@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from agentic_kvc.cache.kv_events import ExactCacheView, KVEventSubscriber
@@ -45,6 +44,7 @@ from agentic_kvc.proxy.records import RecordSink
 from agentic_kvc.proxy.session import session_from
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.proxy.stream import StreamTracker
+from agentic_kvc.proxy.upstream import UpstreamRefused, UpstreamResponse
 
 log = logging.getLogger("agentic_kvc.proxy")
 
@@ -142,9 +142,6 @@ class ProxyApp:
             on_scrape=self._on_scrape,
         )
         self.origin = settings.clock_origin if settings.clock_origin is not None else _clock()
-        self.timeout = aiohttp.ClientTimeout(
-            total=settings.upstream_timeout_s, sock_connect=settings.connect_timeout_s
-        )
         self.started = False
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -436,13 +433,13 @@ class ProxyApp:
                 pd_done = True
         elif payload is None:
             payload = _encode(body)
-        assert target.session is not None
+        assert target.pool is not None
         up_headers = {"content-type": "application/json", "x-request-id": rec.request_id}
         try:
-            resp = await target.session.post(
-                path, data=payload, headers=up_headers, timeout=self.timeout
+            resp = await target.pool.request(
+                "POST", path, payload, up_headers, self.settings.upstream_timeout_s
             )
-        except aiohttp.ClientConnectorError as exc:
+        except UpstreamRefused as exc:
             rec.error = self._backend_failed(target, exc, "refused the connection")
             if pd_done or rec.pd_fallback:  # P did (or failed) its part: no second routing
                 await self._fail(send, path, rec, ticket, 502, rec.error)
@@ -461,16 +458,13 @@ class ProxyApp:
             raise _Retry from exc
         prefill, decode = str(decision.prefill).encode(), str(decision.decode).encode()
         headers = [
-            (b"content-type", resp.headers.get("content-type", "application/json").encode()),
+            (b"content-type", resp.headers.get(b"content-type", JSON)),
             (b"x-akvc-request-id", rec.request_id.encode()),
             (b"x-akvc-policy", decision.policy.encode()),
             (b"x-akvc-route-class", decision.route_class.encode()),
             (b"x-akvc-reason", decision.reason.encode()),
             (b"x-akvc-prefill", prefill),
             (b"x-akvc-decode", decode),
-            # The replayer's names for the same values (agentic_kvc.replay.client).
-            (b"x-akvc-prefill-instance", prefill),
-            (b"x-akvc-decode-instance", decode),
             (b"x-akvc-predicted-cached-tokens", str(decision.predicted_cached_tokens).encode()),
         ]
         if resp.status != 200 or not stream:
@@ -481,7 +475,7 @@ class ProxyApp:
     async def _relay_whole(
         self,
         path: str,
-        resp: aiohttp.ClientResponse,
+        resp: UpstreamResponse,
         headers: list[tuple[bytes, bytes]],
         rec: RequestRecord,
         ticket: Ticket,
@@ -514,7 +508,7 @@ class ProxyApp:
     async def _relay_stream(
         self,
         path: str,
-        resp: aiohttp.ClientResponse,
+        resp: UpstreamResponse,
         headers: list[tuple[bytes, bytes]],
         drop_usage: bool,
         rec: RequestRecord,
@@ -531,7 +525,7 @@ class ProxyApp:
         outcome = "ok"
         closed = False  # the client's response has ended
         try:
-            async for chunk in resp.content.iter_any():
+            while chunk := await resp.next_chunk():
                 out, first = tracker.feed(chunk)
                 if first:
                     rec.t_first_token = self.now()
@@ -557,7 +551,7 @@ class ProxyApp:
             if closed:
                 # Read the engine's end of body too, so its connection goes back to the pool.
                 with contextlib.suppress(*CONNECTION_ERRORS, TimeoutError):
-                    await resp.content.read()
+                    await resp.read()
             if error is not None or outcome == "client_gone" or not tracker.done:
                 resp.close()  # do not return a half-read connection to the pool
             else:

@@ -1,10 +1,10 @@
 """One pooled HTTP client per vLLM backend, plus its health probe and metrics scraper.
 
-Each backend gets its own aiohttp session and connection pool with keep-alive, so a request
-reuses a warm TCP connection (no handshake on the hot path) and a dead backend's broken
-connections never sit in another backend's pool. When a backend comes back after a failure its
-pool is replaced: connections kept from before the restart point at a dead socket, and the
-first request on one would fail (the stale-connection bug seen in vllm-router).
+Each backend gets its own keep-alive pool (`upstream.UpstreamPool`), so a request reuses a
+warm TCP connection (no handshake on the hot path) and a dead backend's broken connections
+never sit in another backend's pool. When a backend comes back after a failure its pool is
+replaced: connections kept from before the restart point at a dead socket, and the first
+request on one would fail (the stale-connection bug seen in vllm-router).
 """
 
 from __future__ import annotations
@@ -14,20 +14,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-
-import aiohttp
+from dataclasses import dataclass
 
 from agentic_kvc.metrics.prometheus import EngineMetrics, parse_vllm_metrics
+from agentic_kvc.proxy.upstream import UpstreamPool
 
 log = logging.getLogger("agentic_kvc.proxy")
 
-# Errors that mean "this backend refused or dropped us" (as opposed to a slow answer).
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, payload cut off
-    aiohttp.ClientPayloadError,
-    ConnectionError,
-)
+# Errors that mean "this backend refused or dropped us" (as opposed to a slow answer):
+# upstream.UpstreamRefused / UpstreamDropped, and the OS's own resets.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError,)
 
 
 @dataclass(slots=True)
@@ -35,46 +31,32 @@ class BackendClient:
     index: int
     url: str  # base URL, no trailing slash
     connect_timeout_s: float = 3.0
-    session: aiohttp.ClientSession | None = None
+    pool: UpstreamPool | None = None
     healthy: bool = True
     last_error: str | None = None
     metrics: EngineMetrics | None = None
     scraped_at: float | None = None
     model_id: str | None = None
     model_root: str | None = None
-    _closing: list[aiohttp.ClientSession] = field(default_factory=list)
 
     def open(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=0,  # the engine queues; the proxy must not add a second queue in front of it
-            keepalive_timeout=75,
-            enable_cleanup_closed=False,
-            ttl_dns_cache=None,
-        )
-        self.session = aiohttp.ClientSession(
-            base_url=self.url,
-            connector=connector,
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
-        )
+        self.pool = UpstreamPool(self.url, self.connect_timeout_s)
 
     async def reopen(self) -> None:
         """Fresh pool after recovery; the old one is closed (its sockets are dead anyway)."""
-        old = self.session
+        old = self.pool
         self.open()
         if old is not None:
-            await old.close()
+            old.close()
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
-        assert self.session is not None, "backend client not opened"
-        async with self.session.get(path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            return resp.status, await resp.read()
+        assert self.pool is not None, "backend client not opened"
+        return await self.pool.get(path, timeout_s)
 
     async def probe_health(self, timeout_s: float) -> bool:
         try:

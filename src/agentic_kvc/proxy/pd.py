@@ -22,7 +22,6 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiohttp
 import msgspec
 
 from agentic_kvc.proxy.backends import BackendClient
@@ -149,16 +148,22 @@ async def run_prefill(
     `peer` is P's Mooncake identity (unused by NIXL). Raises the `backends.CONNECTION_ERRORS`
     when P refuses or drops, `TimeoutError` past `timeout_s`, and `PrefillError` otherwise.
     """
-    assert prefill.session is not None
+    assert prefill.pool is not None
     transfer_id = f"akvc-{request_id}" if connector == "mooncake" else None
     p_body = prefill_body(body, connector, transfer_id)
-    async with prefill.session.post(
+    resp = await prefill.pool.request(
+        "POST",
         path,
-        data=msgspec.json.encode(p_body),
-        headers={"content-type": "application/json", "x-request-id": request_id},
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-    ) as resp:
+        msgspec.json.encode(p_body),
+        {"content-type": "application/json", "x-request-id": request_id},
+        timeout_s,
+    )
+    try:
         raw = await resp.read()
+    except BaseException:
+        resp.close()
+        raise
+    resp.release()
     if resp.status != 200:
         raise PrefillError(f"prefill instance answered HTTP {resp.status}: {raw[:200]!r}")
     try:

@@ -25,8 +25,8 @@ RECEIPT_FIELD_HEADERS = {
     "x-akvc-policy": "policy",
     "x-akvc-route-class": "route_class",
     "x-akvc-reason": "reason",
-    "x-akvc-prefill-instance": "prefill_instance",
-    "x-akvc-decode-instance": "decode_instance",
+    "x-akvc-prefill": "prefill_instance",
+    "x-akvc-decode": "decode_instance",
     "x-akvc-predicted-cached-tokens": "predicted_cached_tokens",
 }
 _INT_FIELDS = {"prefill_instance", "decode_instance", "predicted_cached_tokens"}

@@ -1,0 +1,364 @@
+"""The proxy's HTTP/1.1 client to its backends: keep-alive pools on asyncio + httptools.
+
+Why not aiohttp: every relayed request paid for aiohttp's general machinery (request and
+response objects, header multidicts, timers, a stream reader, payload writers), about half of
+the proxy's CPU per request, measured with `benchmarks/proxy_overhead.py`. The proxy needs
+little of it: a POST or GET to a known engine over plain TCP, the status and two headers,
+and the body either whole or chunk by chunk as it arrives. This client does that and nothing
+more: one `transport.write` per request, httptools (the C parser uvicorn uses) for the answer,
+one wake-up of the reader per socket read.
+
+Errors say what a router needs to know:
+- `UpstreamRefused`: the request never reached the engine (refused, unreachable, connect
+  timeout), so another backend may take it;
+- `UpstreamDropped`: the connection ended before the response did (the engine died, reset, or
+  sent bytes that are not HTTP);
+- `TimeoutError`: the request's own deadline passed.
+Both upstream errors are `ConnectionError`s. A keep-alive connection the engine closed while it
+sat idle is not an error: the request is re-sent once on a fresh connection, as it never
+reached the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+
+import httptools
+
+_PAUSE_BYTES = 1 << 20  # stop reading from a backend whose client is this far behind
+
+
+class UpstreamError(ConnectionError):
+    """A backend refused or dropped the request."""
+
+
+class UpstreamRefused(UpstreamError):
+    """The request never reached the backend: safe to send it elsewhere."""
+
+
+class UpstreamDropped(UpstreamError):
+    """The connection ended before the response was complete."""
+
+
+class _StaleConnection(Exception):
+    """A reused keep-alive connection was closed by the server before any answer."""
+
+
+class UpstreamResponse:
+    """One response: `status`, `headers` (lower-case names), then `next_chunk()` or `read()`.
+
+    Call `release()` when done with a fully read response (its connection goes back to the
+    pool) or `close()` to drop the connection (a half-read or failed response).
+    """
+
+    __slots__ = (
+        "_buf",
+        "_buffered",
+        "_conn",
+        "_deadline",
+        "_error",
+        "_headers_done",
+        "_waiter",
+        "complete",
+        "headers",
+        "status",
+    )
+
+    def __init__(self, conn: _Connection) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.complete = False
+        self._conn: _Connection | None = conn
+        self._buf: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._headers_done = False
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # ---- reading -----------------------------------------------------------------------
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    def _take(self) -> bytes:
+        data = self._buf.popleft() if len(self._buf) == 1 else b"".join(self._buf)
+        self._buf.clear()
+        self._buffered = 0
+        conn = self._conn
+        if conn is not None and conn.paused:
+            conn.resume()
+        return data
+
+    async def next_chunk(self) -> bytes:
+        """The body as it arrives: everything received since the last call; b"" at its end."""
+        while not self._buf:
+            if self.complete:
+                return b""
+            await self._wait()
+        return self._take()
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        while not self.complete:
+            await self._wait()
+        return self._take() if self._buf else b""
+
+    # ---- ending ------------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Done with a response: keep its connection for the next request if it can be."""
+        conn, self._conn = self._conn, None
+        self._cancel_deadline()
+        if conn is None:
+            return
+        if self.complete and self._error is None and conn.reusable():
+            conn.park()
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        """Drop the connection (a response abandoned half-read must not be reused)."""
+        conn, self._conn = self._conn, None
+        self._cancel_deadline()
+        if conn is not None:
+            conn.close()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    # ---- fed by the connection ---------------------------------------------------------
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self._wake()
+
+    def _on_timeout(self) -> None:
+        self._deadline = None
+        self._fail(TimeoutError("upstream request timed out"))
+        self.close()
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection to a backend, parked in its pool between requests."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.resp: UpstreamResponse | None = None
+        self.lost = False
+        self.paused = False
+        self.began = False  # the current response has sent its first byte
+        self.keep_alive = True
+        self.served = 0  # responses completed on this connection
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        resp = self.resp
+        if resp is None:  # bytes while idle: the connection is not in a state to reuse
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            resp._fail(UpstreamDropped(f"{self.pool.url}: malformed HTTP response: {exc}"))
+            self.close()
+            return
+        if resp._buffered > _PAUSE_BYTES and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        resp._wake()  # once per socket read, however many parser events it held
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.pool._forget(self)
+        resp = self.resp
+        if resp is not None and not resp.complete:
+            if not self.began and self.served > 0:
+                resp._fail(_StaleConnection())
+            else:
+                why = f": {exc}" if exc else ""
+                resp._fail(UpstreamDropped(f"{self.pool.url} closed the connection{why}"))
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.began = True
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        assert self.resp is not None
+        self.resp.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        resp = self.resp
+        assert resp is not None
+        resp.status = self.parser.get_status_code()
+        resp._headers_done = True
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        resp = self.resp
+        assert resp is not None
+        resp._buf.append(body)
+        resp._buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        assert self.resp is not None
+        self.resp.complete = True
+
+    # pool side
+    def reusable(self) -> bool:
+        return self.keep_alive and not self.lost and self.transport is not None
+
+    def park(self) -> None:
+        self.served += 1
+        self.resp = None
+        self.began = False
+        self.parser = httptools.HttpResponseParser(self)
+        self.pool._park(self)
+
+    def resume(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.lost:
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        self.lost = True
+        self.pool._forget(self)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class UpstreamPool:
+    """Keep-alive connections to one backend (`http://host:port`), no limit on their number:
+    the engine queues, the proxy must not add a second queue in front of it."""
+
+    def __init__(self, url: str, connect_timeout_s: float = 3.0) -> None:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https"):
+            raise ValueError(f"backend URL must be http(s)://host[:port], got {url!r}")
+        hostport = rest.split("/", 1)[0]
+        host, colon, port = hostport.rpartition(":")
+        if not colon or not port.isdigit() or host.endswith(":"):  # no port (IPv6 w/o port too)
+            host, port = hostport, "443" if scheme == "https" else "80"
+        self.url = url.rstrip("/")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.ssl = ssl.create_default_context() if scheme == "https" else None
+        self.connect_timeout_s = connect_timeout_s
+        self._host_header = hostport.encode()
+        self._idle: list[_Connection] = []
+        self._live: set[_Connection] = set()
+        self.closed = False
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> UpstreamResponse:
+        """Send one request; return once the response's status and headers are in."""
+        head = [f"{method} {path} HTTP/1.1\r\nhost: ".encode(), self._host_header]
+        if body or method == "POST":
+            head.append(b"\r\ncontent-length: " + str(len(body)).encode())
+        for k, v in (headers or {}).items():
+            head.append(f"\r\n{k}: {v}".encode("latin-1"))
+        head.append(b"\r\n\r\n")
+        data = b"".join(head) + body
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s if timeout_s is not None else None
+        for _attempt in range(2):
+            conn = await self._checkout(deadline)
+            resp = UpstreamResponse(conn)
+            conn.resp = resp
+            if deadline is not None:
+                resp._deadline = loop.call_at(deadline, resp._on_timeout)
+            assert conn.transport is not None
+            conn.transport.write(data)
+            try:
+                while not resp._headers_done:
+                    await resp._wait()
+            except _StaleConnection:
+                resp.close()
+                continue  # it never reached the engine: once more on a fresh connection
+            except BaseException:
+                resp.close()
+                raise
+            return resp
+        raise UpstreamDropped(f"{self.url} closed two connections before answering")
+
+    async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        """GET a small document (metrics, health, models): (status, body)."""
+        resp = await self.request("GET", path, timeout_s=timeout_s)
+        try:
+            body = await resp.read()
+        except BaseException:
+            resp.close()
+            raise
+        resp.release()
+        return resp.status, body
+
+    async def _checkout(self, deadline: float | None) -> _Connection:
+        if self.closed:
+            raise UpstreamRefused(f"{self.url}: client closed")
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+        loop = asyncio.get_running_loop()
+        timeout = self.connect_timeout_s
+        if deadline is not None:
+            timeout = min(timeout, max(deadline - loop.time(), 0.0))
+        try:
+            async with asyncio.timeout(timeout):
+                _, proto = await loop.create_connection(
+                    lambda: _Connection(self), self.host, self.port, ssl=self.ssl
+                )
+        except TimeoutError as exc:
+            raise UpstreamRefused(f"{self.url}: connect timed out after {timeout:.1f}s") from exc
+        except OSError as exc:
+            raise UpstreamRefused(f"{self.url}: cannot connect: {exc}") from exc
+        self._live.add(proto)
+        return proto
+
+    def _park(self, conn: _Connection) -> None:
+        if self.closed:
+            conn.close()
+        else:
+            self._idle.append(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        self._live.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Close every connection, idle or busy (pending requests fail as dropped)."""
+        self.closed = True
+        for conn in list(self._live):
+            conn.close()
+        self._idle.clear()
