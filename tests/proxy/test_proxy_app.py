@@ -279,3 +279,24 @@ def test_text_prompts_are_tokenized_with_the_model_tokenizer(make_proxy, tiny_mo
     recs = _records(proxy)
     assert recs[0]["input_tokens"] == n
     assert recs[1]["input_tokens"] > n  # the chat template adds role markers
+
+
+def test_long_token_prompts_are_forwarded_intact_and_hashed(make_proxy, fakes: Fakes) -> None:
+    # Bodies this large take the raw-prompt path (parse_request): the prompt is parsed into an
+    # array for hashing and forwarded byte for byte, also when the proxy adds stream_options.
+    proxy, client = make_proxy(policy="test_most_cached")
+    history = list(range(5_000, 8_000))  # ~20 KB of JSON
+    for turn in range(3):
+        history = history + list(range(20_000 + 500 * turn, 20_500 + 500 * turn))
+        r = client.post(
+            "/v1/completions",
+            json={"prompt": history, "max_tokens": 2, "stream": turn == 1},
+            headers={"x-session-id": "long"},
+        )
+        assert r.status_code == 200, r.text
+    recs = _records(proxy)
+    full = [16 * (n // 16) for n in (3_500, 4_000)]
+    assert [r["predicted_cached_tokens"] for r in recs] == [0, *full]
+    # the engine saw exactly the prompt the router hashed: its toy cache agrees token for token
+    assert [r["cached_tokens"] for r in recs] == [0, *full]
+    assert [r["input_tokens"] for r in recs] == [3_500, 4_000, 4_500]

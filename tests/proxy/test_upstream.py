@@ -264,6 +264,22 @@ def test_large_body_pauses_reading_and_arrives_intact() -> None:
     asyncio.run(main())
 
 
+def test_body_delimited_by_connection_close() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end")
+        await w.drain()
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            pool = UpstreamPool(srv.url)
+            assert await pool.get("/x", 5) == (200, b"until the end")
+            assert not pool._idle
+            pool.close()
+
+    asyncio.run(main())
+
+
 def test_bad_urls() -> None:
     with pytest.raises(ValueError, match="http"):
         UpstreamPool("ftp://x:1")

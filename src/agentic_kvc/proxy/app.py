@@ -39,7 +39,7 @@ from agentic_kvc.proxy import pd
 from agentic_kvc.proxy.backends import CONNECTION_ERRORS, BackendClient, BackendMonitor
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
 from agentic_kvc.proxy.metrics import ProxyMetrics
-from agentic_kvc.proxy.prompt import PromptTokenizer, prompt_tokens
+from agentic_kvc.proxy.prompt import PromptTokenizer, parse_request, prompt_tokens
 from agentic_kvc.proxy.records import RecordSink
 from agentic_kvc.proxy.session import session_from
 from agentic_kvc.proxy.settings import ProxySettings
@@ -278,7 +278,7 @@ class ProxyApp:
         t_recv = self.now()
         raw = await _read_body(receive)
         try:
-            body = _decode(raw)
+            body, parsed_tokens = parse_request(raw)
         except msgspec.DecodeError as exc:
             await self._reject(send, path, 400, f"request body is not valid JSON: {exc}")
             return
@@ -290,7 +290,7 @@ class ProxyApp:
         request_id = rid_header.decode("latin-1") if rid_header else uuid.uuid4().hex
         session = session_from(body, headers)
         try:
-            token_ids, n_input = prompt_tokens(path, body, self.tokenizer)
+            token_ids, n_input = prompt_tokens(path, body, self.tokenizer, parsed_tokens)
         except Exception as exc:  # a tokenizer or template failure is the request's fault
             await self._reject(send, path, 400, f"cannot read the prompt: {exc}")
             return
@@ -312,7 +312,7 @@ class ProxyApp:
                 # for it, so its event is dropped again on the way back.
                 body["stream_options"] = {**(opts or {}), "include_usage": True}
                 drop_usage, payload = True, None
-        hashes = self.hasher.hash(session, token_ids) if token_ids else ()
+        hashes = self.hasher.hash(session, token_ids) if token_ids is not None and n_input else ()
         turn = self.state.session_turns.get(session, 0) if session is not None else 0
         request = RequestView(
             request_id, session, turn, n_input, max_tokens, hashes, self.block_size

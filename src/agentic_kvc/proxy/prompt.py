@@ -11,11 +11,59 @@ proxy still routes, but text prompts get a length estimate and no block hashes.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
+
 CHARS_PER_TOKEN = 4  # rough length estimate when no tokenizer is available
+RAW_PROMPT_MIN_BYTES = 4096  # below this a plain decode is as fast
+
+_decode = msgspec.json.Decoder().decode
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+
+def parse_request(raw: bytes) -> tuple[Any, np.ndarray | None]:
+    """(request body, the token ids of a token-id `prompt` as an int64 array, or None).
+
+    Agentic prompts are long token-id lists. Decoding 50k ints into Python objects costs
+    ~2 ms and hashing them needs an array copy on top, so a large body's `prompt` is parsed
+    straight from its JSON text into an array, and kept in the body as `msgspec.Raw`: the
+    encoder writes it back byte for byte when the body is forwarded. Anything that is not a
+    flat list of integers takes the plain path. Raises `msgspec.DecodeError` on bad JSON.
+    """
+    if len(raw) < RAW_PROMPT_MIN_BYTES:
+        return _decode(raw), None
+    try:
+        fields = _decode_fields(raw)
+    except msgspec.ValidationError:  # valid JSON, not an object: the caller rejects it
+        return _decode(raw), None
+    prompt = fields.get("prompt")
+    tokens = _int_list(bytes(prompt)) if prompt is not None else None
+    body: dict[str, Any] = {
+        k: v if k == "prompt" and tokens is not None else _decode(v) for k, v in fields.items()
+    }
+    return body, tokens
+
+
+def _int_list(text: bytes) -> np.ndarray | None:
+    """A JSON array of integers as int64, or None if `text` is anything else."""
+    inner = text.strip()
+    if not (inner.startswith(b"[") and inner.endswith(b"]")):
+        return None
+    inner = inner[1:-1]
+    if not inner.strip() or b"[" in inner or b"." in inner or b"e" in inner or b"E" in inner:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns, and stops, at the first non-integer
+        try:
+            arr = np.fromstring(inner, dtype=np.int64, sep=",")
+        except (DeprecationWarning, ValueError):
+            return None
+    return arr if len(arr) == inner.count(b",") + 1 else None
 
 
 class PromptTokenizer:
@@ -79,13 +127,19 @@ def _is_token_ids(value: Any) -> bool:
 
 
 def prompt_tokens(
-    path: str, body: Mapping[str, Any], tokenizer: PromptTokenizer | None
-) -> tuple[list[int] | None, int]:
+    path: str,
+    body: Mapping[str, Any],
+    tokenizer: PromptTokenizer | None,
+    parsed: np.ndarray | None = None,
+) -> tuple[Sequence[int] | np.ndarray | None, int]:
     """(token ids or None when unknown, input token count) for a generation request.
 
-    A batched completions prompt (a list of prompts) is routed as a whole by its first prompt;
-    its token count is the sum over the batch.
+    `parsed`: the prompt's token ids if `parse_request` already read them. A batched
+    completions prompt (a list of prompts) is routed as a whole by its first prompt; its token
+    count is the sum over the batch.
     """
+    if parsed is not None and not path.endswith("/chat/completions"):
+        return parsed, len(parsed)
     if path.endswith("/chat/completions"):
         messages = body.get("messages")
         if not isinstance(messages, list):

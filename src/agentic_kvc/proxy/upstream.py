@@ -159,6 +159,11 @@ class UpstreamResponse:
         self.close()
 
 
+def _delimited_by_close(resp: UpstreamResponse) -> bool:
+    h = resp.headers
+    return resp._headers_done and b"content-length" not in h and b"transfer-encoding" not in h
+
+
 class _Connection(asyncio.Protocol):
     """One TCP connection to a backend, parked in its pool between requests."""
 
@@ -197,7 +202,10 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         self.pool._forget(self)
         resp = self.resp
-        if resp is not None and not resp.complete:
+        if resp is not None and not resp.complete and _delimited_by_close(resp):
+            resp.complete = True  # a body without length or chunking ends with the connection
+            resp._wake()
+        elif resp is not None and not resp.complete:
             if not self.began and self.served > 0:
                 resp._fail(_StaleConnection())
             else:
