@@ -1,0 +1,137 @@
+"""The proxy's own CPU cost per request, by prompt length: parse, prompt tokens, block hashes,
+policy decision, accounting and record, with no network and no engine.
+
+`proxy_overhead.py` measures what a client sees (real vLLM behind the proxy, short prompts).
+This isolates the part that grows with the prompt, which that benchmark cannot show: an agentic
+turn is a token-id prompt of tens of thousands of tokens. The app's `_generate` runs in a loop
+on one event loop with its upstream leg replaced by "first token, done" bookkeeping, so every
+line of the routing path runs and nothing else does. Each prompt length is measured as a
+session's next turn (the previous turn, `--new-tokens` shorter, is in the hasher's memo, as in
+an agentic session) and as a sessionless request hashed from scratch.
+
+    .venv/bin/python benchmarks/proxy_request_path.py --out results/bench/proxy_request_path.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.proxy.app import ProxyApp
+from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.runs import hardware_info, package_versions
+
+REPO = Path(__file__).resolve().parents[1]
+PATH = "/v1/completions"
+
+
+def make_app(policy: str) -> ProxyApp:
+    # Backends are never contacted: startup() is not run and _execute is replaced below.
+    settings = ProxySettings(
+        backends=["http://127.0.0.1:9", "http://127.0.0.1:10"], policy=policy, block_size=32
+    )
+    app = ProxyApp(settings)
+
+    async def upstream_done(*args: Any) -> None:
+        rec, ticket = args[5], args[6]
+        app.state.first_token(ticket)
+        app._done(PATH, rec, ticket, "ok")
+
+    app._execute = upstream_done  # type: ignore[method-assign]
+    return app
+
+
+async def measure(app: ProxyApp, bodies: list[bytes], session: str | None) -> float:
+    """Send `bodies` in order as one session's turns; seconds taken by the last one."""
+    headers = [(b"content-type", b"application/json")]
+    if session is not None:
+        headers.append((b"x-session-id", session.encode()))
+    scope = {"type": "http", "path": PATH, "method": "POST", "headers": headers}
+
+    async def send(message: Any) -> None:
+        return None
+
+    dt = 0.0
+    for body in bodies:
+
+        async def receive(body: bytes = body) -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        t0 = time.perf_counter()
+        await app._generate(scope, receive, send, PATH)
+        dt = time.perf_counter() - t0
+    return dt
+
+
+def body(tokens: int, first: int = 100_000) -> bytes:
+    prompt = list(range(first, first + tokens))
+    return json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16, "stream": True}).encode()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=REPO / "results/bench/proxy_request_path.json")
+    ap.add_argument("--lengths", default="32,1000,10000,50000,100000", help="prompt tokens")
+    ap.add_argument("--policies", default="round_robin,unified")
+    ap.add_argument(
+        "--new-tokens", type=int, default=1000, help="tokens a session's turn adds to the last"
+    )
+    ap.add_argument("--repeats", type=int, default=30, help="measured requests per case")
+    args = ap.parse_args()
+    results = []
+    for policy in args.policies.split(","):
+        for n in (int(x) for x in args.lengths.split(",")):
+            full = body(n)
+            previous = body(max(n - args.new_tokens, 1))
+            for mode in ("session", "sessionless"):
+                app = make_app(policy)
+                samples = []
+                for rep in range(args.repeats + 1):  # the first is a warm-up
+                    if mode == "session":
+                        # The session's previous turn (unmeasured), then this turn: it extends
+                        # the previous prompt by `new_tokens`, as an agent's next call does.
+                        dt = asyncio.run(measure(app, [previous, full], f"s{rep}"))
+                    else:
+                        dt = asyncio.run(measure(app, [full], None))
+                    if rep:
+                        samples.append(dt * 1e3)
+                ms = sorted(samples)
+                row = {
+                    "policy": policy,
+                    "prompt_tokens": n,
+                    "mode": mode,
+                    "samples": len(ms),
+                    "p50_ms": statistics.median(ms),
+                    "p90_ms": ms[int(0.9 * (len(ms) - 1))],
+                    "mean_ms": statistics.fmean(ms),
+                }
+                results.append(row)
+                print(
+                    f"{policy:12} {n:>7} tokens {mode:11} p50 {row['p50_ms']:7.3f} ms "
+                    f"p90 {row['p90_ms']:7.3f} ms",
+                    file=sys.stderr,
+                )
+    report = {
+        "benchmark": "proxy_request_path",
+        "command": " ".join(["python", *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": hardware_info(),
+        "versions": {**package_versions(), "python": platform.python_version()},
+        "parameters": {k: v for k, v in vars(args).items() if k != "out"}
+        | {"block_size": 32, "prompt": "token ids; session: the turn after one of n - new_tokens"},
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
