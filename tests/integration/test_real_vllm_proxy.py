@@ -8,6 +8,7 @@ kills an instance, so it runs last.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -142,9 +143,15 @@ def _proxy_inflight(proxy_url: str, instance: int) -> int:
 def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     fleet, tiny_model, tmp_path
 ) -> None:
-    # Long outputs and several sessions, so streams are mid-flight on both instances at the
-    # kill and turns remain to be sent after it.
-    sessions = [_agent_session(f"k{i}", 10_000 + 1_000 * i, out=400) for i in range(6)]
+    # Several sessions whose first turns stream for seconds (2,000 tokens), so streams are
+    # still mid-flight on both instances at the kill even if the machine stalls between the
+    # poll below and the kill (seen once in CI with 400-token turns: a ~1 s stall let every
+    # stream on instance 1 finish first); later turns are short and remain to be sent after it.
+    sessions = []
+    for i in range(6):
+        s = _agent_session(f"k{i}", 10_000 + 1_000 * i, out=100)
+        first = dataclasses.replace(s.requests[0], output_tokens=2_000)
+        sessions.append(Session(s.session_id, [first, *s.requests[1:]]))
     wl = Workload(sessions)
     settings = ReplaySettings(
         target="http://placeholder", model=fleet.model_name, progress=False, timeout_s=90
