@@ -151,21 +151,15 @@ async def run_prefill(
     assert prefill.pool is not None
     transfer_id = f"akvc-{request_id}" if connector == "mooncake" else None
     p_body = prefill_body(body, connector, transfer_id)
-    resp = await prefill.pool.request(
+    status, raw = await prefill.pool.fetch(
         "POST",
         path,
         msgspec.json.encode(p_body),
         {"content-type": "application/json", "x-request-id": request_id},
         timeout_s,
     )
-    try:
-        raw = await resp.read()
-    except BaseException:
-        resp.close()
-        raise
-    resp.release()
-    if resp.status != 200:
-        raise PrefillError(f"prefill instance answered HTTP {resp.status}: {raw[:200]!r}")
+    if status != 200:
+        raise PrefillError(f"prefill instance answered HTTP {status}: {raw[:200]!r}")
     try:
         answer = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:

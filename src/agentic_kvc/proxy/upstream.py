@@ -319,16 +319,27 @@ class UpstreamPool:
             return resp
         raise UpstreamDropped(f"{self.url} closed two connections before answering")
 
-    async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
-        """GET a small document (metrics, health, models): (status, body)."""
-        resp = await self.request("GET", path, timeout_s=timeout_s)
+    async def fetch(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[int, bytes]:
+        """One request whose whole answer is wanted at once: (status, body)."""
+        resp = await self.request(method, path, body, headers, timeout_s)
         try:
-            body = await resp.read()
+            data = await resp.read()
         except BaseException:
             resp.close()
             raise
         resp.release()
-        return resp.status, body
+        return resp.status, data
+
+    async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
+        """GET a small document (metrics, health, models): (status, body)."""
+        return await self.fetch("GET", path, timeout_s=timeout_s)
 
     async def _checkout(self, deadline: float | None) -> _Connection:
         if self.closed:
