@@ -264,6 +264,38 @@ def test_large_body_pauses_reading_and_arrives_intact() -> None:
     asyncio.run(main())
 
 
+def test_connection_released_while_paused_reads_the_next_answer() -> None:
+    payload = b"x" * (2 * 1024 * 1024)
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        await read_request(r)
+        w.write(ok(payload))
+        await w.drain()
+        await read_request(r)
+        w.write(ok(b"second"))
+        await w.drain()
+        await asyncio.sleep(0.5)
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            pool = UpstreamPool(srv.url)
+            resp = await pool.request("GET", "/big", timeout_s=10)
+            while not resp.complete:  # let it all arrive without reading it
+                await asyncio.sleep(0.05)
+                conn = resp._conn
+                assert conn is not None
+                if conn.paused:
+                    conn.resume()  # what a reader would do; then stop reading again
+            resp._conn.paused = True  # type: ignore[union-attr]
+            resp._conn.transport.pause_reading()  # type: ignore[union-attr]
+            resp.release()  # complete, keep-alive: parked, and must read again
+            assert await pool.get("/again", 5) == (200, b"second")
+            assert srv.connections == 1
+            pool.close()
+
+    asyncio.run(main())
+
+
 def test_body_delimited_by_connection_close() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
         await read_request(r)

@@ -243,6 +243,8 @@ class _Connection(asyncio.Protocol):
 
     def park(self) -> None:
         self.served += 1
+        if self.paused:  # a released response may not have been read to the end
+            self.resume()
         self.resp = None
         self.began = False
         self.parser = httptools.HttpResponseParser(self)
