@@ -132,21 +132,24 @@ def test_idle_connection_closed_by_server_is_replaced_silently() -> None:
 
 def test_request_sent_on_a_connection_closed_in_flight_is_retried_once() -> None:
     # The pool hands out a parked connection the server has just closed (its FIN not yet
-    # seen): the request gets no byte back, so it is re-sent on a fresh connection.
+    # seen): the request gets no byte back, so it is re-sent on a fresh connection, not on
+    # another parked one (which may have timed out the same way).
     async def main() -> None:
         async with Server(keep_alive) as srv:
             pool = UpstreamPool(srv.url)
-            resp = await pool.request("GET", "/a", timeout_s=5)
-            await resp.read()
-            resp.release()
-            parked = pool._idle[0]
-            assert parked.transport is not None
-            # Simulate the race: the server's close arrives right after the request is written.
-            parked.transport.write = lambda data: parked.connection_lost(None)  # type: ignore[method-assign]
+            first = await asyncio.gather(*(pool.request("GET", "/a", timeout_s=5) for _ in "ab"))
+            for resp in first:
+                await resp.read()
+                resp.release()
+            assert len(pool._idle) == 2
+            for parked in pool._idle:
+                assert parked.transport is not None
+                # The race: the server's close arrives right after the request is written.
+                parked.transport.write = lambda data, c=parked: c.connection_lost(None)  # type: ignore[method-assign]
             resp = await pool.request("GET", "/b", timeout_s=5)
             assert await resp.read() == b"echo:"
             resp.release()
-            assert srv.connections == 2
+            assert srv.connections == 3
             pool.close()
 
     asyncio.run(main())

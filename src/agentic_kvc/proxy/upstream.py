@@ -301,8 +301,8 @@ class UpstreamPool:
         data = b"".join(head) + body
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s is not None else None
-        for _attempt in range(2):
-            conn = await self._checkout(deadline)
+        for attempt in range(2):
+            conn = await self._checkout(deadline, fresh=attempt > 0)
             resp = UpstreamResponse(conn)
             conn.resp = resp
             if deadline is not None:
@@ -343,10 +343,10 @@ class UpstreamPool:
         """GET a small document (metrics, health, models): (status, body)."""
         return await self.fetch("GET", path, timeout_s=timeout_s)
 
-    async def _checkout(self, deadline: float | None) -> _Connection:
+    async def _checkout(self, deadline: float | None, fresh: bool = False) -> _Connection:
         if self.closed:
             raise UpstreamRefused(f"{self.url}: client closed")
-        while self._idle:
+        while self._idle and not fresh:
             conn = self._idle.pop()
             if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
                 return conn
