@@ -56,3 +56,16 @@ def test_small_and_non_object_bodies() -> None:
     assert parse_request(big_list) == (BIG, None)  # the app rejects it: not an object
     with pytest.raises(msgspec.DecodeError):
         parse_request(b'{"prompt": [1, 2' + b" " * RAW_PROMPT_MIN_BYTES)
+
+
+@pytest.mark.parametrize("tail", [b"1e3", b"1E3", b"[2]", b"true", b"2.0"])
+def test_raw_json_that_is_not_a_flat_int_list(tail) -> None:
+    ids = ",".join(map(str, BIG)).encode()
+    parsed, tokens = parse_request(b'{"prompt": [' + ids + b"," + tail + b"]}")
+    assert tokens is None and parsed["prompt"][:3] == BIG[:3]
+
+
+def test_trailing_comma_is_bad_json() -> None:
+    ids = ",".join(map(str, BIG)).encode()
+    with pytest.raises(msgspec.DecodeError):
+        parse_request(b'{"prompt": [' + ids + b",]}")

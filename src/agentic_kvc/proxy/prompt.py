@@ -55,7 +55,7 @@ def _int_list(text: bytes) -> np.ndarray | None:
     if not (inner.startswith(b"[") and inner.endswith(b"]")):
         return None
     inner = inner[1:-1]
-    if not inner.strip() or b"[" in inner or b"." in inner or b"e" in inner or b"E" in inner:
+    if not inner.strip():
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns, and stops, at the first non-integer
@@ -138,8 +138,6 @@ def prompt_tokens(
     completions prompt (a list of prompts) is routed as a whole by its first prompt; its token
     count is the sum over the batch.
     """
-    if parsed is not None and not path.endswith("/chat/completions"):
-        return parsed, len(parsed)
     if path.endswith("/chat/completions"):
         messages = body.get("messages")
         if not isinstance(messages, list):
@@ -149,6 +147,8 @@ def prompt_tokens(
             return ids, len(ids)
         chars = sum(len(_content_text(m)) for m in messages if isinstance(m, Mapping))
         return None, max(chars // CHARS_PER_TOKEN, 1)
+    if parsed is not None:
+        return parsed, len(parsed)
     prompt = body.get("prompt")
     if _is_token_ids(prompt):
         return prompt, len(prompt)
