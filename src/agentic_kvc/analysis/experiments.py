@@ -43,6 +43,9 @@ class PlannedRun:
     resources: dict[str, int]
     archived: bool = False  # a complete copy exists under the archive dir: read, don't run
     hardware: str = ""  # fleet.hardware (the simulator's profile data a sim run depends on)
+    study: str = ""  # the study (report section) the experiment belongs to, if any
+    variant: str = ""  # the experiment's own name for its runs (default: the policy name)
+    trace: str = ""  # workload.trace (a file the pipeline may have to fetch first)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -62,6 +65,13 @@ class Plan:
     def to_run(self) -> list[str]:
         """Run ids the pipeline must produce (not archived), in plan order."""
         return list(dict.fromkeys(r.run_id for r in self.runs if not r.archived))
+
+    def studies(self) -> list[str]:
+        """Every study named by an experiment, in plan order."""
+        return list(dict.fromkeys(r.study for r in self.runs if r.study))
+
+    def of_study(self, study: str) -> list[PlannedRun]:
+        return [r for r in self.runs if r.study == study]
 
     def first(self, run_id: str) -> PlannedRun:
         for r in self.runs:
@@ -146,6 +156,9 @@ def expand_experiment(
                 resources=_resources_for(cfg, exp.get("resources") or {}),
                 archived=archive is not None and is_complete(archive / run_id),
                 hardware=cfg.fleet.hardware,
+                study=str(exp.get("study", "")),
+                variant=str(exp.get("variant", "")),
+                trace=cfg.workload.trace or "",
             )
         )
     return out

@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.experiments import Plan
+from agentic_kvc.analysis.experiments import Plan, PlannedRun
 from agentic_kvc.io import dumps_canonical, read_jsonl
 from agentic_kvc.runs import complete_runs, is_complete
 
@@ -117,30 +117,38 @@ _NO_RUN: dict[str, Any] = {**dict.fromkeys(RUN_COLUMNS, ""), "seed": 0, "instanc
 
 
 def twin_key(config: dict[str, Any]) -> str:
-    """The run's resolved config without its backend, hashed: a simulated run and a real one
-    with equal keys ran the same workload, fleet, policy and seed (twins to compare)."""
-    rest = {k: v for k, v in config.items() if k != "backend"}
+    """The run's resolved config without its backend and repeat index, hashed: a simulated
+    run and a real one with equal keys ran the same workload, fleet, policy and seed (twins to
+    compare; every repeat of a real run has the one simulated twin)."""
+    rest = {k: v for k, v in config.items() if k not in ("backend", "repeat")}
     return hashlib.sha256(dumps_canonical(rest).encode()).hexdigest()[:12]
 
 
 def variant_of(policy: str, labels: dict[str, Any]) -> str:
-    """What a comparison row is called: the policy plus any matrix values other than seed and
-    policy (e.g. `lmetric fleet.instances=8`); seeds of one variant are pooled."""
-    extra = [f"{k}={v}" for k, v in labels.items() if k not in ("seed", "policy.name")]
+    """What a comparison row is called: the policy plus any matrix values other than seed,
+    repeat and policy (e.g. `lmetric fleet.instances=8`); seeds and repeats of one variant are
+    pooled."""
+    extra = [f"{k}={v}" for k, v in labels.items() if k not in ("seed", "repeat", "policy.name")]
     return " ".join([policy, *extra])
 
 
 def run_labels(run: RunDir, plan: Plan | None) -> dict[str, Any]:
-    cfg = run.config
-    policy = str(cfg.get("policy", {}).get("name", "?"))
     planned = None
     if plan is not None:
         planned = next((r for r in plan.runs if r.run_id == run.run_id), None)
+    return labels_of(run, planned)
+
+
+def labels_of(run: RunDir, planned: PlannedRun | None) -> dict[str, Any]:
+    """The labels of `run` as `planned` (one experiment's entry for it) names it."""
+    cfg = run.config
+    policy = str(cfg.get("policy", {}).get("name", "?"))
     labels = planned.labels if planned is not None else {}
+    name = planned.variant if planned is not None and planned.variant else policy
     return {
         "run_id": run.run_id,
         "experiment": planned.experiment if planned is not None else "(unplanned)",
-        "variant": variant_of(policy, labels),
+        "variant": variant_of(name, labels),
         "backend": str(cfg.get("backend", run.manifest.get("backend", "?"))),
         "policy": policy,
         "seed": int(cfg.get("seed", run.manifest.get("seed", 0))),

@@ -16,6 +16,8 @@ instance (load = ongoing tokens: pending prefill + decode KV).
   offload iff benefit > cost; otherwise "d_idle" (D not decoding) or "p_overloaded".
 Non-HEAVY requests stay on D with reason "below_threshold". The seed checks P's load before
 D's idleness; the outcome is the same (colocate), only the reason is more specific here.
+`offload="always"` / `"never"` replace the rule by its two bounds (every HEAVY request
+offloaded / none, reason "forced"), which the elastic-vs-load study compares it with.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from agentic_kvc.policy.registry import register
 
 
 class ElasticParams(ClassParams):
+    offload: Literal["elastic", "always", "never"] = Field(
+        "elastic",
+        description="The elastic rule, or the bounds it is compared with: offload every HEAVY "
+        "request that has a peer ('always', reason 'forced') or none ('never', 'forced').",
+    )
     mode: Literal["heuristic", "cost"] = Field(
         "heuristic", description="Offload rule: the simplified heuristic or the cost form."
     )
@@ -104,6 +111,9 @@ class Elastic(CacheLBPolicy):
         if not others:
             return self.decision(request, d, d, "no_prefill_peer", scores, cached, cls)
         pre = least_ongoing(others, self.tie, n)
+        if p.offload != "elastic":  # the bounds the elastic rule sits between
+            dest = pre if p.offload == "always" else d
+            return self.decision(request, dest, d, "forced", scores, cached, cls)
         avg = mean([i.ongoing_tokens for i in fleet.healthy()])
         reason = self._offload_reason(request, cached[d.index], d, pre, avg)
         if reason == "p_idle_d_busy":

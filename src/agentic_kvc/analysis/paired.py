@@ -1,0 +1,259 @@
+"""Paired comparisons of two variants with a two-level (seeds, then requests) bootstrap.
+
+Runs of two variants that share a workload seed replayed the same sessions, so they are pairs;
+in a closed-loop replay they even issue the same requests (same `request_id`). A difference
+between two variants is therefore estimated on paired data:
+
+- a variant's value is the statistic over its runs with seeds pooled (the p90 of TTFT over
+  every request of every seed, the hit rate over all their tokens), as in the variant tables;
+- the paired relative difference is candidate / baseline - 1;
+- its 95% interval is a percentile bootstrap that resamples at both levels the data vary at:
+  first the pairs (seeds, with replacement), then, within each drawn pair, the request ids
+  (with replacement), the same ids for both variants. Resampling seeds carries the
+  workload-to-workload spread (one seed's sessions can be much heavier than another's);
+  resampling requests carries the spread within a run; drawing the same ids on both sides keeps
+  the pairing, so a seed that is slow for both variants does not widen the interval of their
+  difference. `scipy.stats.bootstrap` resamples i.i.d. observations (its `paired` option pairs
+  observations, not clusters of them), so the two levels are drawn here with numpy.
+
+A difference whose interval contains 0 is "n.s." (not significant). With few seeds the seed
+level is coarse (5 seeds give few distinct resamples), which is why studies use at least 5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+CONFIDENCE = 0.95
+N_BOOT = 1000
+BOOT_SEED = 20261124  # fixed: the same records always give the same interval
+
+# metric name -> (record column, quantile or None); None means a tokens ratio (see _stat).
+QUANTILE_METRICS: dict[str, tuple[str, float]] = {
+    f"{lat}_p{p}": (f"{lat}_s", p / 100) for lat in ("ttft", "tpot", "e2e") for p in (50, 90, 99)
+}
+RATIO_METRICS = ("hit_rate", "token_max_over_min")
+METRICS = (*QUANTILE_METRICS, *RATIO_METRICS)
+
+
+@dataclass(slots=True, frozen=True)
+class PairedResult:
+    metric: str
+    baseline: str
+    candidate: str
+    baseline_value: float
+    candidate_value: float
+    rel_diff: float  # candidate / baseline - 1
+    ci_low: float
+    ci_high: float
+    n_pairs: int  # seeds (or other pair keys) both variants have
+    n_requests: int  # request ids over those pairs
+
+    @property
+    def significant(self) -> bool:
+        return not (self.ci_low <= 0.0 <= self.ci_high)
+
+    @property
+    def verdict(self) -> str:
+        """ "higher" / "lower" (candidate against baseline), "n.s." when 0 is inside."""
+        if not self.significant:
+            return "n.s."
+        return "higher" if self.rel_diff > 0 else "lower"
+
+    def to_row(self) -> dict[str, Any]:
+        return {**asdict(self), "significant": self.significant, "verdict": self.verdict}
+
+
+@dataclass(slots=True)
+class _Pair:
+    """One pair's aligned arrays: row i of every array is the same request id."""
+
+    base: dict[str, np.ndarray]
+    cand: dict[str, np.ndarray]
+
+
+_COLUMNS = ("ttft_s", "tpot_s", "e2e_s", "input_tokens", "cached_tokens", "prefill_instance")
+
+
+def _ok_values(df: pl.DataFrame) -> pl.DataFrame:
+    """Errors become missing latencies: percentiles are over error-free requests."""
+    ok = pl.col("error").is_null() | (pl.col("error") == "")
+    lat = [
+        pl.when(ok).then(pl.col(c)).otherwise(None).alias(c) for c in ("ttft_s", "tpot_s", "e2e_s")
+    ]
+    toks = [
+        pl.when(ok).then(pl.col(c).fill_null(0)).otherwise(0).alias(c)
+        for c in ("input_tokens", "cached_tokens")
+    ]
+    inst = pl.when(ok).then(pl.col("prefill_instance")).otherwise(-1).fill_null(-1)
+    return df.with_columns(*lat, *toks, inst.alias("prefill_instance"))
+
+
+def _arrays(df: pl.DataFrame, suffix: str) -> dict[str, np.ndarray]:
+    out = {}
+    for c in _COLUMNS:
+        s = df.get_column(f"{c}{suffix}")
+        out[c] = s.cast(pl.Float64).fill_null(np.nan).to_numpy()
+    return out
+
+
+def _pairs(
+    requests: pl.DataFrame, baseline: str, candidate: str, by: str, pair_on: Sequence[str]
+) -> tuple[list[_Pair], list[int]]:
+    """Aligned arrays per pair key present for both variants (and each pair's instance count)."""
+    df = _ok_values(requests.filter(pl.col(by).is_in([baseline, candidate])))
+    keys_b = df.filter(pl.col(by) == baseline).select(pair_on).unique()
+    keys_c = df.filter(pl.col(by) == candidate).select(pair_on).unique()
+    keys = keys_b.join(keys_c, on=list(pair_on), how="inner").sort(list(pair_on))
+    pairs, instances = [], []
+    for key in keys.iter_rows(named=True):
+        sel = df
+        for k, v in key.items():
+            sel = sel.filter(pl.col(k) == v)
+        cols = ["request_id", *_COLUMNS]
+        b = sel.filter(pl.col(by) == baseline).select(cols)
+        c = sel.filter(pl.col(by) == candidate).select(cols)
+        # Full join on request id: a request one side lacks is missing (NaN) there.
+        j = b.join(c, on="request_id", how="full", coalesce=True, suffix="_c").sort("request_id")
+        pairs.append(_Pair(_arrays(j, ""), _arrays(j, "_c")))
+        instances.append(int(sel.get_column("instances").max() or 1))
+    return pairs, instances
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    v = values[~np.isnan(values)]
+    return float(np.quantile(v, q)) if v.size else float("nan")
+
+
+def _hit_rate(a: dict[str, np.ndarray]) -> float:
+    total = np.nansum(a["input_tokens"])
+    return float(np.nansum(a["cached_tokens"]) / total) if total > 0 else float("nan")
+
+
+def _max_over_min(a: dict[str, np.ndarray], instances: int) -> float:
+    inst = a["prefill_instance"]
+    keep = ~np.isnan(inst) & (inst >= 0)
+    work = np.nan_to_num(a["input_tokens"][keep] - a["cached_tokens"][keep])
+    load = np.bincount(inst[keep].astype(np.int64), weights=work, minlength=instances)
+    lo = load.min() if load.size else 0.0
+    return float(load.max() / lo) if lo > 0 else float("nan")
+
+
+def _stat(metric: str) -> Callable[[list[dict[str, np.ndarray]], list[int]], float]:
+    """The metric of one variant over a list of pairs' arrays (seeds pooled)."""
+    if metric in QUANTILE_METRICS:
+        col, q = QUANTILE_METRICS[metric]
+        return lambda parts, _: _quantile(np.concatenate([p[col] for p in parts]), q)
+    if metric == "hit_rate":
+        return lambda parts, _: _hit_rate(
+            {k: np.concatenate([p[k] for p in parts]) for k in ("input_tokens", "cached_tokens")}
+        )
+    if metric == "token_max_over_min":
+        # Imbalance is a property of one run: the mean over seeds of each run's max/min.
+        return lambda parts, inst: float(
+            np.nanmean([_max_over_min(p, n) for p, n in zip(parts, inst, strict=True)])
+        )
+    raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
+
+
+def _needs(metric: str) -> tuple[str, ...]:
+    """The columns a metric reads (only those are resampled)."""
+    if metric in QUANTILE_METRICS:
+        return (QUANTILE_METRICS[metric][0],)
+    if metric == "hit_rate":
+        return ("input_tokens", "cached_tokens")
+    return ("input_tokens", "cached_tokens", "prefill_instance")
+
+
+def _take(
+    a: dict[str, np.ndarray], idx: np.ndarray, cols: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    return {k: a[k][idx] for k in cols}
+
+
+def paired_compare(
+    requests: pl.DataFrame,
+    baseline: str,
+    candidate: str,
+    metric: str = "ttft_p90",
+    *,
+    by: str = "variant",
+    pair_on: Sequence[str] = ("seed",),
+    n_boot: int = N_BOOT,
+    confidence: float = CONFIDENCE,
+    rng_seed: int = BOOT_SEED,
+) -> PairedResult:
+    """Compare `candidate` with `baseline` (values of column `by`) on `metric`.
+
+    `requests` is a requests frame (`analysis.load.requests_frame`) already restricted to the
+    runs being compared (one study, one workload, one load); `pair_on` names the columns whose
+    equal values make two runs a pair (the workload seed; add e.g. a repeat column for real
+    runs). ValueError if the two variants share no pair.
+    """
+    stat = _stat(metric)
+    pairs, inst = _pairs(requests, baseline, candidate, by, pair_on)
+    if not pairs:
+        raise ValueError(
+            f"{candidate!r} vs {baseline!r}: no {'/'.join(pair_on)} value has runs of both"
+        )
+    base_v = stat([p.base for p in pairs], inst)
+    cand_v = stat([p.cand for p in pairs], inst)
+    rng = np.random.default_rng(rng_seed)
+    reps = np.empty(n_boot)
+    sizes = [len(p.base["ttft_s"]) for p in pairs]
+    cols = _needs(metric)
+    for b in range(n_boot):
+        drawn = rng.integers(0, len(pairs), len(pairs))
+        bparts, cparts, binst = [], [], []
+        for i in drawn:
+            idx = rng.integers(0, sizes[i], sizes[i])
+            bparts.append(_take(pairs[i].base, idx, cols))
+            cparts.append(_take(pairs[i].cand, idx, cols))
+            binst.append(inst[i])
+        reps[b] = stat(cparts, binst) / stat(bparts, binst) - 1
+    reps = reps[np.isfinite(reps)]
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(reps, [alpha, 1 - alpha]) if reps.size else (np.nan, np.nan)
+    return PairedResult(
+        metric=metric,
+        baseline=baseline,
+        candidate=candidate,
+        baseline_value=base_v,
+        candidate_value=cand_v,
+        rel_diff=cand_v / base_v - 1 if base_v else float("nan"),
+        ci_low=float(lo),
+        ci_high=float(hi),
+        n_pairs=len(pairs),
+        n_requests=sum(sizes),
+    )
+
+
+def paired_table(
+    requests: pl.DataFrame,
+    baseline: str,
+    candidates: Sequence[str],
+    metrics: Sequence[str] = ("ttft_p50", "ttft_p90", "e2e_p90"),
+    **kwargs: Any,
+) -> pl.DataFrame:
+    """`paired_compare` of every candidate against `baseline` on every metric, one row each."""
+    rows = [
+        paired_compare(requests, baseline, c, m, **kwargs).to_row()
+        for c in candidates
+        if c != baseline
+        for m in metrics
+    ]
+    return pl.DataFrame(rows) if rows else pl.DataFrame()
+
+
+def fmt_diff(r: PairedResult | dict[str, Any]) -> str:
+    """`-12.3% [-18.0, -6.1]` (percent, 95% interval), with ` n.s.` when 0 is inside."""
+    d = r if isinstance(r, dict) else r.to_row()
+    if not np.isfinite(d["rel_diff"]):
+        return "-"
+    text = f"{d['rel_diff'] * 100:+.1f}% [{d['ci_low'] * 100:+.1f}, {d['ci_high'] * 100:+.1f}]"
+    return text if d["significant"] else f"{text} n.s."
