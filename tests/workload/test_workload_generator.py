@@ -69,3 +69,25 @@ def test_params_override_and_errors() -> None:
         synthesize("agentic-coding", sessions=2, params={"continue_prob": 1.5})
     with pytest.raises(ValueError, match="unknown generator preset"):
         synthesize("nope", sessions=2)
+
+
+def test_agentic_long_grows_contexts_past_50k_with_high_reuse() -> None:
+    wl = synthesize("agentic-long", sessions=400, seed=0)
+    s = workload_stats(wl)
+    reqs = wl.requests()
+    later = sorted(r.input_tokens for r in reqs if r.turn >= 5)
+    # contexts grow past 50k: the median later-turn prompt is above it, the median prompt near it
+    assert later[len(later) // 2] > 50_000
+    assert 38_000 < s["input_tokens"]["p50"] < 60_000
+    assert s["input_tokens"]["p90"] > 80_000
+    assert s["input_tokens"]["max"] <= 160_000  # sessions end at max_context_tokens
+    # high reuse: most of each prompt is the previous context
+    assert s["prefix_hit_share_of_input_tokens"] > 0.88
+    assert s["high_hit_share"] > 0.7
+    assert s["turns_per_session"]["mean"] > 10
+    # tool pauses between turns, and only the rare first turn is cold
+    assert s["think_s"]["p50"] > 1.0
+    assert s["first_turn_share"] < 0.12
+    agent = workload_stats(synthesize("agentic-coding", sessions=400, seed=0))
+    assert s["input_tokens"]["p50"] > 2 * agent["input_tokens"]["p50"]
+    assert s["prefix_hit_share_of_input_tokens"] > agent["prefix_hit_share_of_input_tokens"] + 0.3

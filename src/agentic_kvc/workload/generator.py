@@ -86,6 +86,28 @@ PRESETS: dict[str, dict[str, Any]] = {
         "tool_large_sigma": 1.6,
         "tool_wait_sigma": 1.5,
     },
+    # Long-context coding agent (Claude Code / Codex style): one cold ~20k-token turn, then a
+    # long tool loop (~14 turns on average) whose context grows by a few k tokens a turn, so
+    # later turns carry 50k+ prompts of which > 90% is the previous context. Lengths follow
+    # TraceLab's sanitized sessions (docs/workloads.md); fewer sessions start per second
+    # because each one lasts much longer.
+    "agentic-long": {
+        "session_rate_per_s": 0.2,
+        "first_turn_median_tokens": 20_000,
+        "first_turn_sigma": 0.35,
+        "continue_prob": 0.93,
+        "max_turns": 60,
+        "max_context_tokens": 160_000,
+        "output_median_tokens": 300,
+        "output_sigma": 0.9,
+        "tool_large_prob": 0.4,
+        "tool_small_median_tokens": 500,
+        "tool_large_median_tokens": 3_000,
+        "tool_large_sigma": 0.9,
+        "tool_output_max_tokens": 40_000,
+        "tool_wait_median_s": 3.0,
+        "tool_wait_sigma": 1.2,
+    },
 }
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from agentic_kvc.config import WorkloadConfig
+from agentic_kvc.config import RunConfig, WorkloadConfig, load_config
+from agentic_kvc.io import dumps_canonical
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats import read_workload
 from agentic_kvc.workload.generator import synthesize
 from agentic_kvc.workload.model import Workload
+from agentic_kvc.workload.stats import hit_rate_ceiling
 from agentic_kvc.workload.transform import apply_transforms
 
 
@@ -54,3 +60,43 @@ def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) 
     )
     workload.meta["seed"] = seed
     return workload
+
+
+def _run_config(config: RunConfig | Mapping[str, Any] | Path) -> RunConfig:
+    if isinstance(config, RunConfig):
+        return config
+    if isinstance(config, Path):  # a run directory, or its config.json
+        path = config / "config.json" if config.is_dir() else config
+        return load_config(json.loads(path.read_text()))
+    return load_config(dict(config))
+
+
+def _workload_key(cfg: RunConfig) -> str:
+    # A trace ignores the seed, so every seed of a trace run shares one cached workload.
+    seed = cfg.seed if cfg.workload.generator is not None else None
+    return dumps_canonical({"workload": cfg.workload.model_dump(mode="json"), "seed": seed})
+
+
+@lru_cache(maxsize=8)
+def _cached_workload(key: str) -> Workload:
+    data = json.loads(key)
+    seed = data["seed"] if data["seed"] is not None else 0
+    return load_workload(WorkloadConfig.model_validate(data["workload"]), seed)
+
+
+def workload_for(config: RunConfig | Mapping[str, Any] | Path) -> Workload:
+    """The workload a run replays: from its RunConfig, its canonical config dict (a run's
+    `config.json`), or its run directory. Cached by workload config (and seed, for generated
+    workloads), so the runs of one workload load it once; treat the result as read-only."""
+    return _cached_workload(_workload_key(_run_config(config)))
+
+
+@lru_cache(maxsize=64)
+def _cached_ceiling(key: str, block_size: int) -> float:
+    return hit_rate_ceiling(_cached_workload(key), block_size)
+
+
+def hit_rate_ceiling_for(config: RunConfig | Mapping[str, Any] | Path) -> float:
+    """`hit_rate_ceiling` of a run's workload at its engines' block size (fleet.block_size)."""
+    cfg = _run_config(config)
+    return _cached_ceiling(_workload_key(cfg), cfg.fleet.block_size)

@@ -54,6 +54,39 @@ def unlimited_cache_hits(requests: list[Request]) -> list[int]:
     return hits
 
 
+def block_ceiling_hits(requests: list[Request], block_size: int) -> list[int]:
+    """The most cached tokens an engine with an infinite cache could report for each request.
+
+    vLLM caches and matches whole blocks of `block_size` tokens only, and always computes the
+    last prompt token (a hit is at most `input - 1` tokens), so a request's ceiling is its
+    unlimited-cache hit rounded down to a block, capped at `(input - 1) // block_size` blocks.
+    Generated tokens never count: the next turn's copy of an answer is new content.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    hits = unlimited_cache_hits(requests)
+    return [
+        min(h // block_size, max(r.input_tokens - 1, 0) // block_size) * block_size
+        for r, h in zip(requests, hits, strict=True)
+    ]
+
+
+def hit_rate_ceiling(workload_or_requests: Workload | list[Request], block_size: int) -> float:
+    """Token-weighted hit-rate ceiling: sum of `block_ceiling_hits` / sum of input tokens.
+
+    The same definition as a run's measured `prefix_hit_rate` (cached input tokens / input
+    tokens), so the two can stand side by side. A workload's requests are taken in arrival
+    order, a list in its own order.
+    """
+    reqs = (
+        workload_or_requests.requests()
+        if isinstance(workload_or_requests, Workload)
+        else workload_or_requests
+    )
+    total = sum(r.input_tokens for r in reqs)
+    return sum(block_ceiling_hits(reqs, block_size)) / total if total else 0.0
+
+
 def _dist(values: np.ndarray) -> dict[str, float]:
     if len(values) == 0:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
