@@ -100,6 +100,9 @@ class ReplayConfig(_Strict):
 class RunConfig(_Strict):
     backend: Literal["sim", "vllm"] = "sim"
     seed: int = 0
+    # Repeat index of an otherwise identical run: real engines vary from run to run, so
+    # repeats must be distinct runs. Changes run_id and nothing else.
+    repeat: int = Field(0, ge=0)
     workload: WorkloadConfig
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -115,7 +118,11 @@ class RunConfig(_Strict):
         return self
 
     def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        # Only a non-zero repeat is hashed, so every run_id from before the field is unchanged.
+        if not out["repeat"]:
+            del out["repeat"]
+        return out
 
     def run_id(self) -> str:
         return run_id_of(self.canonical())

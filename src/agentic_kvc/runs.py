@@ -23,10 +23,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Re-exported: the contract used to live here, and callers still import it from runs.
+from agentic_kvc.backend import Backend as Backend
+from agentic_kvc.backend import BackendResult as BackendResult
+from agentic_kvc.backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from agentic_kvc.metrics.summary import summarize
@@ -44,16 +47,6 @@ TRACKED_PACKAGES = (
     "papermill",
     "polars",
 )
-
-
-@dataclass(slots=True)
-class BackendResult:
-    records: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
-    extra: dict[str, Any]  # backend facts for the manifest (server flags, versions, timings)
-
-
-Backend = Callable[[RunConfig, Path], BackendResult]
 
 
 def git_info(cwd: Path | None = None) -> dict[str, Any]:
@@ -135,18 +128,6 @@ def complete_runs(results: Path) -> list[Path]:
 
 def load_records(run_dir: Path) -> list[dict[str, Any]]:
     return list(read_jsonl(run_dir / "requests.jsonl"))
-
-
-def _backend_for(name: str) -> Backend:
-    if name == "sim":
-        from agentic_kvc.sim.backend import run_sim
-
-        return run_sim
-    if name == "vllm":
-        from agentic_kvc.serve.backend import run_vllm
-
-        return run_vllm
-    raise ValueError(f"field 'backend': unknown backend {name!r}")
 
 
 def execute(

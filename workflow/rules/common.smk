@@ -37,6 +37,21 @@ def override_flags(wildcards):
     return " ".join(f"--set {shlex.quote(o)}" for o in PLAN.first(wildcards.run_id).overrides)
 
 
+# Snakemake starts ready jobs by priority, and otherwise in no set order. Runs start by repeat
+# index (matrix key `repeat`), then in plan order: with --cores 1 the repeats of a real-engine
+# experiment interleave (r0 of every variant, then r1, ...), so a slow spell of the machine
+# falls on all variants alike rather than on one.
+_ORDER = sorted(
+    range(len(RUN_IDS)),
+    key=lambda i: (PLAN.first(RUN_IDS[i]).labels.get("repeat", 0), i),
+)
+_PLAN_RANK = {RUN_IDS[i]: len(RUN_IDS) - k for k, i in enumerate(_ORDER)}
+
+
+def run_priority(wildcards):
+    return _PLAN_RANK.get(wildcards.run_id, 0)
+
+
 def run_resource(name, default):
     return lambda wildcards: PLAN.first(wildcards.run_id).resources.get(name, default)
 
@@ -47,6 +62,12 @@ def run_resource(name, default):
 # `akvc calibrate`) for its hardware, else the measured operator tables (*.csv) GPU profiles are
 # composed or derived from. Real runs do not depend on them.
 SIM_PROFILE_DIR = Path("src/agentic_kvc/sim/profiles/data")
+
+
+def trace_inputs(wildcards):
+    """A run replaying a public trace under results/traces/ needs it fetched first."""
+    trace = PLAN.first(wildcards.run_id).trace
+    return [trace] if trace.startswith(f"{RESULTS}/traces/") else []
 
 
 def sim_profile_inputs(wildcards):

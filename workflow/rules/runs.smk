@@ -25,6 +25,7 @@ rule akvc_run:
     """Run one resolved config into results/runs/<run_id>/ (any backend: sim or vllm)."""
     input:
         sim_profile_inputs,
+        trace_inputs,
     output:
         requests=f"{RESULTS}/runs/{{run_id}}/requests.jsonl",
         instances=f"{RESULTS}/runs/{{run_id}}/instances.jsonl",
@@ -38,6 +39,7 @@ rule akvc_run:
         overrides=override_flags,
         # RESULTS, derived from the output path (results/runs/<run_id>/requests.jsonl).
         results=lambda wildcards, output: Path(output.requests).parents[2],
+    priority: run_priority
     resources:
         gpu=run_resource("gpu", 0),
         runtime=run_resource("runtime", 60),

@@ -78,6 +78,7 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "prefill_instance": pl.Int64,
     "decode_instance": pl.Int64,
     "t_proxy_recv": pl.Float64,
+    "t_prefill_done": pl.Float64,
     "t_first_token": pl.Float64,
     "t_done": pl.Float64,
     "ttft_s": pl.Float64,
@@ -163,6 +164,11 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any], where: Path) -> p
         return pl.DataFrame(picked, schema=schema, orient="row" if not picked else None)
     except (TypeError, ValueError, pl.exceptions.PolarsError) as exc:
         raise ValueError(f"{where}: records do not match the record schema: {exc}") from exc
+
+
+def records_frame(path: Path, schema: dict[str, Any]) -> pl.DataFrame:
+    """One JSONL file of records (requests or instance samples) typed by `schema`."""
+    return _frame(list(read_jsonl(path)), schema, path)
 
 
 def _with_run(df: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame:

@@ -17,13 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.backend import BackendResult, workload_facts
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import read_jsonl
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import ReplaySettings, TokenFn, replay_async
 from agentic_kvc.replay.prompts import token_fn
-from agentic_kvc.runs import BackendResult
 from agentic_kvc.serve.device import detect_device, pinned
+from agentic_kvc.serve.hostload import HostLoadSampler
 from agentic_kvc.serve.kv_connectors import (
     kv_launch_for_run,
     may_disaggregate,
@@ -48,6 +49,8 @@ _PROXY_FIELDS = (
     "prefill_instance",
     "decode_instance",
 )
+# Machine load sampling period (1 Hz: two small /proc reads per tick).
+HOST_LOAD_INTERVAL_S = 1.0
 
 
 def device_for(cfg: RunConfig) -> str:
@@ -109,7 +112,17 @@ async def _replay_with_sampling(
 
 
 def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
-    """Start fleet and proxy, replay the workload through the proxy, tear everything down."""
+    """Start fleet and proxy, replay the workload through the proxy, tear everything down.
+
+    The machine's load is sampled from fleet start to teardown (`host_load`, with the replay
+    as its own window): on a shared host it explains run-to-run differences."""
+    with HostLoadSampler(HOST_LOAD_INTERVAL_S) as host:
+        result = _run_vllm(config, run_dir, host)
+        result.extra["host_load"] = host.stop()
+    return result
+
+
+def _run_vllm(config: RunConfig, run_dir: Path, host: HostLoadSampler) -> BackendResult:
     from agentic_kvc.workload import load_workload
 
     workload = load_workload(config.workload, config.seed)
@@ -168,10 +181,12 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
             sampler = InstanceSampler(
                 fleet.urls, config.sim.sample_interval_s, origin, proxy_url=proxy.url
             )
+            host.mark("replay")
             with pinned(fleet.plan.frontend_cores):
                 client = asyncio.run(
                     _replay_with_sampling(workload, settings, tokens, sampler, origin)
                 )
+            host.close("replay")
             replay_s = time.monotonic() - origin
             proxy_desc = proxy.describe()
         fleet_desc = fleet.describe()
@@ -189,11 +204,7 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
             "wall_s": round(replay_s, 3),
         },
         "setup_s": round(setup_s, 3),
-        "workload": {
-            "sessions": len(workload.sessions),
-            "requests": len(workload),
-            "meta": workload.meta,
-        },
+        "workload": workload_facts(workload),
         "logs": str(logs),
     }
     return BackendResult(records, [s.to_dict() for s in sampler.samples], extra)

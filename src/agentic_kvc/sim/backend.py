@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.backend import BackendResult
 from agentic_kvc.config import RunConfig
-from agentic_kvc.runs import BackendResult
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.profiles import get_profile
