@@ -1,0 +1,167 @@
+"""Study 2, adaptive prefill offload, experiments A-D (seed 002's design).
+
+A: combined instances + LMetric; B: adaptive v1 (HEAVY to the least decode load) at T = 20k;
+C: B's threshold ablation (T = 10k, 40k); D: adaptive v2 (HEAVY prefilled elsewhere, KV moved).
+Per class, every variant is judged on the same requests: a request's class is the one the
+design's classifier gave it in B (T = 20k, judged from the prefill instance's cache), so a
+variant with another threshold is not compared on a different set of requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from agentic_kvc.analysis.studies.base import (
+    Section,
+    StudyData,
+    compare,
+    diff_cell,
+    direction,
+    empty_section,
+    finding_text,
+    ms,
+    pct,
+    sec,
+)
+from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+from agentic_kvc.analysis.studies.figures import kv_usage_over_time
+
+NAME = "adaptive"
+TITLE = "2. Adaptive prefill offload (experiments A-D)"
+QUESTION = (
+    "Does classifying requests as WARM / MEDIUM / HEAVY and moving HEAVY prefills (v1: to the "
+    "instance with the least decode; v2: to another instance with a KV transfer) improve on "
+    "combined instances with LMetric (A), per class, and which threshold T works best?"
+)
+A, B, D = "A: combined + lmetric", "B: adaptive v1 T=20k", "D: adaptive v2 (KV transfer)"
+ORDER = (A, B, "C: adaptive v1 T=10k", "C: adaptive v1 T=40k", D)
+CLASSES = ("WARM", "MEDIUM", "HEAVY")
+
+
+def with_design_class(df: pl.DataFrame) -> pl.DataFrame:
+    """Add `design_class`: B's class of the same request (same replicate and request id),
+    else the run's own class; `_COLO` / `_P2P` suffixes dropped."""
+    base = pl.col("route_class").fill_null("").str.replace(r"_(COLO|P2P)$", "")
+    own = df.with_columns(base.alias("own_class"))
+    ref = (
+        own.filter(pl.col("variant") == B)
+        .select("replicate", "request_id", pl.col("own_class").alias("design_class"))
+        .unique(["replicate", "request_id"])
+    )
+    out = own.join(ref, on=["replicate", "request_id"], how="left")
+    return out.with_columns(pl.col("design_class").fill_null(pl.col("own_class")))
+
+
+def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
+    df = data.requests
+    if df.is_empty():
+        return empty_section(NAME, TITLE, QUESTION)
+    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+    df = with_design_class(df)
+    variants = ordered(sorted(set(df["variant"])), ORDER)
+    overall = {r["variant"]: r for r in variant_summary(df).iter_rows(named=True)}
+    cmp_all = {v: compare(df, A, v, "ttft_p90") for v in variants if v != A}
+    s.table(
+        "All requests, seeds pooled; differences paired against A over the same seeds (95% "
+        "bootstrap interval; n.s.: contains 0).",
+        [
+            "variant",
+            "requests",
+            "errors",
+            "TTFT p50 (ms)",
+            "TTFT p90 (ms)",
+            "vs A",
+            "E2E p90 (s)",
+            "vs A",
+        ],
+        [
+            [
+                v,
+                str(overall[v]["requests"]),
+                pct(overall[v]["error_rate"]),
+                ms(overall[v]["ttft_s_p50"]),
+                ms(overall[v]["ttft_s_p90"]),
+                diff_cell(cmp_all.get(v)),
+                sec(overall[v]["e2e_s_p90"]),
+                diff_cell(compare(df, A, v, "e2e_p90") if v != A else None),
+            ]
+            for v in variants
+        ],
+    )
+    rows, heavy = [], {}
+    per_class = variant_summary(df, ("variant", "design_class"))
+    for cls in CLASSES:
+        sub = df.filter(pl.col("design_class") == cls)
+        if sub.is_empty():
+            continue
+        for v in variants:
+            r = per_class.filter((pl.col("variant") == v) & (pl.col("design_class") == cls))
+            if r.is_empty():
+                continue
+            r0 = r.row(0, named=True)
+            c = compare(sub, A, v, "ttft_p90") if v != A else None
+            if cls == "HEAVY":
+                heavy[v] = c
+            rows.append(
+                [
+                    cls,
+                    v,
+                    str(r0["requests"]),
+                    ms(r0["ttft_s_p50"]),
+                    ms(r0["ttft_s_p90"]),
+                    diff_cell(c),
+                    ms(r0["tpot_s_p50"]),
+                    ms(r0["tpot_s_p90"]),
+                    sec(r0["e2e_s_p50"]),
+                    sec(r0["e2e_s_p90"]),
+                    diff_cell(compare(sub, A, v, "e2e_p90") if v != A else None),
+                ]
+            )
+    s.table(
+        "Per class (the class B's classifier gave the request, so every variant is judged on "
+        "the same requests):",
+        [
+            "class",
+            "variant",
+            "requests",
+            "TTFT p50",
+            "TTFT p90",
+            "TTFT p90 vs A",
+            "TPOT p50",
+            "TPOT p90",
+            "E2E p50 (s)",
+            "E2E p90 (s)",
+            "E2E p90 vs A",
+        ],
+        rows,
+    )
+    fig = kv_usage_over_time(
+        data.samples(),
+        variants,
+        figures / "kv_usage.png",
+        "KV-cache usage per instance over time (first seed)",
+    )
+    if fig is not None:
+        s.figure(fig, "Per-instance KV-cache usage over time, one panel per variant.", root)
+    thresholds = [v for v in variants if v.startswith(("B:", "C:"))]
+    best_t = min(thresholds, key=lambda v: overall[v]["ttft_s_p90"], default=None)
+    parts = []
+    if D in heavy:
+        parts.append(
+            f"on HEAVY requests, D (KV transfer) {direction(heavy[D], 'TTFT p90')} against A"
+        )
+    if B in heavy:
+        parts.append(f"B (v1) {direction(heavy[B], 'it')}")
+    if best_t is not None:
+        parts.append(
+            f"of the thresholds, {best_t.split(': ', 1)[1]} has the lowest overall TTFT p90 "
+            f"(it {direction(cmp_all.get(best_t), 'TTFT p90')} against A)"
+        )
+    s.answer = ("; ".join(parts) + ".") if parts else "The data do not decide it (no runs of A)."
+    s.answer = s.answer[0].upper() + s.answer[1:]
+    for v in (B, D):
+        if heavy.get(v) is not None:
+            s.findings.append(finding_text(heavy[v], f"{v} vs A, HEAVY TTFT p90"))
+    return s

@@ -1,0 +1,59 @@
+"""Summaries several studies use: per-variant latency and balance rows, the design numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from agentic_kvc.analysis.tables import latency_summary, token_load_per_instance, token_load_summary
+
+THEIRS_FILE = Path(__file__).with_name("theirs.yaml")
+
+
+def variant_summary(df: pl.DataFrame, by: Sequence[str] = ("variant",)) -> pl.DataFrame:
+    """`tables.latency_summary` per group, plus the mean over runs of token load max/min."""
+    lat = latency_summary(df, list(by))
+    load = token_load_summary(token_load_per_instance(df)).join(
+        df.select("run_id", *by).unique(), on="run_id", how="left", suffix="_r"
+    )
+    imb = load.group_by(list(by)).agg(pl.col("max_over_min").mean().alias("token_max_over_min"))
+    return lat.join(imb, on=list(by), how="left").sort(list(by))
+
+
+def ordered(values: Sequence[str], first: Sequence[str]) -> list[str]:
+    """`values` with those of `first` leading, in that order, the rest sorted."""
+    lead = [v for v in first if v in values]
+    return lead + sorted(v for v in values if v not in lead)
+
+
+@cache
+def _theirs() -> dict[str, Any]:
+    if not THEIRS_FILE.is_file():
+        return {}
+    return yaml.safe_load(THEIRS_FILE.read_text()) or {}
+
+
+def theirs_block(study: str) -> str:
+    """The design documents' own 8 x H20 numbers for `study`, labelled as theirs."""
+    entry = _theirs().get(study)
+    if not entry:
+        return ""
+    items = entry if isinstance(entry, list) else entry.get("items", [])
+    note = "" if isinstance(entry, list) else entry.get("note", "")
+    lines = [
+        "*Their numbers, for orientation only (the design documents' own 8 x H20 testbed and"
+        " workload, not reproduced here and not targets):*"
+    ]
+    if note:
+        lines.append(f"*{note}*")
+    for it in items:
+        unit = f" {it['unit']}" if it.get("unit") else ""
+        lines.append(
+            f"- {it.get('what', '?')}: {it.get('value', '?')}{unit} ({it.get('source', '')})"
+        )
+    return "\n".join(lines) if len(lines) > 1 + bool(note) else ""

@@ -1,0 +1,103 @@
+"""Study 1, the routing design's evolution: round-robin -> LMetric -> additive -> unified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentic_kvc.analysis.studies.base import (
+    Section,
+    StudyData,
+    compare,
+    diff_cell,
+    direction,
+    empty_section,
+    finding_text,
+    ms,
+    num,
+    sec,
+)
+from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+
+NAME = "evolution"
+TITLE = "1. Evolution of the routing design"
+QUESTION = (
+    "How does each step of the design log (LMetric, the additive time-cost model, the unified "
+    "hybrid with and without its request ceiling) change TTFT p90, E2E p90 and the balance of "
+    "prompt tokens over instances, against round-robin?"
+)
+BASELINE = "round_robin"
+ORDER = ("round_robin", "lmetric", "additive", "unified (no ceiling)", "unified")
+METRICS = ("ttft_p90", "e2e_p90", "token_max_over_min")
+CEILING_METRIC = "unified's TTFT p90"
+
+
+def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
+    df = data.requests
+    if df.is_empty():
+        return empty_section(NAME, TITLE, QUESTION)
+    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+    summary = {r["variant"]: r for r in variant_summary(df).iter_rows(named=True)}
+    variants = ordered(list(summary), ORDER)
+    rows, cmp = [], {}
+    for v in variants:
+        r = summary[v]
+        c = {m: compare(df, BASELINE, v, m) if v != BASELINE else None for m in METRICS}
+        cmp[v] = c
+        rows.append(
+            [
+                v,
+                str(r["requests"]),
+                ms(r["ttft_s_p50"]),
+                ms(r["ttft_s_p90"]),
+                diff_cell(c["ttft_p90"]),
+                sec(r["e2e_s_p90"]),
+                diff_cell(c["e2e_p90"]),
+                num(r["token_max_over_min"]),
+                diff_cell(c["token_max_over_min"]),
+            ]
+        )
+    s.table(
+        "Seeds pooled; differences are paired against round-robin over the same seeds, with "
+        "95% bootstrap intervals (seeds, then requests); n.s.: the interval contains 0. "
+        "Token max/min: prompt tokens computed by the busiest instance over the idlest "
+        "(mean over runs).",
+        [
+            "variant",
+            "requests",
+            "TTFT p50 (ms)",
+            "TTFT p90 (ms)",
+            "vs RR",
+            "E2E p90 (s)",
+            "vs RR",
+            "tok max/min",
+            "vs RR",
+        ],
+        rows,
+    )
+    # The ceiling: unified with vs without it, paired directly.
+    ceiling = compare(df, "unified (no ceiling)", "unified", "ttft_p90")
+    ceiling_e2e = compare(df, "unified (no ceiling)", "unified", "e2e_p90")
+    if ceiling is not None:
+        s.table(
+            "The request ceiling alone (unified against unified without it, paired):",
+            ["metric", "with ceiling vs without"],
+            [["TTFT p90", diff_cell(ceiling)], ["E2E p90", diff_cell(ceiling_e2e)]],
+        )
+    best = min(
+        (v for v in variants if v != BASELINE), key=lambda v: summary[v]["ttft_s_p90"], default=None
+    )
+    if best is None or cmp[best]["ttft_p90"] is None:
+        s.answer = "Only one variant has runs, so the data do not decide it."
+        return s
+    s.answer = (
+        f"Of the design's steps, {best} has the lowest TTFT p90 ({ms(summary[best]['ttft_s_p90'])}"
+        f" ms); against round-robin it {direction(cmp[best]['ttft_p90'], 'TTFT p90')} and "
+        f"{direction(cmp[best]['e2e_p90'], 'E2E p90')}"
+        + (f"; the request ceiling {direction(ceiling, CEILING_METRIC)}." if ceiling else ".")
+    )
+    for v in variants:
+        if v != BASELINE and cmp[v]["ttft_p90"] is not None:
+            s.findings.append(finding_text(cmp[v]["ttft_p90"], f"{v} vs round_robin, TTFT p90"))
+    if ceiling is not None:
+        s.findings.append(finding_text(ceiling, "unified's request ceiling, TTFT p90"))
+    return s

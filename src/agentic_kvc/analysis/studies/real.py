@@ -1,0 +1,143 @@
+"""Study 7, real engines: two vLLM CPU instances, repeated and interleaved, beside the simulator.
+
+On a shared 2-core machine a real run's latencies move several fold with the machine's load,
+so every variant runs several times, repeat-major (all variants of repeat 0, then repeat 1...),
+and each run's manifest records the machine's load and CPU steal over it. A difference between
+two policies counts only when its paired interval (pairs: the same repeat) excludes 0 and it
+is larger than the spread of the repeats themselves. The simulator's prediction (the same
+config in the simulator, `cpu-tiny` profile) stands beside each measured row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from agentic_kvc.analysis.studies.base import (
+    Section,
+    StudyData,
+    compare,
+    diff_cell,
+    empty_section,
+    finding_text,
+    ms,
+    num,
+    pct,
+)
+from agentic_kvc.analysis.studies.common import ordered, theirs_block
+from agentic_kvc.analysis.tables import latency_summary
+
+NAME = "real"
+TITLE = "7. Real engines: two vLLM CPU instances"
+QUESTION = (
+    "On real vLLM engines (CPU, tiny model, two instances), do the policies differ by more "
+    "than the run-to-run spread, and how far is the simulator's prediction from each?"
+)
+BASELINE = "round_robin"
+ORDER = ("round_robin", "lmetric", "unified")
+
+
+def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
+    """Mean 1-minute load and the CPU busy / steal shares over the run, from the manifest."""
+    hl = manifest.get("host_load") or manifest.get("extra", {}).get("host_load") or {}
+    run = hl.get("run") or {}
+    overall = run.get("overall") or {}
+    return {
+        "load1": (run.get("load1") or {}).get("mean"),
+        "busy": overall.get("busy"),
+        "steal": overall.get("steal"),
+    }
+
+
+def _spread(values: list[float]) -> str:
+    vals = [v for v in values if v == v]
+    if not vals:
+        return "-"
+    return f"{ms(sum(vals) / len(vals))} ({ms(min(vals))}-{ms(max(vals))})"
+
+
+def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
+    df = data.requests
+    if df.is_empty():
+        return empty_section(NAME, TITLE, QUESTION)
+    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+    real = df.filter(pl.col("backend") != "sim")
+    sim = df.filter(pl.col("backend") == "sim")
+    if real.is_empty():
+        s.answer = "No real runs are complete here, so the data do not decide it."
+        return s
+    per_run = latency_summary(real, ["variant", "run_id", "replicate"])
+    sim_v = {r["variant"]: r for r in latency_summary(sim, ["variant"]).iter_rows(named=True)}
+    loads = {p.run_id: host_load(m) for p, m in data.manifests()}
+    variants = ordered(sorted(set(real["variant"])), ORDER)
+    rows, verdicts = [], []
+    spread_of: dict[str, float] = {}
+    for v in variants:
+        runs = per_run.filter(pl.col("variant") == v)
+        t50 = runs["ttft_s_p50"].to_list()
+        e50 = runs["e2e_s_p50"].to_list()
+        mean_t = sum(t50) / len(t50)
+        spread_of[v] = (max(t50) - min(t50)) / mean_t if mean_t else float("nan")
+        lv = [loads.get(r, {}) for r in runs["run_id"].to_list()]
+        load1 = [x["load1"] for x in lv if x.get("load1") is not None]
+        steal = [x["steal"] for x in lv if x.get("steal") is not None]
+        sv = sim_v.get(v)
+        sim_t = sv["ttft_s_p50"] if sv else None
+        inside = "-" if sim_t is None else ("yes" if min(t50) <= sim_t <= max(t50) else "no")
+        c = compare(real, BASELINE, v, "ttft_p50") if v != BASELINE else None
+        rows.append(
+            [
+                v,
+                str(len(t50)),
+                _spread(t50),
+                ms(sim_t),
+                inside,
+                f"{num(sum(e50) / len(e50))} ({num(min(e50))}-{num(max(e50))})",
+                num(sim_v[v]["e2e_s_p50"]) if sv else "-",
+                diff_cell(c),
+                f"{num(min(load1), 1)}-{num(max(load1), 1)}" if load1 else "-",
+                pct(max(steal)) if steal else "-",
+            ]
+        )
+        if c is not None:
+            beyond = c.significant and abs(c.rel_diff) > max(spread_of[BASELINE], spread_of[v])
+            verdicts.append((v, c, beyond))
+    s.table(
+        "Each real variant's repeats (TTFT p50 per run: mean, min-max), the simulator's "
+        "prediction for the same config, and TTFT p50 paired against round-robin over repeats "
+        "(95% interval). Machine: 1-minute load average over each run (min-max over repeats) "
+        "and the largest CPU steal share.",
+        [
+            "variant",
+            "repeats",
+            "TTFT p50 (ms)",
+            "sim TTFT p50",
+            "sim inside repeats",
+            "E2E p50 (s)",
+            "sim E2E p50",
+            "vs RR (TTFT p50)",
+            "load1",
+            "steal max",
+        ],
+        rows,
+    )
+    parts = []
+    for v, c, beyond in verdicts:
+        if beyond:
+            parts.append(
+                f"{v} differs from round-robin by {diff_cell(c)}, beyond the repeats' spread"
+            )
+        else:
+            parts.append(
+                f"{v} vs round-robin ({diff_cell(c)}) is within the repeats' own spread "
+                f"(up to {max(spread_of[BASELINE], spread_of[v]) * 100:.0f}% of the mean)"
+            )
+        s.findings.append(
+            finding_text(c, f"real engines: {v} vs round_robin, TTFT p50")
+            + ("" if beyond else "; within the repeats' spread")
+        )
+    text = "; ".join(parts) if parts else "only one variant has real runs"
+    s.answer = text[0].upper() + text[1:] + "."
+    return s
