@@ -144,6 +144,11 @@ def _max_over_min(a: dict[str, np.ndarray], instances: int) -> float:
     return float(load.max() / lo) if lo > 0 else float("nan")
 
 
+def _finite_mean(values: list[float]) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def _stat(metric: str) -> Callable[[list[dict[str, np.ndarray]], list[int]], float]:
     """The metric of one variant over a list of pairs' arrays (seeds pooled)."""
     if metric in QUANTILE_METRICS:
@@ -155,8 +160,8 @@ def _stat(metric: str) -> Callable[[list[dict[str, np.ndarray]], list[int]], flo
         )
     if metric == "token_max_over_min":
         # Imbalance is a property of one run: the mean over seeds of each run's max/min.
-        return lambda parts, inst: float(
-            np.nanmean([_max_over_min(p, n) for p, n in zip(parts, inst, strict=True)])
+        return lambda parts, inst: _finite_mean(
+            [_max_over_min(p, n) for p, n in zip(parts, inst, strict=True)]
         )
     raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
 

@@ -1,15 +1,17 @@
-"""REPORT.md: tables computed from the records of complete runs, rendered through a template.
+"""REPORT.md: a results section assembled from the studies' sections and computed tables.
 
-Nothing here is copied from summary.json or typed by hand: every number comes from the
-runs' requests.jsonl through `analysis.tables`, so the report always regenerates from raw
-records. Benchmark files (`results/bench/*.json`, written by `benchmarks/*.py`) are shown by a
-generic section: a list of flat objects becomes a table, anything else a key/value list.
+The report opens with the findings (one line each, with its paired interval), then one section
+per study, written by the study's notebook from the records (`results/tables/study_<name>/
+section.md`, see `analysis.studies`), then the benchmarks (one short table each, the raw JSON
+linked), then the appendices: every run's numbers (computed here from its requests.jsonl,
+with the workload's hit-rate ceiling beside the measured hit rate) and provenance. Nothing is
+copied from summary.json or typed by hand. The simulated parts carry no timestamps, so
+unchanged records regenerate them byte for byte.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,8 +67,25 @@ def _latency_cells(row: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def run_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
-    """One row per run: latency percentiles, hit rate and token load max/min."""
+def hit_ceilings(runs: Iterable[RunDir]) -> dict[str, float | None]:
+    """Each run's workload's hit-rate ceiling (infinite cache, the run's block size); None
+    where the workload cannot be rebuilt here (e.g. a trace that is not present)."""
+    from agentic_kvc.workload.load import hit_rate_ceiling_for
+
+    out: dict[str, float | None] = {}
+    for run in runs:
+        try:
+            out[run.run_id] = hit_rate_ceiling_for(run.config)
+        except (OSError, ValueError):
+            out[run.run_id] = None
+    return out
+
+
+def run_rows(
+    requests: pl.DataFrame, ceilings: Mapping[str, float | None] | None = None
+) -> list[dict[str, str]]:
+    """One row per run: latency percentiles, hit rate beside the workload's ceiling, and token
+    load max/min."""
     lat = latency_summary(requests, ["run_id", "experiment", "variant", "seed", "backend"])
     load = token_load_summary(token_load_per_instance(requests)).select(
         "run_id", "tokens_max", "tokens_min", "max_over_min"
@@ -84,75 +103,7 @@ def run_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
                 "tok_max": fmt_num(row["tokens_max"]),
                 "tok_min": fmt_num(row["tokens_min"]),
                 "tok_ratio": fmt_num(row["max_over_min"]),
-            }
-        )
-    return rows
-
-
-def variant_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
-    """Seeds pooled: one row per (experiment, variant)."""
-    lat = latency_summary(requests, ["experiment", "variant"])
-    seeds = requests.group_by(["experiment", "variant"]).agg(pl.col("run_id").n_unique().alias("n"))
-    rows = []
-    joined = lat.join(seeds, on=["experiment", "variant"]).sort(["experiment", "variant"])
-    for row in joined.iter_rows(named=True):
-        rows.append(
-            {
-                "experiment": row["experiment"],
-                "variant": row["variant"],
-                "runs": str(row["n"]),
-                **_latency_cells(row),
-            }
-        )
-    return rows
-
-
-def route_class_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
-    rows = []
-    for row in route_class_summary(requests, ["experiment", "variant"]).iter_rows(named=True):
-        rows.append(
-            {
-                "experiment": row["experiment"],
-                "variant": row["variant"],
-                "route_class": row["route_class"],
-                "share": fmt_pct(row["share"]),
-                **_latency_cells(row),
-            }
-        )
-    return rows
-
-
-def _signed_pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.1f}%"
-
-
-def twin_rows(requests: pl.DataFrame) -> list[dict[str, str]]:
-    """Real runs next to their simulated twins: `real / sim (sim error)` per statistic."""
-    rows = []
-    for row in sim_vs_real(requests).iter_rows(named=True):
-        cells = {}
-        for stat, fmt in (("ttft_s", fmt_ms), ("e2e_s", fmt_s)):
-            for p in ("p50", "p90"):
-                key = f"{stat}_{p}"
-                cells[key] = (
-                    f"{fmt(row[key])} / {fmt(row[f'{key}_sim'])} "
-                    f"({_signed_pct(row[f'{key}_rel_err'])})"
-                )
-        diff = row["prefix_hit_rate_diff"]
-        cells["hit_rate"] = (
-            f"{fmt_pct(row['prefix_hit_rate'])} / {fmt_pct(row['prefix_hit_rate_sim'])} "
-            f"({'-' if diff is None else f'{diff * 100:+.1f} pt'})"
-        )
-        rows.append(
-            {
-                "experiment": row["experiment"],
-                "variant": row["variant"],
-                "seed": str(row["seed"]),
-                "run_id": row["run_id"],
-                "sim_run_id": row["run_id_sim"],
-                "requests": f"{row['requests']} / {row['requests_sim']}",
-                "errors": f"{row['errors']} / {row['errors_sim']}",
-                **cells,
+                "hit_ceiling": fmt_pct((ceilings or {}).get(row["run_id"])),
             }
         )
     return rows
@@ -231,6 +182,7 @@ def real_run_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
         rows.append(
             {
                 "run_id": run.run_id,
+                "started": str(run.manifest.get("started_at", "?")),
                 "engine": f"{vllm.get('distribution', '?')} {vllm.get('version', '?')}",
                 "device": str(fleet.get("device", "?")),
                 "instances": str(len(instances)),
@@ -242,98 +194,50 @@ def real_run_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
     return rows
 
 
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    if isinstance(obj, list) and not obj:
-        return {prefix.rstrip("."): "[]"}
-    if isinstance(obj, list) and not all(isinstance(v, Mapping) for v in obj):
-        return {prefix.rstrip("."): ", ".join(fmt_num(v) for v in obj[:16])}
-    if isinstance(obj, list):
-        return {prefix.rstrip("."): f"[{len(obj)} rows]"}
-    return {prefix.rstrip("."): fmt_num(obj)}
+def provenance_summary(runs: Iterable[RunDir]) -> list[dict[str, str]]:
+    """Runs grouped by where they came from: source, backend, git commit (dirty or not)."""
+    groups: dict[tuple[str, str, str], int] = {}
+    for row in provenance_rows(runs):
+        key = (row["source"], row["backend"], row["commit"])
+        groups[key] = groups.get(key, 0) + 1
+    return [
+        {"source": k[0], "backend": k[1], "commit": k[2], "runs": str(n)}
+        for k, n in sorted(groups.items())
+    ]
 
 
-def _table(title: str, rows: list[tuple[str | None, Any]]) -> dict[str, Any]:
-    """Rows of (name or None, mapping) as a table: one column per flattened leaf."""
-    flat = [({"name": name} if name is not None else {}) | _flat(r) for name, r in rows]
-    columns = list(dict.fromkeys(k for r in flat[:MAX_BENCH_ROWS] for k in r))
-    return {
-        "title": title,
-        "columns": columns,
-        "rows": [[r.get(c, "") for c in columns] for r in flat[:MAX_BENCH_ROWS]],
-        "truncated": max(len(rows) - MAX_BENCH_ROWS, 0),
-    }
-
-
-def _is_table(obj: Any) -> bool:
-    """A list of objects, or an object of (two or more) objects: results one row each."""
-    if isinstance(obj, list):
-        return bool(obj) and all(isinstance(v, Mapping) for v in obj)
-    return (
-        isinstance(obj, Mapping)
-        and len(obj) > 1
-        and all(isinstance(v, Mapping) for v in obj.values())
-    )
-
-
-def _split(obj: Mapping[str, Any], prefix: str, meta: dict[str, Any], tables: list) -> None:
-    """Walk a benchmark's JSON: collections of results become tables, other values `meta`."""
-    for key, value in obj.items():
-        path = f"{prefix}{key}"
-        if _is_table(value):
-            items = (
-                [(None, v) for v in value]
-                if isinstance(value, list)
-                else [(str(k), v) for k, v in value.items()]
-            )
-            tables.append(_table(path, items))
-        elif isinstance(value, Mapping):
-            _split(value, f"{path}.", meta, tables)
-        else:
-            meta.update(_flat(value, f"{path}."))
-
-
-def bench_sections(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Each benchmark file, whatever its layout: every list of result objects (or object of
-    named result objects) anywhere in it becomes a table, every other value a `key: value`
-    line. Unreadable files are listed with the reason, not fatal."""
+def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, Any]]:
+    """Each study's section and findings, as its notebook wrote them; a study whose notebook
+    has not written them is listed as missing rather than silently dropped."""
     out = []
-    for path in sorted(paths):
-        section: dict[str, Any] = {
-            "name": path.stem,
-            "path": str(path),
-            "error": None,
-            "meta": {},
-            "tables": [],
-        }
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            section["error"] = f"unreadable: {exc}"
-        else:
-            _split(
-                {"": data} if not isinstance(data, Mapping) else data,
-                "",
-                section["meta"],
-                section["tables"],
+    for name in studies:
+        d = tables_dir / f"study_{name}"
+        md, fj = d / "section.md", d / "findings.json"
+        if not md.is_file() or not fj.is_file():
+            out.append(
+                {"name": name, "title": name, "markdown": "", "findings": [], "missing": str(d)}
             )
-        out.append(section)
+            continue
+        meta = json.loads(fj.read_text())
+        out.append(
+            {
+                "name": name,
+                "title": meta.get("title", name),
+                "markdown": md.read_text(),
+                "findings": list(meta.get("findings", [])),
+                "missing": "",
+            }
+        )
     return out
 
 
-def figure_paths(results: Path, relative_to: Path) -> list[str]:
-    figs = sorted((results / "figures").glob("*/*.png"))
-    out = []
-    for f in figs:
-        try:
-            out.append(str(f.resolve().relative_to(relative_to.resolve())))
-        except ValueError:
-            out.append(str(f))
-    return out
+def benchmark_markdown(bench_dir: Path) -> str:
+    """One short table per benchmark file (figure, goal, verdict; the raw JSON linked)."""
+    if not bench_dir.is_dir():
+        return ""
+    from agentic_kvc.analysis.bench_summary import render_markdown, summarize_benchmarks
+
+    return render_markdown(summarize_benchmarks(bench_dir), link_prefix=f"{bench_dir.as_posix()}/")
 
 
 def build_context(
@@ -344,21 +248,23 @@ def build_context(
     requests = requests_frame(runs, plan)
     found = {r.run_id for r in runs}
     missing = [r for r in (run_ids or []) if r not in found]
+    studies = study_sections(results / "tables", plan.studies() if plan else [])
+    real = real_run_rows(runs)
     return {
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "n_runs": len(runs),
         "n_archived": sum(r.source == "archive" for r in runs),
         "n_requests": requests.height,
         "missing": missing,
-        "experiments": sorted({r.experiment for r in plan.runs}) if plan else [],
-        "runs": run_rows(requests) if requests.height else [],
-        "variants": variant_rows(requests) if requests.height else [],
-        "route_classes": route_class_rows(requests) if requests.height else [],
-        "twins": twin_rows(requests) if requests.height else [],
-        "provenance": provenance_rows(runs),
-        "real_runs": real_run_rows(runs),
-        "bench": bench_sections((results / "bench").glob("*.json")),
-        "figures": figure_paths(results, report_dir),
+        "studies": studies,
+        "runs": run_rows(requests, hit_ceilings(runs)) if requests.height else [],
+        "provenance": provenance_summary(runs),
+        "real_runs": real,
+        "real_started": sorted(
+            str(r.manifest.get("started_at", "?"))
+            for r in runs
+            if r.config.get("backend") == "vllm"
+        ),
+        "bench": benchmark_markdown(results / "bench"),
     }
 
 
