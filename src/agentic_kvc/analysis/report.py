@@ -23,8 +23,6 @@ from agentic_kvc.analysis.experiments import Plan
 from agentic_kvc.analysis.load import RunDir, find_runs, requests_frame
 from agentic_kvc.analysis.tables import (
     latency_summary,
-    route_class_summary,
-    sim_vs_real,
     token_load_per_instance,
     token_load_summary,
 )
