@@ -1,54 +1,64 @@
-"""Real-engine check of the simulator (issue 7): the same config on real vLLM CPU and simulated.
+"""Real-engine check of the simulator (issue 16, item 5): inside the real engine's own spread.
 
 A small token-scaled agentic workload (60 closed-loop sessions of the agentic-coding preset: the
 serving calibration's workload, sim/serving_fit.py, under a seed the calibration never saw: 11
 by default, 12 is refused) runs with `akvc run`'s backends on 1 and on 2 real tiny-model vLLM
-CPU instances, `--repeats` times each, and once in the simulator with the cpu-tiny profile.
-Reported per fleet size: TTFT and E2E p50/p90 of both, the simulator's relative error to the
-mean of the real runs (goal < 10 %, hard limit 20 %), the real runs' own spread, and the
-simulator's prefix-hit tokens against vLLM's own counters (`vllm:prefix_cache_hits_total`,
-goal within 2 %).
-Two instances use consistent_hash routing so both backends place every session alike.
+CPU instances, `--repeats` times each (config field `repeat`: distinct runs of one config), and
+once in the simulator with the cpu-tiny profile. Two instances use consistent_hash routing so
+both backends place every session alike.
 
-    flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/sim_vs_vllm.py \
-        --repeats 3 --out results/bench/sim_vs_vllm.json
-    ... --seed 13 --repeats 3 --out results/bench/sim_vs_vllm_holdout.json
+The check (the *envelope*), per fleet size and metric (TTFT and E2E p50/p90):
+- the simulated value lies inside the real repeats' range (min..max);
+- for 1 instance, also within 15% of the real repeats' mean;
+- prefix-hit tokens: the simulator's equal vLLM's own counters (`prefix_cache_hits_total`) in
+  every repeat (exact).
+Reported beside each metric: the simulator's error to the real mean and the real engine's own
+spread ((max - min) / mean), and each real run's machine load (its manifest's `host_load`).
+
+    flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock .venv/bin/python \
+        benchmarks/sim_vs_vllm.py --repeats 5 --out results/bench/sim_vs_vllm.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
+from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.calibrate import machine_facts
-from agentic_kvc.sim.profiles import get_profile
-from agentic_kvc.sim.serving_fit import SERVING_SEED, serving_config
+from agentic_kvc.sim.serving_fit import SERVING_SEED, quantiles, serving_config
 
 VALIDATION_SEED = 11
-
-METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
-
-
-def percentile(values: list[float], q: int) -> float:
-    """Linear-interpolated percentile (numpy's default), without numpy."""
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+METRIC_NAMES = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")
+# The envelope: inside the repeats' range always; within this of their mean on 1 instance (a
+# spare core for the frontends, so the engine agrees with itself far better than on 2).
+MEAN_TOLERANCE_1_INSTANCE = 0.15
 
 
-def config_for(instances: int, backend: str, seed: int = VALIDATION_SEED) -> Any:
-    """The serving calibration's workload and fleet (sim/serving_fit.py) under another seed."""
-    return serving_config(instances, backend, seed)
+def config_for(
+    instances: int,
+    backend: str,
+    seed: int = VALIDATION_SEED,
+    repeat: int = 0,
+    overrides: Sequence[str] = (),
+) -> RunConfig:
+    """The serving calibration's workload and fleet (sim/serving_fit.py) under another seed,
+    plus `--set` overrides (another model and hardware on a GPU host)."""
+    cfg = serving_config(instances, backend, seed).canonical()
+    if repeat:
+        cfg["repeat"] = repeat
+    return load_config(cfg, list(overrides)) if overrides else RunConfig.model_validate(cfg)
 
 
 def engine_hits(run_dir: Path) -> float | None:
@@ -62,8 +72,26 @@ def engine_hits(run_dir: Path) -> float | None:
     return sum(max(v) - min(v) for v in by_inst.values())
 
 
+def host_load(run_dir: Path) -> dict[str, Any] | None:
+    """The replay window's machine load from a real run's manifest (serve/hostload.py)."""
+    info = json.loads((run_dir / "manifest.json").read_text()).get("backend_info", {})
+    load = info.get("host_load")
+    if not load:
+        return None
+    window = load.get("replay") or load["run"]
+    shares = window.get("shares") or {}
+    return {
+        "load1_mean": (window.get("load1") or {}).get("mean"),
+        "load1_max": (window.get("load1") or {}).get("max"),
+        "steal_mean": (shares.get("steal") or {}).get("mean"),
+        "steal_max": (shares.get("steal") or {}).get("max"),
+        "busy": (window.get("overall") or {}).get("busy"),
+        "loadavg_start": (load.get("loadavg_start") or {}).get("load1"),
+    }
+
+
 def run_stats(run_dir: Path) -> dict[str, Any]:
-    rows = [r for r in read_jsonl(run_dir / "requests.jsonl")]
+    rows = list(read_jsonl(run_dir / "requests.jsonl"))
     ok = [r for r in rows if not r.get("error") and r.get("e2e_s") is not None]
     out: dict[str, Any] = {
         "run_dir": str(run_dir),
@@ -72,75 +100,124 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
         "cached_tokens_records": sum(r.get("cached_tokens") or 0 for r in ok),
         "input_tokens": sum(r["input_tokens"] for r in ok),
         "output_tokens": sum(r.get("output_tokens") or 0 for r in ok),
+        **quantiles(ok),
     }
-    for key, q in METRICS:
-        out[f"{key[:-2]}_p{q}_s"] = percentile([r[key] for r in ok], q)
     first = min(r["arrival_s"] for r in ok)
     out["makespan_s"] = max(r["arrival_s"] + r["e2e_s"] for r in ok) - first
     return out
 
 
-def compare(instances: int, results: Path, repeats: int, seed: int, log: Any) -> dict[str, Any]:
-    """The simulator against `repeats` real runs of the same config (their mean per metric)."""
+def envelope(
+    sim: dict[str, float], reals: list[dict[str, float]], mean_tolerance: float | None
+) -> dict[str, dict[str, Any]]:
+    """Per metric: the real repeats' mean/min/max/spread, the simulator's error to the mean,
+    and whether it lies inside min..max (and within `mean_tolerance` of the mean, if given)."""
+    out = {}
+    for n in METRIC_NAMES:
+        values = [r[n] for r in reals]
+        mean, lo, hi = statistics.fmean(values), min(values), max(values)
+        err = (sim[n] - mean) / mean
+        ok = lo <= sim[n] <= hi and (mean_tolerance is None or abs(err) <= mean_tolerance)
+        out[n] = {
+            "sim": sim[n],
+            "real_mean": mean,
+            "real_min": lo,
+            "real_max": hi,
+            "real_spread_rel": (hi - lo) / mean,
+            "real_cv": statistics.stdev(values) / mean if len(values) > 1 else None,
+            "sim_rel_error": err,
+            "inside_range": lo <= sim[n] <= hi,
+            "within_mean_tolerance": None if mean_tolerance is None else abs(err) <= mean_tolerance,
+            "pass": ok,
+        }
+    return out
+
+
+def compare(
+    instances: int,
+    results: Path,
+    repeats: int,
+    seed: int,
+    log: Any,
+    tolerance: float | None = None,
+    both: Sequence[str] = (),
+    real_only: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The simulator against `repeats` real runs of the same config."""
     reals = []
     for k in range(repeats):
         t0 = time.monotonic()
-        # Real runs are kept (a rerun reuses them), one results root per repeat because the
-        # run_id is the config's hash.
-        run_dir = execute(config_for(instances, "vllm", seed), results / f"repeat-{k}", log=log)
+        # Real runs are kept under `results` (a rerun reuses complete ones): repeat k is its
+        # own run_id.
+        cfg = config_for(instances, "vllm", seed, k, [*both, *real_only])
+        run_dir = execute(cfg, results, log=log)
         stats = {**run_stats(run_dir), "wall_s": round(time.monotonic() - t0, 2)}
         stats["prefix_hits_vllm_counters"] = engine_hits(run_dir)
+        stats["host_load"] = host_load(run_dir)
         reals.append(stats)
     # Simulated runs are redone every time: the profile, which the run_id does not hash, may
     # have been recalibrated.
     root = Path(tempfile.mkdtemp(prefix="akvc-sim-"))
     t0 = time.monotonic()
-    sim = {**run_stats(execute(config_for(instances, "sim", seed), root, log=log))}
+    sim = {**run_stats(execute(config_for(instances, "sim", seed, 0, both), root, log=log))}
     sim["wall_s"] = round(time.monotonic() - t0, 2)
     shutil.rmtree(root)
-    names = [f"{key[:-2]}_p{q}_s" for key, q in METRICS]
-    real = {n: statistics.fmean(r[n] for r in reals) for n in names}
-    errors = {n: (sim[n] - real[n]) / real[n] for n in names}
-    # The real engine's own run-to-run spread: the floor under any simulator error.
-    spread = {n: (max(r[n] for r in reals) - min(r[n] for r in reals)) / real[n] for n in names}
-    counters = reals[0]["prefix_hits_vllm_counters"]
+    metrics = envelope(sim, reals, tolerance)
+    counters = [r["prefix_hits_vllm_counters"] for r in reals]
     hits = {
         "vllm_counters": counters,
-        "vllm_records": reals[0]["cached_tokens_records"],
+        "vllm_records": [r["cached_tokens_records"] for r in reals],
         "sim_records": sim["cached_tokens_records"],
-        "sim_vs_counters_rel": (sim["cached_tokens_records"] - counters) / counters
-        if counters
-        else None,
+        "exact": all(c == sim["cached_tokens_records"] for c in counters),
     }
-    worst = max(abs(v) for v in errors.values())
     return {
         "instances": instances,
-        "policy": config_for(instances, "sim").policy.name,
+        "policy": config_for(instances, "sim", seed, 0, both).policy.name,
         "vllm_runs": reals,
-        "vllm_mean": real,
-        "vllm_spread_rel": spread,
         "sim": sim,
-        "rel_error": errors,
-        "max_abs_rel_error": worst,
+        "metrics": metrics,
+        "mean_tolerance": tolerance,
         "prefix_hits": hits,
-        "meets_goal_10pct": worst < 0.10,
-        "within_hard_limit_20pct": worst < 0.20,
-        "prefix_hits_within_2pct": hits["sim_vs_counters_rel"] is not None
-        and abs(hits["sim_vs_counters_rel"]) <= 0.02,
+        "envelope_pass": all(m["pass"] for m in metrics.values()),
+        "max_abs_rel_error": max(abs(m["sim_rel_error"]) for m in metrics.values()),
     }
+
+
+def table(cases: list[dict[str, Any]]) -> str:
+    """The envelope as a Markdown table (what docs/sim_profiles.md quotes)."""
+    lines = [
+        "| instances | metric | real mean | real min..max | real spread | simulator | error "
+        "| in envelope |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        for n, m in c["metrics"].items():
+            name = n.removesuffix("_s").replace("_", " ").upper().replace(" P", " p")
+            lines.append(
+                f"| {c['instances']} | {name} | {m['real_mean'] * 1e3:.0f} ms "
+                f"| {m['real_min'] * 1e3:.0f}..{m['real_max'] * 1e3:.0f} ms "
+                f"| {m['real_spread_rel']:.1%} | {m['sim'] * 1e3:.0f} ms "
+                f"| {m['sim_rel_error']:+.1%} | {'yes' if m['pass'] else 'no'} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/bench/sim_vs_vllm.json"))
-    ap.add_argument("--results", type=Path, default=Path("results"))
+    ap.add_argument(
+        "--results",
+        type=Path,
+        # Not results/ itself: the pipeline's analysis reads every run under results/runs/.
+        default=Path("results/sim_vs_vllm"),
+        help="results root of the real runs (kept; a rerun reuses complete ones)",
+    )
     ap.add_argument("--instances", type=int, nargs="+", default=[1, 2])
     ap.add_argument(
         "--repeats",
         type=int,
-        default=2,
-        help="real runs per fleet size; the simulator is compared with their mean, and their "
-        "spread is reported as the real engine's own run-to-run variation",
+        default=5,
+        help="real runs per fleet size; the simulator must fall inside their range",
     )
     ap.add_argument(
         "--seed",
@@ -148,20 +225,56 @@ def main() -> None:
         default=VALIDATION_SEED,
         help="workload seed; must differ from the serving calibration's (sim/serving_fit.py: 12)",
     )
+    ap.add_argument(
+        "--mean-tolerance",
+        type=float,
+        default=MEAN_TOLERANCE_1_INSTANCE,
+        help="the simulator must also lie within this of the real mean (relative)...",
+    )
+    ap.add_argument(
+        "--mean-tolerance-instances",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="... for these fleet sizes (on 2 CPU cores only 1 instance has a spare core)",
+    )
+    ap.add_argument(
+        "--set",
+        dest="both",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for the real and the simulated runs (e.g. fleet.hardware=h100)",
+    )
+    ap.add_argument(
+        "--real-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for the real runs only (e.g. fleet.model=<hub id> of the sim's model)",
+    )
     args = ap.parse_args()
     if args.seed == SERVING_SEED:
         ap.error(f"seed {SERVING_SEED} is the serving calibration workload's: pick another")
+    if args.repeats < 2:
+        ap.error("--repeats must be at least 2: the envelope is the repeats' range")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    prof = get_profile("cpu-tiny", "tiny")
+    # The profile the simulated runs use (of their smallest fleet: CPU profiles vary with it).
+    prof = profile_for(config_for(min(args.instances), "sim", args.seed, 0, args.both))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cases = []
     for n in args.instances:
-        case = compare(n, args.results, args.repeats, args.seed, log)
+        tolerance = args.mean_tolerance if n in args.mean_tolerance_instances else None
+        case = compare(
+            n, args.results, args.repeats, args.seed, log, tolerance, args.both, args.real_set
+        )
         log(
-            f"{n} instance(s): errors "
-            + ", ".join(f"{k} {v:+.1%}" for k, v in case["rel_error"].items())
-            + "; real spread "
-            + ", ".join(f"{k} {v:.1%}" for k, v in case["vllm_spread_rel"].items())
+            f"{n} instance(s): "
+            + ", ".join(
+                f"{k} {m['sim_rel_error']:+.1%} (spread {m['real_spread_rel']:.1%}"
+                f"{', ok' if m['pass'] else ', OUT'})"
+                for k, m in case["metrics"].items()
+            )
             + f"; hits sim {case['prefix_hits']['sim_records']} vs vLLM "
             f"{case['prefix_hits']['vllm_counters']}"
         )
@@ -170,22 +283,29 @@ def main() -> None:
         "benchmark": "sim_vs_vllm",
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "started_at": started,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": {**hardware_info(), **machine_facts()},
         "profile": {
             "source": prof.source,
             "coefficients": getattr(prof.cost, "as_dict", lambda: {})(),
             "kv_capacity_tokens": prof.kv_capacity_tokens,
         },
-        "config": config_for(1, "vllm", args.seed).canonical()
-        | {"instances": list(args.instances)},
-        "goal": {"latency_rel_error": 0.10, "hard_limit": 0.20, "prefix_hits_rel": 0.02},
+        "config": config_for(1, "vllm", args.seed, 0, [*args.both, *args.real_set]).canonical()
+        | {"instances": list(args.instances), "repeats": args.repeats},
+        "overrides": {"both": args.both, "real_only": args.real_set},
+        "goal": {
+            "envelope": "simulated TTFT/E2E p50/p90 inside the real repeats' min..max",
+            "mean_tolerance": args.mean_tolerance,
+            "mean_tolerance_instances": args.mean_tolerance_instances,
+            "prefix_hits": "exact (simulated cached tokens == vLLM's prefix_cache_hits_total)",
+        },
         "cases": cases,
-        "max_abs_rel_error": max(c["max_abs_rel_error"] for c in cases),
-        "median_abs_rel_error": statistics.median(
-            abs(v) for c in cases for v in c["rel_error"].values()
-        ),
+        "envelope_pass": all(c["envelope_pass"] for c in cases),
+        "prefix_hits_exact": all(c["prefix_hits"]["exact"] for c in cases),
+        "table_md": table(cases),
     }
     atomic_write_json(args.out, doc)
+    print(doc["table_md"])
     print(args.out)
 
 

@@ -63,6 +63,11 @@ def test_vllm_backend_run_writes_a_complete_run(tmp_path: Path, monkeypatch) -> 
     ]
     assert (run_dir / "logs" / "proxy.log").is_file()
     assert abs(info["clock"]["proxy_offset_s"]) < 60
+    # The machine's load over the run, and over the replay as its own (shorter) window.
+    load = info["host_load"]
+    assert load["loadavg_start"]["load1"] >= 0 and load["loadavg_end"] is not None
+    assert load["run"]["overall"]["busy"] >= 0 and "steal" in load["run"]["overall"]
+    assert 0 < load["replay"]["duration_s"] <= load["duration_s"] <= manifest["wall_s"] + 1
 
 
 def test_missing_tiny_model_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
