@@ -55,6 +55,39 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     click.echo(str(run_dir))
 
 
+@main.command("run-batch")
+@click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root; each run goes to RESULTS/runs/<run_id>/.",
+)
+def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
+    """Run several configs in one process (what the pipeline does with simulated runs).
+
+    Each SPEC is a JSON list: the config file, then its `dotted.key=value` overrides, e.g.
+    '["config/runs/sim_h20_agentic.yaml", "seed=1"]'. Complete runs are skipped; all specs
+    are validated before the first run starts.
+    """
+    import json
+
+    from agentic_kvc.runs import execute
+
+    configs = []
+    for i, spec in enumerate(specs):
+        try:
+            base, *overrides = json.loads(spec)
+            configs.append(load_config(Path(base), [str(o) for o in overrides]))
+        except (ValueError, TypeError) as exc:
+            click.echo(f"error: spec {i + 1} {spec!r}: {exc}", err=True)
+            sys.exit(2)
+    for i, cfg in enumerate(configs):
+        click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
+        click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
+
+
 def _register_subcommands() -> None:
     """Attach the command groups that live with their concepts (missing ones are skipped)."""
     import importlib

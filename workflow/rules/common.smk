@@ -1,5 +1,6 @@
 # Parse-time plan: expand config["experiments"] into runs, each resolved and keyed by run_id.
 
+import json
 import shlex
 
 from agentic_kvc.analysis.experiments import expand as expand_experiments
@@ -33,6 +34,16 @@ def archived_records():
     return [f"{ARCHIVE}/{run_id}/requests.jsonl" for run_id in ARCHIVED_IDS]
 
 
+# Simulated runs are made in batches (one process each); real runs one job each.
+SIM_BATCHES = PLAN.sim_batches()
+UNBATCHED_IDS = sorted(set(RUN_IDS) - {r.run_id for b in SIM_BATCHES.values() for r in b})
+
+
+def batch_spec(run):
+    """`akvc run-batch`'s SPEC for one planned run: [base, override, ...] as JSON."""
+    return json.dumps([run.base, *run.overrides])
+
+
 def override_flags(wildcards):
     return " ".join(f"--set {shlex.quote(o)}" for o in PLAN.first(wildcards.run_id).overrides)
 
@@ -64,14 +75,20 @@ def run_resource(name, default):
 SIM_PROFILE_DIR = Path("src/agentic_kvc/sim/profiles/data")
 
 
-def trace_inputs(wildcards):
+def trace_files(run):
     """A run replaying a public trace under results/traces/ needs it fetched first."""
-    trace = PLAN.first(wildcards.run_id).trace
-    return [trace] if trace.startswith(f"{RESULTS}/traces/") else []
+    return [run.trace] if run.trace.startswith(f"{RESULTS}/traces/") else []
+
+
+def trace_inputs(wildcards):
+    return trace_files(PLAN.first(wildcards.run_id))
 
 
 def sim_profile_inputs(wildcards):
-    run = PLAN.first(wildcards.run_id)
+    return sim_profile_files(PLAN.first(wildcards.run_id))
+
+
+def sim_profile_files(run):
     if run.backend != "sim":
         return []
     calibrated = SIM_PROFILE_DIR / f"{run.hardware}.json"

@@ -1,4 +1,6 @@
-# One job per planned run: `akvc run BASE --set ... --results RESULTS`.
+# Real runs: one job each, `akvc run BASE --set ... --results RESULTS`. Simulated runs: one
+# job per batch of up to 12 (`akvc run-batch`), because a simulated run takes about as long
+# as starting Python; deleting one simulated run's records redoes its batch (seconds).
 # The run_id already hashes the whole resolved config, so the config files are not inputs; a
 # run is redone when an output is missing (e.g. a deleted requests.jsonl) or, for simulated
 # runs, when the simulator's profile data change. `akvc run` itself clears an incomplete run
@@ -32,7 +34,7 @@ rule akvc_run:
         summary=f"{RESULTS}/runs/{{run_id}}/summary.json",
         manifest=f"{RESULTS}/runs/{{run_id}}/manifest.json",
     wildcard_constraints:
-        run_id="[0-9a-f]{12}",
+        run_id="|".join(UNBATCHED_IDS) or "(?!)",
     params:
         akvc=config["akvc"],
         base=lambda wildcards: PLAN.first(wildcards.run_id).base,
@@ -51,6 +53,33 @@ rule akvc_run:
     shell:
         "{params.akvc} run {params.base:q} {params.overrides} --results {params.results:q}"
         " > {log:q} 2>&1"
+
+
+for _batch, _runs in SIM_BATCHES.items():
+
+    rule:
+        name:
+            f"sim_batch_{_batch.replace('.', '_').replace('-', '_')}"
+        input:
+            sorted({p for r in _runs for p in sim_profile_files(r) + trace_files(r)}),
+        output:
+            [
+                f"{RESULTS}/runs/{r.run_id}/{name}"
+                for r in _runs
+                for name in ("requests.jsonl", "instances.jsonl", "summary.json", "manifest.json")
+            ],
+        params:
+            akvc=config["akvc"],
+            specs=" ".join(shlex.quote(batch_spec(r)) for r in _runs),
+        resources:
+            runtime=60,
+            mem_mb=4000,
+        log:
+            f"{RESULTS}/logs/runs/batch_{_batch}.log",
+        conda:
+            "../../envs/akvc.yaml"
+        shell:
+            "{params.akvc} run-batch {params.specs} --results {RESULTS:q} > {log:q} 2>&1"
 
 
 rule runs:

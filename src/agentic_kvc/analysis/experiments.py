@@ -24,6 +24,8 @@ from typing import Any
 from agentic_kvc.config import ConfigError, RunConfig, load_config
 from agentic_kvc.runs import is_complete
 
+SIM_BATCH_SIZE = 12
+
 
 @dataclass(slots=True, frozen=True)
 class PlannedRun:
@@ -65,6 +67,23 @@ class Plan:
     def to_run(self) -> list[str]:
         """Run ids the pipeline must produce (not archived), in plan order."""
         return list(dict.fromkeys(r.run_id for r in self.runs if not r.archived))
+
+    def sim_batches(self, size: int = SIM_BATCH_SIZE) -> dict[str, list[PlannedRun]]:
+        """Simulated runs to produce, in batches of at most `size` that one process runs
+        (a simulated run takes about as long as starting Python): per experiment in plan
+        order, a run shared by two experiments in the first one's batch. Name: experiment.k."""
+        seen: set[str] = set()
+        by_exp: dict[str, list[PlannedRun]] = {}
+        for r in self.runs:
+            if r.archived or r.backend != "sim" or r.run_id in seen:
+                continue
+            seen.add(r.run_id)
+            by_exp.setdefault(r.experiment, []).append(r)
+        return {
+            f"{exp}.{k // size}": runs[k : k + size]
+            for exp, runs in by_exp.items()
+            for k in range(0, len(runs), size)
+        }
 
     def studies(self) -> list[str]:
         """Every study named by an experiment, in plan order."""

@@ -45,15 +45,25 @@ def theirs_block(study: str) -> str:
         return ""
     items = entry if isinstance(entry, list) else entry.get("items", [])
     note = "" if isinstance(entry, list) else entry.get("note", "")
-    lines = [
-        "*Their numbers, for orientation only (the design documents' own 8 x H20 testbed and"
-        " workload, not reproduced here and not targets):*"
-    ]
-    if note:
-        lines.append(f"*{note}*")
+    head = (
+        "*Their numbers, for orientation only: what the design documents report from their own"
+        " testbed and workload, or expect where the note says so; not reproduced here and not"
+        " targets.*"
+    )
+    rows = []
     for it in items:
         unit = f" {it['unit']}" if it.get("unit") else ""
-        lines.append(
-            f"- {it.get('what', '?')}: {it.get('value', '?')}{unit} ({it.get('source', '')})"
-        )
-    return "\n".join(lines) if len(lines) > 1 + bool(note) else ""
+        src = str(it.get("source", ""))
+        # "seeds/003_3a91...txt (Section)" -> "seeds/003 (Section)": the file's number suffices.
+        short = src.split("_", 1)[0] + (" (" + src.split(" (", 1)[1] if " (" in src else "")
+        rows.append([str(it.get("what", "?")), f"{it.get('value', '?')}{unit}", short])
+    if not rows:
+        return ""
+    from agentic_kvc.analysis.studies.base import md_table
+
+    parts = [
+        head,
+        f"*{note}*" if note else "",
+        md_table(["theirs", "value", "source"], rows, "lrl"),
+    ]
+    return "\n\n".join(p for p in parts if p)

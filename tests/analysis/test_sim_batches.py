@@ -1,0 +1,31 @@
+"""Simulated runs are grouped into batches per experiment; real and archived runs are not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from agentic_kvc.analysis.experiments import expand
+
+
+def test_batches_per_experiment_deduplicated_and_bounded(tmp_path: Path) -> None:
+    (tmp_path / "sim.yaml").write_text(
+        yaml.safe_dump({"backend": "sim", "workload": {"generator": {"sessions": 2}}})
+    )
+    (tmp_path / "real.yaml").write_text(
+        yaml.safe_dump({"backend": "vllm", "workload": {"generator": {"sessions": 2}}})
+    )
+    experiments = [
+        {"name": "a", "base": "sim.yaml", "matrix": {"seed": list(range(5))}},
+        # Seeds 0-4 repeat experiment a's runs: they stay in a's batches.
+        {"name": "b", "base": "sim.yaml", "matrix": {"seed": list(range(7))}},
+        {"name": "real", "base": "real.yaml", "matrix": {"seed": [0, 1]}},
+    ]
+    plan = expand(experiments, tmp_path)
+    batches = plan.sim_batches(size=3)
+    assert {k: len(v) for k, v in batches.items()} == {"a.0": 3, "a.1": 2, "b.0": 2}
+    batched = [r.run_id for runs in batches.values() for r in runs]
+    assert len(batched) == len(set(batched)) == 7
+    assert all(r.backend == "sim" for runs in batches.values() for r in runs)
+    assert set(plan.to_run()) - set(batched) == {r.run_id for r in plan.runs if r.backend == "vllm"}
