@@ -27,8 +27,6 @@ from agentic_kvc.analysis.tables import (
     token_load_summary,
 )
 
-MAX_BENCH_ROWS = 60
-
 
 def fmt_ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:.1f}"
