@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all env model peers system report test test-fast test-all lint format clean-results help
+.PHONY: all env model peers system jupyter lab report test test-fast test-all lint format clean-results help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -58,17 +58,39 @@ $(STAMPS)/system:
 
 system: $(STAMPS)/system  ## redis-server via apt-get when missing (best effort)
 
+# The project's Jupyter kernel `akvc` (.venv's python), registered inside .venv. It starts in
+# the repository root, as the pipeline's papermill does, so a notebook's relative default paths
+# (results/...) mean the same in Lab. Lab opens .py files as notebooks (jupytext).
+KERNEL := $(VENV)/share/jupyter/kernels/akvc/kernel.json
+$(STAMPS)/jupyter: $(STAMPS)/venv
+	$(BIN)/python -m ipykernel install --sys-prefix --name akvc --display-name "Python 3 (agentic_kvc)"
+	$(BIN)/python -c 'import json, sys; p, root, py = sys.argv[1:]; k = json.load(open(p)); \
+		k["argv"] = ["/bin/sh", "-c", "cd \"$$0\" && exec \"$$1\" -m ipykernel_launcher -f \"$$2\"", \
+		root, py, "{connection_file}"]; json.dump(k, open(p, "w"), indent=1)' \
+		$(KERNEL) $(CURDIR) $(CURDIR)/$(BIN)/python
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	touch $@
+
+jupyter: $(STAMPS)/jupyter  ## register the `akvc` Jupyter kernel and Lab's jupytext settings in .venv
+
+# Jupyter refuses to run as root without --allow-root (containers often run as root).
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+lab: $(STAMPS)/jupyter  ## JupyterLab on notebooks/ with the project's kernel (`akvc`)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR)/notebooks $(LAB_ARGS)
+
 report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
 	$(BIN)/snakemake --cores $(CORES) report
 
 # Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
-test: $(STAMPS)/model $(STAMPS)/system  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
+test: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: $(STAMPS)/model $(STAMPS)/system  ## every test, slow ones included
+test-all: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## every test, slow ones included
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMPS)/venv  ## no real engines, nothing slow
+test-fast: $(STAMPS)/jupyter  ## no real engines, nothing slow
 	$(BIN)/python -m pytest -m "not vllm and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv  ## ruff and snakemake --lint

@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python 3 (agentic_kvc)
 #     language: python
-#     name: python3
+#     name: akvc
 # ---
 
 # %% [markdown]
@@ -29,9 +29,6 @@ figures_dir = "results/figures/latency_by_policy"
 # %%
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: figures go to files
 import matplotlib.pyplot as plt
 import polars as pl
 import seaborn as sns
@@ -114,7 +111,7 @@ if long.height and long["seconds"].drop_nulls().len():
     )
     grid.set_titles("{row_name}: {col_name}")
     grid.savefig(figures / "latency_percentiles.png", dpi=110)
-    plt.close("all")
+    plt.show()
 
 # %% [markdown]
 # ## TTFT distribution per variant (ECDF), one panel per experiment
@@ -135,7 +132,7 @@ if ok.height:
     )
     grid.set_axis_labels("TTFT (s)", "share of requests")
     grid.savefig(figures / "ttft_ecdf.png", dpi=110)
-    plt.close("all")
+    plt.show()
 
 # %% [markdown]
 # ## TTFT by route class, one panel per experiment
@@ -157,4 +154,4 @@ if ok.height:
     )
     grid.set_axis_labels("route class", "TTFT (s)")
     grid.savefig(figures / "ttft_by_route_class.png", dpi=110)
-    plt.close("all")
+    plt.show()

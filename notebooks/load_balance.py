@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python 3 (agentic_kvc)
 #     language: python
-#     name: python3
+#     name: akvc
 # ---
 
 # %% [markdown]
@@ -30,9 +30,6 @@ figures_dir = "results/figures/load_balance"
 # %%
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: figures go to files
 import matplotlib.pyplot as plt
 import polars as pl
 import seaborn as sns
@@ -100,7 +97,7 @@ if per_instance.height:
     )
     grid.set_axis_labels("instance", "prompt tokens computed")
     grid.savefig(figures / "token_load_per_instance.png", dpi=110)
-    plt.close("all")
+    plt.show()
 
 # %% [markdown]
 # ## Running requests per instance over time (first seed of each experiment's variant)
@@ -124,4 +121,4 @@ if samples.height and samples["running"].drop_nulls().len():
     )
     grid.set_axis_labels("time (s)", "running requests")
     grid.savefig(figures / "running_over_time.png", dpi=120)
-    plt.close("all")
+    plt.show()

@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python 3 (agentic_kvc)
 #     language: python
-#     name: python3
+#     name: akvc
 # ---
 
 # %% [markdown]
@@ -30,9 +30,6 @@ figures_dir = "results/figures/sim_vs_real"
 # %%
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: figures go to files
 import matplotlib.pyplot as plt
 import polars as pl
 import seaborn as sns
@@ -79,4 +76,4 @@ if twins.height:
     )
     grid.set_titles("{col_name}")
     grid.savefig(figures / "sim_vs_real_latency.png", dpi=120)
-    plt.close("all")
+    plt.show()
