@@ -92,7 +92,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # TraceLab's sanitized sessions (docs/workloads.md); fewer sessions start per second
     # because each one lasts much longer.
     "agentic-long": {
-        "session_rate_per_s": 0.2,
+        "session_rate_per_s": 0.1,
         "first_turn_median_tokens": 20_000,
         "first_turn_sigma": 0.35,
         "continue_prob": 0.93,
