@@ -35,8 +35,10 @@ from typing import Any
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.backend import profile_for, run_sim
 from agentic_kvc.sim.calibrate import machine_facts
+from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.profiles import load_cpu_profile
 from agentic_kvc.sim.serving_fit import SERVING_SEED, quantiles, serving_config
 
 VALIDATION_SEED = 11
@@ -88,6 +90,14 @@ def host_load(run_dir: Path) -> dict[str, Any] | None:
         "busy": (window.get("overall") or {}).get("busy"),
         "loadavg_start": (load.get("loadavg_start") or {}).get("load1"),
     }
+
+
+def sim_profile(config: RunConfig, profile_file: Path | None) -> EngineProfile:
+    """The profile the config names, or a calibrated CPU profile file (`akvc calibrate --out`)
+    for this fleet size: to check a fresh calibration before it replaces the package's."""
+    if profile_file is None:
+        return profile_for(config)
+    return load_cpu_profile(profile_file, instances=config.fleet.instances)
 
 
 def run_stats(run_dir: Path) -> dict[str, Any]:
@@ -142,6 +152,7 @@ def compare(
     tolerance: float | None = None,
     both: Sequence[str] = (),
     real_only: Sequence[str] = (),
+    profile_file: Path | None = None,
 ) -> dict[str, Any]:
     """The simulator against `repeats` real runs of the same config."""
     reals = []
@@ -159,7 +170,10 @@ def compare(
     # have been recalibrated.
     root = Path(tempfile.mkdtemp(prefix="akvc-sim-"))
     t0 = time.monotonic()
-    sim = {**run_stats(execute(config_for(instances, "sim", seed, 0, both), root, log=log))}
+    sim_cfg = config_for(instances, "sim", seed, 0, both)
+    profile = sim_profile(sim_cfg, profile_file)
+    run_dir = execute(sim_cfg, root, backend=lambda c, d: run_sim(c, d, profile), log=log)
+    sim = {**run_stats(run_dir), "profile": profile.source}
     sim["wall_s"] = round(time.monotonic() - t0, 2)
     shutil.rmtree(root)
     metrics = envelope(sim, reals, tolerance)
@@ -253,6 +267,12 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="override for the real runs only (e.g. fleet.model=<hub id> of the sim's model)",
     )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="simulate with this calibrated cpu-tiny profile file instead of the package's",
+    )
     args = ap.parse_args()
     if args.seed == SERVING_SEED:
         ap.error(f"seed {SERVING_SEED} is the serving calibration workload's: pick another")
@@ -260,13 +280,23 @@ def main() -> None:
         ap.error("--repeats must be at least 2: the envelope is the repeats' range")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     # The profile the simulated runs use (of their smallest fleet: CPU profiles vary with it).
-    prof = profile_for(config_for(min(args.instances), "sim", args.seed, 0, args.both))
+    prof = sim_profile(
+        config_for(min(args.instances), "sim", args.seed, 0, args.both), args.profile
+    )
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cases = []
     for n in args.instances:
         tolerance = args.mean_tolerance if n in args.mean_tolerance_instances else None
         case = compare(
-            n, args.results, args.repeats, args.seed, log, tolerance, args.both, args.real_set
+            n,
+            args.results,
+            args.repeats,
+            args.seed,
+            log,
+            tolerance,
+            args.both,
+            args.real_set,
+            args.profile,
         )
         log(
             f"{n} instance(s): "
