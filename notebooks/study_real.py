@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python 3 (agentic_kvc)
 #     language: python
-#     name: python3
+#     name: akvc
 # ---
 
 # %% [markdown]
