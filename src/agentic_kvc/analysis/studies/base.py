@@ -201,6 +201,7 @@ class Section:
     findings: list[str] = field(default_factory=list)
     blocks: list[str] = field(default_factory=list)  # markdown: tables, notes, figure links
     theirs: str = ""  # the design documents' own numbers, rendered
+    figures: list[Path] = field(default_factory=list)  # for the notebook to show inline
 
     def table(self, caption: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
         self.blocks.append(f"{caption}\n\n{md_table(header, rows)}")
@@ -209,6 +210,7 @@ class Section:
         self.blocks.append(text)
 
     def figure(self, path: Path, caption: str, report_root: Path | None = None) -> None:
+        self.figures.append(path)
         rel = path if report_root is None else _relative(path, report_root)
         self.blocks.append(f"![{caption}]({rel.as_posix()})\n\n*{caption}*")
 
