@@ -1,0 +1,391 @@
+"""Benchmark summaries: verdicts follow the measured value across each goal; bad files do not
+break the report. The JSON shapes are those the benchmarks/*.py scripts write."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentic_kvc.analysis.bench_summary import (
+    GENERIC_MAX_ROWS,
+    MET,
+    NO_GOAL,
+    NOT_MEASURED,
+    NOT_MET,
+    UNREADABLE,
+    BenchRow,
+    registered,
+    render_markdown,
+    summarize_benchmarks,
+)
+
+# --- documents shaped like each script's output, with the goal-relevant figure as a parameter ---
+
+
+def policy_decision(median_us: float = 60.0, hash_us: float = 1200.0, reused: int = 6250) -> dict:
+    timing = {"median_us": 50.0, "p99_us": 90.0, "mean_us": 55.0, "repeats": 500}
+    return {
+        "benchmark": "policy_decision",
+        "command": "python benchmarks/policy_decision.py",
+        "when": "2026-11-23T11:34:34+0000",
+        "setup": {"repeats": 500, "instances": 16, "prompt_tokens": 100_000, "block_size": 16},
+        "targets": {"decision_median_us": 200, "hash_100k_ms": 5},
+        "machine": {"cpu": "x"},
+        "decision": {
+            "round_robin": timing,
+            "unified": {**timing, "median_us": median_us},
+            "_record_on_route_6250_blocks": {**timing, "median_us": 9999.0},  # not a policy
+        },
+        "hashing": {
+            "hash_100k_numpy": {**timing, "median_us": hash_us},
+            "hash_100k_list": {**timing, "median_us": 9000.0},
+            "hash_next_turn_102k_reusing_100k": {
+                **timing,
+                "blocks_reused": reused,
+                "blocks_hashed": 125,
+            },
+        },
+        "verdict": {"decision_under_200us": True},  # deliberately stale: verdicts are recomputed
+    }
+
+
+def proxy_target(added_p50: float, added_p99: float) -> dict:
+    stream = {
+        "p50_ms": 12.0 + added_p50,
+        "p99_ms": 20.0 + added_p99,
+        "added_p50_ms": added_p50,
+        "added_p99_ms": added_p99,
+        "added_p50_ci95_ms": [added_p50 - 0.1, added_p50 + 0.1],
+        "added_p99_ci95_ms": [added_p99 - 1.0, added_p99 + 1.0],
+    }
+    return {"stream": stream, "nonstream": dict(stream), "reconnects": 0}
+
+
+def proxy_overhead(p50: float = 0.5, p99: float = 0.5) -> dict:
+    return {
+        "benchmark": "proxy_overhead",
+        "when": "2026-11-23T12:49:33+0000",
+        "results": {
+            "direct": proxy_target(0.0, 0.0),
+            "akvc:round_robin": proxy_target(0.55, 0.77),
+            "akvc:unified": proxy_target(p50, p99),
+            "vllm-router:cache_aware": proxy_target(0.39, 0.29),
+        },
+    }
+
+
+def proxy_request_path() -> dict:
+    results = [
+        {"policy": pol, "prompt_tokens": n, "mode": mode, "samples": 30, "p50_ms": n / 1e4 + k}
+        for pol in ("round_robin", "unified")
+        for n in (32, 1000, 100_000)
+        for k, mode in enumerate(("session", "sessionless"))
+    ]
+    return {"benchmark": "proxy_request_path", "results": results}
+
+
+def replay_crosscheck(ours_ttft: float = 100.0) -> dict:
+    def client(ttft: float) -> dict:
+        return {"ttft": {"p50_ms": ttft, "p90_ms": 2 * ttft}, "e2e": {"p50_ms": 140.0}}
+
+    return {
+        "benchmark": "replay_crosscheck",
+        "results": {"akvc": client(ours_ttft), "aiperf": client(100.0)},
+        "agreement": {"tolerance": 0.1},
+    }
+
+
+def sim_cache_check(diff_points: float = 0.0) -> dict:
+    rows = [
+        {
+            "gib": gib,
+            "cache_blocks": blocks,
+            "sim_hit_rate": 0.30 + diff_points / 100,
+            "kvcache_simulator_hit_rate": 0.30,
+            "diff_points": diff_points,
+            "pass": True,
+        }
+        for gib, blocks in ((512, 8192), (128, 2048))
+    ]
+    return {
+        "benchmark": "sim_cache_check",
+        "parameters": {"tolerance_points": 1.0},
+        "results": rows,
+    }
+
+
+def sim_mdl(ratio_at_09: float = 1.0) -> dict:
+    rows = [
+        {"load": load, "wq_sim_s": w * (ratio_at_09 if load == 0.9 else 1.01), "wq_mdl_s": w}
+        for load, w in ((0.9, 0.45), (0.3, 0.0214))
+    ]
+    return {"benchmark": "sim_mdl", "parameters": {"tolerance": 0.05}, "results": rows}
+
+
+def sim_speed(default_speedup: float = 5000.0) -> dict:
+    def row(scenario: str, asked: int | None, policy: str, speedup: float) -> dict:
+        return {
+            "scenario": scenario,
+            "sessions_asked": asked,
+            "policy": policy,
+            "sessions": asked or 200,
+            "speedup": speedup,
+        }
+
+    return {
+        "benchmark": "sim_speed",
+        "parameters": {"goal_speedup": 1000.0},
+        "results": [
+            row("default", 16, "round_robin", default_speedup),
+            row("default", 16, "lmetric", default_speedup + 500),
+            row("default", 256, "lmetric", 10.0),  # larger than the default workload: no goal
+            row("h20_agentic_base", None, "lmetric", 450.0),
+        ],
+    }
+
+
+def sim_scale(
+    speed_8: float = 6000.0,
+    speed_128: float = 300.0,
+    big_s: float = 300.0,
+    big_mb: float = 2000.0,
+    big_timeout: bool = False,
+) -> dict:
+    rows = []
+    for preset in ("default", "long_context"):
+        for n, speed in ((8, speed_8), (128, speed_128), (1024, 50.0)):
+            row: dict[str, Any] = {"preset": preset, "policy": "unified", "instances": n}
+            if n == 1024 and big_timeout and preset == "long_context":
+                row |= {"timeout_s": 900.0, "process_s": 900.0}
+            else:
+                row |= {
+                    "sessions": 25 * n,
+                    "speedup": speed,
+                    "wall_s": big_s - 5 if n == 1024 else 1.0,
+                    "process_s": big_s if n == 1024 else 2.0,
+                    "peak_rss_mb": big_mb if n == 1024 else 200.0,
+                }
+            rows.append(row)
+    return {"benchmark": "sim_scale", "results": rows}
+
+
+def sim_vs_vllm(sim_ttft: float = 0.10, sim_hits: int = 1000, tolerance: float = 0.15) -> dict:
+    def metric(sim: float) -> dict:
+        return {"sim": sim, "real_mean": 0.10, "real_min": 0.09, "real_max": 0.12}
+
+    def case(n: int, tol: float | None) -> dict:
+        metrics = {m: metric(0.10) for m in ("ttft_p90_s", "e2e_p50_s", "e2e_p90_s")}
+        metrics["ttft_p50_s"] = metric(sim_ttft)
+        return {
+            "instances": n,
+            "metrics": metrics,
+            "mean_tolerance": tol,
+            "vllm_runs": [{}, {}, {}],
+            "prefix_hits": {"vllm_counters": [1000, 1000, 1000], "sim_records": sim_hits},
+        }
+
+    return {"benchmark": "sim_vs_vllm", "cases": [case(2, None), case(1, tolerance)]}
+
+
+def workload_load(median_s: float = 1.0) -> dict:
+    return {
+        "benchmark": "workload_load",
+        "requests": 12031,
+        "sessions": 7537,
+        "read_and_rebuild": {"median_s": median_s, "min_s": median_s, "runs_s": [median_s]},
+        "goal_s": 5.0,
+        "meets_goal": True,
+        "default_preset_shares": {
+            "first_turn_share": 0.547,
+            "high_hit_share": 0.235,
+            "heavy_first_turn_share": 0.939,
+        },
+    }
+
+
+def summarize(tmp_path: Path, stem: str, doc: Any) -> list[BenchRow]:
+    d = tmp_path / f"bench_{len(list(tmp_path.iterdir()))}"
+    d.mkdir()
+    (d / f"{stem}.json").write_text(json.dumps(doc))
+    rows = summarize_benchmarks(d)
+    assert rows and all(r.benchmark == stem for r in rows)
+    return rows
+
+
+def verdict(rows: list[BenchRow], needle: str) -> str:
+    hits = [r for r in rows if needle in r.measure]
+    assert len(hits) == 1, (needle, rows)
+    return hits[0].verdict
+
+
+# (builder, measure substring, the figure just inside its goal, just outside)
+FLIPS: list[tuple[Callable[..., dict], dict[str, Any], dict[str, Any], str]] = [
+    (policy_decision, {"median_us": 199.0}, {"median_us": 201.0}, "decision median"),
+    (policy_decision, {"hash_us": 4900.0}, {"hash_us": 5100.0}, "hash 100k"),
+    (policy_decision, {"reused": 6250}, {"reused": 6249}, "next turn"),
+    (proxy_overhead, {"p50": 0.99}, {"p50": 1.01}, "unified, streaming: added p50"),
+    (proxy_overhead, {"p99": 1.99}, {"p99": 2.01}, "unified, streaming: added p99"),
+    (replay_crosscheck, {"ours_ttft": 109.0}, {"ours_ttft": 111.0}, "TTFT p50"),
+    (replay_crosscheck, {"ours_ttft": 91.0}, {"ours_ttft": 89.0}, "TTFT p50"),
+    (sim_cache_check, {"diff_points": -0.9}, {"diff_points": -1.1}, "at 128 GiB"),
+    (sim_mdl, {"ratio_at_09": 1.049}, {"ratio_at_09": 1.051}, "load 0.9"),
+    (sim_mdl, {"ratio_at_09": 0.951}, {"ratio_at_09": 0.949}, "load 0.9"),
+    (sim_speed, {"default_speedup": 1001.0}, {"default_speedup": 999.0}, "default workload"),
+    (sim_scale, {"speed_8": 5001.0}, {"speed_8": 4999.0}, "8 instances, long-context"),
+    (sim_scale, {"speed_128": 201.0}, {"speed_128": 199.0}, "128 instances"),
+    (sim_scale, {"big_s": 599.0}, {"big_s": 601.0}, "slowest run"),
+    (sim_scale, {"big_mb": 4000.0}, {"big_mb": 4200.0}, "peak RSS"),
+    (sim_vs_vllm, {"sim_ttft": 0.119}, {"sim_ttft": 0.121}, "2 instances: TTFT"),
+    (sim_vs_vllm, {"sim_ttft": 0.114}, {"sim_ttft": 0.116}, "1 instance: TTFT"),  # 15% of mean
+    (sim_vs_vllm, {"sim_hits": 1000}, {"sim_hits": 1001}, "1 instance: prefix-hit"),
+    (workload_load, {"median_s": 4.9}, {"median_s": 5.1}, "read + session rebuild"),
+]
+
+
+@pytest.mark.parametrize(("build", "inside", "outside", "needle"), FLIPS)
+def test_verdict_flips_at_the_goal(
+    tmp_path: Path, build: Callable[..., dict], inside: dict, outside: dict, needle: str
+) -> None:
+    stem = build.__name__
+    assert verdict(summarize(tmp_path, stem, build(**inside)), needle) == MET
+    assert verdict(summarize(tmp_path, stem, build(**outside)), needle) == NOT_MET
+
+
+def test_values_are_the_measured_figures(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "proxy_overhead", proxy_overhead(p50=0.537, p99=-0.28))
+    by = {r.measure: r for r in rows}
+    assert by["akvc unified, streaming: added p50"].value == "+0.537 ms [0.437, 0.637]"
+    assert by["akvc unified, streaming: added p99"].value == "-0.28 ms [-1.28, 0.72]"
+    # Other routers are context without a goal; the baseline is direct.
+    assert by["vllm-router cache_aware, streaming: added p50 / p99"].verdict == NO_GOAL
+    assert by["direct to the engine, streaming: p50 / p99 (the baseline)"].value == "12 / 20 ms"
+    rows = summarize(tmp_path, "policy_decision", policy_decision(median_us=74.9))
+    assert rows[0].value == "74.9 us (unified; fastest 50 us)"  # the stale verdict is not read
+
+
+def test_a_goal_without_its_figure_is_not_measured(tmp_path: Path) -> None:
+    doc = proxy_overhead()
+    del doc["results"]["akvc:unified"]
+    rows = summarize(tmp_path, "proxy_overhead", doc)
+    assert verdict(rows, "unified, streaming: added p50") == NOT_MEASURED
+    doc = sim_scale()
+    doc["results"] = [r for r in doc["results"] if r["instances"] != 1024]
+    rows = summarize(tmp_path, "sim_scale", doc)
+    assert verdict(rows, "slowest run") == NOT_MEASURED
+    assert verdict(rows, "128 instances") == MET
+
+
+def test_runs_that_did_not_complete_fail_their_goal(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "sim_scale", sim_scale(big_timeout=True))
+    assert verdict(rows, "slowest run") == NOT_MET
+    assert "did not complete" in next(r.value for r in rows if "slowest run" in r.measure)
+    # The peak memory of a run that never finished is unknown, unless the others exceed it.
+    assert verdict(rows, "peak RSS") == NOT_MEASURED
+    rows = summarize(tmp_path, "sim_scale", sim_scale(big_timeout=True, big_mb=5000.0))
+    assert verdict(rows, "peak RSS") == NOT_MET
+
+
+def test_sim_speed_goal_is_on_the_default_workload_only(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "sim_speed", sim_speed(default_speedup=2000.0))
+    assert verdict(rows, "default workload") == MET  # the 256-session row at 10x is not it
+    assert verdict(rows, "h20_agentic_base") == NO_GOAL
+    assert rows[0].value.startswith("2,000x (round_robin")
+
+
+def test_proxy_request_path_reports_ends_of_the_length_range(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "proxy_request_path", proxy_request_path())
+    assert [r.measure.split(":")[0] for r in rows] == ["round_robin"] * 2 + ["unified"] * 2
+    assert all(r.verdict == NO_GOAL for r in rows)
+    big = next(r for r in rows if r.measure.startswith("unified: p50 at 100,000"))
+    assert big.value == "10 / 11 ms"  # session / sessionless p50 at 100k tokens
+
+
+def test_unknown_benchmark_gets_a_few_scalars_not_a_dump(tmp_path: Path) -> None:
+    doc = {
+        "benchmark": "lifecycle",
+        "command": "python benchmarks/lifecycle.py",
+        "when": "2026-11-24T10:00:00+0000",
+        "note": "measured at 2026-11-24T10:00",
+        "pass": False,
+        "transfer_p50_ms": 12.345,
+        "phases": {"prefill": 1.0, "transfer": 2.0},
+        "rows": [1, 2, 3],
+        "blocks": 7,
+        "label": "h100",
+        "extra": 1.5,
+    }
+    rows = summarize(tmp_path, "lifecycle", doc)
+    assert len(rows) == GENERIC_MAX_ROWS
+    assert rows[0].measure == "pass" and rows[0].verdict == NOT_MET
+    text = render_markdown(rows)
+    for absent in ("2026", "prefill", "command", "[1, 2, 3]"):
+        assert absent not in text
+    assert "12.3" in text
+
+
+def test_unreadable_and_foreign_files_give_a_row_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('{"benchmark": "sim_speed", ')
+    (tmp_path / "alist.json").write_text("[1, 2]")
+    (tmp_path / "sim_speed.json").write_text(json.dumps({"benchmark": "sim_speed"}))
+    rows = summarize_benchmarks(tmp_path)
+    by = {r.benchmark: r for r in rows if r.verdict == UNREADABLE}
+    assert set(by) == {"alist", "broken", "sim_speed"}
+    assert by["broken"].value.startswith("broken.json: ") and "line 1" in by["broken"].value
+    assert "alist.json" in by["alist"].value
+    assert "missing field results" in by["sim_speed"].value
+
+
+def test_an_older_layout_falls_back_to_scalars(tmp_path: Path) -> None:
+    old = {  # sim_vs_vllm before the envelope check (results/bench/sim_vs_vllm_holdout.json)
+        "benchmark": "sim_vs_vllm",
+        "cases": [{"instances": 1, "rel_error": {"ttft_p50_s": 0.28}}],
+        "max_abs_rel_error": 0.8216,
+        "started_at": "2026-11-23T12:07:45+0000",
+    }
+    rows = summarize(tmp_path, "sim_vs_vllm_holdout", old)
+    assert rows[0].verdict == UNREADABLE and "missing field metrics" in rows[0].value
+    assert [r.measure for r in rows[1:]] == ["max_abs_rel_error"]
+
+
+def test_markdown_one_table_per_file_with_its_link(tmp_path: Path) -> None:
+    for stem, doc in (
+        ("workload_load", workload_load()),
+        ("sim_mdl", sim_mdl()),
+        ("sim_vs_vllm_holdout", sim_vs_vllm()),
+    ):
+        (tmp_path / f"{stem}.json").write_text(json.dumps(doc))
+    rows = summarize_benchmarks(tmp_path)
+    text = render_markdown(rows)
+    assert text == render_markdown(summarize_benchmarks(tmp_path))  # deterministic
+    headings = [line for line in text.splitlines() if line.startswith("### ")]
+    assert [h.split(":")[0] for h in headings] == [
+        "### sim_mdl",
+        "### sim_vs_vllm_holdout",
+        "### workload_load",
+    ]
+    assert "[`results/bench/sim_mdl.json`](results/bench/sim_mdl.json)" in text
+    assert render_markdown(rows, link_prefix="x/").count("](x/") == 3
+    table_rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(table_rows) == len(rows) + 3  # plus one header per table
+    assert render_markdown([BenchRow("b", "a | b", "1", "-", NO_GOAL)]).count("a \\| b") == 1
+    assert render_markdown([]) == ""
+
+
+def test_known_benchmarks_are_registered() -> None:
+    known = {
+        "policy_decision",
+        "proxy_overhead",
+        "proxy_request_path",
+        "replay_crosscheck",
+        "sim_cache_check",
+        "sim_mdl",
+        "sim_scale",
+        "sim_speed",
+        "sim_vs_vllm",
+        "workload_load",
+    }
+    assert known <= set(registered())
