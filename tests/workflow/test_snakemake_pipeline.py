@@ -194,7 +194,7 @@ ap.add_argument("--value", type=int)
 a = ap.parse_args()
 with open(os.environ["FAKE_AKVC_CALLS"], "a") as fh:
     fh.write("bench:tiny\\n")
-json.dump({"rows": [{"case": "x", "median_us": a.value}]}, open(a.out, "w"))
+json.dump({"median_us": a.value, "rows": [{"case": "x"}]}, open(a.out, "w"))
 """
 
 
@@ -241,7 +241,8 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
         assert f"| {p50} |" in row
     # The in-report benchmark ran once, with its args, and its numbers are in the report.
     assert calls.read_text().split().count("bench:tiny") == 1
-    assert "### tiny" in report and "| x | 7 |" in report
+    assert "### tiny" in report and "| median_us | 7 |" in report
+    assert "(results/bench/tiny.json)" in report  # the raw JSON linked, not flattened
     for nb in ("latency_by_policy", "load_balance"):
         assert (pipeline / f"results/notebooks/{nb}.ipynb").is_file()
         assert list((pipeline / f"results/tables/{nb}").glob("*.csv"))
@@ -268,5 +269,6 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
     assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
     assert set(_jobs_run(shown)) == {"render_report", "report"}
     assert "### by_hand" in (pipeline / "REPORT.md").read_text()
+    assert "| p50_us | 3.5 |" in (pipeline / "REPORT.md").read_text()
     final = _run_report(pipeline, calls)
     assert "Nothing to be done" in final.stdout + final.stderr

@@ -12,6 +12,7 @@ unchanged records regenerate them byte for byte.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -227,13 +228,15 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
     return out
 
 
-def benchmark_markdown(bench_dir: Path) -> str:
+def benchmark_markdown(bench_dir: Path, report_dir: Path) -> str:
     """One short table per benchmark file (figure, goal, verdict; the raw JSON linked)."""
     if not bench_dir.is_dir():
         return ""
     from agentic_kvc.analysis.bench_summary import render_markdown, summarize_benchmarks
 
-    return render_markdown(summarize_benchmarks(bench_dir), link_prefix=f"{bench_dir.as_posix()}/")
+    # Links relative to REPORT.md, so they work on any checkout.
+    link = Path(os.path.relpath(bench_dir, report_dir)).as_posix()
+    return render_markdown(summarize_benchmarks(bench_dir), link_prefix=f"{link}/")
 
 
 def build_context(
@@ -260,7 +263,7 @@ def build_context(
             for r in runs
             if r.config.get("backend") == "vllm"
         ),
-        "bench": benchmark_markdown(results / "bench"),
+        "bench": benchmark_markdown(results / "bench", report_dir),
     }
 
 
