@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -201,12 +202,17 @@ def warm_nixl_pairs(
     model: str,
     roles: Sequence[KVRole | None] | None = None,
     prompt: Sequence[int] = tuple(range(100, 164)),
+    attempts: int = 3,
+    retry_wait_s: float = 1.0,
 ) -> None:
     """One NIXL exchange per ordered pair of instances, straight to the engines.
 
     NIXL connects a P-D pair on its first transfer; on a loaded CPU machine that took over
     10 s, long enough for P to drop the blocks it held for D and for D's request to fail. Runs
     and tests measure transfers, not that one-off handshake, so they warm every pair first.
+    The handshake itself can time out on a loaded machine (D answers 500, its log says
+    `handshake_setup_failed`); the engine retries it on the next transfer, so a failed
+    exchange is tried again, `attempts` times in all.
     """
     import httpx
 
@@ -219,8 +225,15 @@ def warm_nixl_pairs(
                 # A consumer never prefills for others, a producer never pulls.
                 if p == d or (roles and (roles[p] == "kv_consumer" or roles[d] == "kv_producer")):
                     continue
-                ans = client.post(p_url + "/v1/completions", json=pd.prefill_body(body))
-                ans.raise_for_status()
-                params = ans.json().get("kv_transfer_params")
-                d_body = pd.decode_body(body, "nixl", params)
-                client.post(d_url + "/v1/completions", json=d_body).raise_for_status()
+                for attempt in range(1, attempts + 1):
+                    try:
+                        ans = client.post(p_url + "/v1/completions", json=pd.prefill_body(body))
+                        ans.raise_for_status()
+                        params = ans.json().get("kv_transfer_params")
+                        d_body = pd.decode_body(body, "nixl", params)
+                        client.post(d_url + "/v1/completions", json=d_body).raise_for_status()
+                        break
+                    except httpx.HTTPStatusError:
+                        if attempt == attempts:
+                            raise
+                        time.sleep(retry_wait_s)
