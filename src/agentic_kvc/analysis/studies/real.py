@@ -36,7 +36,7 @@ QUESTION = (
     "than the run-to-run spread, and how far is the simulator's prediction from each?"
 )
 BASELINE = "round_robin"
-ORDER = ("round_robin", "lmetric", "unified")
+ORDER = ("round_robin", "lmetric", "unified", "adaptive v2 (NIXL)")
 
 
 def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
@@ -71,6 +71,7 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
     per_run = latency_summary(real, ["variant", "run_id", "replicate"])
     sim_v = {r["variant"]: r for r in latency_summary(sim, ["variant"]).iter_rows(named=True)}
     loads = {p.run_id: host_load(m) for p, m in data.manifests()}
+    archived = {r.run_id for r, _ in data.runs if r.source == "archive"}
     variants = ordered(sorted(set(real["variant"])), ORDER)
     rows, verdicts = [], []
     spread_of: dict[str, float] = {}
@@ -87,10 +88,12 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
         sim_t = sv["ttft_s_p50"] if sv else None
         inside = "-" if sim_t is None else ("yes" if min(t50) <= sim_t <= max(t50) else "no")
         c = compare(real, BASELINE, v, "ttft_p50") if v != BASELINE else None
+        errors = int(runs["errors"].sum())
+        from_archive = set(runs["run_id"].to_list()) <= archived
         rows.append(
             [
-                v,
-                str(len(t50)),
+                v + (" (archived runs)" if from_archive else ""),
+                f"{len(t50)}" + (f" ({errors} failed requests)" if errors else ""),
                 _spread(t50),
                 ms(sim_t),
                 inside,
@@ -108,7 +111,8 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
         "Each real variant's repeats (TTFT p50 per run: mean, min-max), the simulator's "
         "prediction for the same config, and TTFT p50 paired against round-robin over repeats "
         "(95% interval). Machine: 1-minute load average over each run (min-max over repeats) "
-        "and the largest CPU steal share.",
+        "and the largest CPU steal share. Archived runs were made earlier on this machine kind "
+        "with the same config and are read from results/archive/ (their manifests say when).",
         [
             "variant",
             "repeats",
