@@ -38,14 +38,18 @@ HashesOf = Callable[[int, int], list[int]]  # hashes of chain positions [lo, hi)
 
 
 class Piece:
-    """Blocks holding chain positions [lo, hi) of one request (`src`: their hashes; None:
-    unhashed, positions then just count blocks). `children`: what it was split into while held
-    (its holders still list it; releasing it releases them)."""
+    """Blocks holding chain positions [lo, hi) of one request. `hashes`: theirs (None:
+    unhashed, positions then just count blocks); `owner`: the table that hashed them, which
+    alone may grow the piece. `children`: what it was split into while held (its holders still
+    list it; releasing it releases them)."""
 
-    __slots__ = ("children", "hi", "lo", "next", "prev", "ref", "src")
+    __slots__ = ("children", "hashes", "hi", "lo", "next", "owner", "prev", "ref")
 
-    def __init__(self, src: HashesOf | None, lo: int, hi: int, ref: int) -> None:
-        self.src = src
+    def __init__(
+        self, hashes: list[int] | None, lo: int, hi: int, ref: int, owner: object = None
+    ) -> None:
+        self.hashes = hashes
+        self.owner = owner
         self.lo = lo
         self.hi = hi
         self.ref = ref
@@ -208,7 +212,7 @@ class BlockPool:
             p = head.next
             assert p is not None and p is not head, "allocate beyond num_free"
             k = min(n, p.hi - p.lo)
-            if p.src is not None:  # reusing cached blocks: their content leaves the cache
+            if p.hashes is not None:  # reusing cached blocks: their content leaves the cache
                 self._uncache(p, p.hi - k, p.hi)
             if k == p.hi - p.lo:
                 self._dequeue(p)
@@ -236,15 +240,17 @@ class BlockPool:
         if (
             start != seal
             and last is not None
-            and last.src == hashes_of  # bound methods: equal, not identical
+            and last.owner is table
+            and last.hashes is not None
             and last.hi == start
             and last.ref == 1
             and last.children is None
         ):
             p = last  # the request's own run so far: it grows (no one else holds it)
             p.hi = full
+            p.hashes.extend(hashes)
         else:
-            p = Piece(hashes_of, start, full, 1)
+            p = Piece(hashes, start, full, 1, table)
             pieces.append(p)
         cached = self.cached
         if cached.keys().isdisjoint(hashes):
@@ -274,7 +280,7 @@ class BlockPool:
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""
         for p in {*self.cached.values(), *(p for ps in self.dups.values() for p in ps)}:
-            p.src = None
+            p.hashes = None
         self.cached.clear()
         self.dups.clear()
 
@@ -282,8 +288,9 @@ class BlockPool:
 
     def _uncache(self, p: Piece, lo: int, hi: int) -> None:
         """Positions [lo, hi) of piece p are reused: their hashes leave the cache."""
-        assert p.src is not None
-        hashes = p.src(lo, hi)
+        assert p.hashes is not None
+        hashes = p.hashes[lo - p.lo : hi - p.lo]
+        del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
         cached, dups = self.cached, self.dups
         if not dups or dups.keys().isdisjoint(hashes):
             deque(map(cached.__delitem__, hashes), maxlen=0)
@@ -308,9 +315,12 @@ class BlockPool:
         A free piece is replaced in the queue by its parts (queued tail first, as it was); a
         held one keeps its place in its holders' tables and lists the parts as its children.
         """
-        assert p.src is not None and p.children is None and p.lo <= a < b <= p.hi
+        assert p.hashes is not None and p.children is None and p.lo <= a < b <= p.hi
         bounds = sorted({p.lo, a, b, p.hi})
-        parts = [Piece(p.src, lo, hi, p.ref) for lo, hi in pairwise(bounds)]
+        parts = [
+            Piece(p.hashes[lo - p.lo : hi - p.lo], lo, hi, p.ref, p.owner)
+            for lo, hi in pairwise(bounds)
+        ]
         if p.ref == 0:
             after = p.next
             self._dequeue(p)
@@ -318,9 +328,11 @@ class BlockPool:
                 self._enqueue(part, before=after)
         else:
             p.children = parts
+        p.hashes = None  # the parts hold them now
         cached, dups = self.cached, self.dups
         for part in parts:
-            hashes = p.src(part.lo, part.hi)
+            hashes = part.hashes
+            assert hashes is not None
             if not dups or dups.keys().isdisjoint(hashes):
                 cached.update(zip(hashes, repeat(part)))
                 continue
