@@ -1,72 +1,198 @@
-"""The block pool's prefix cache: LRU order of free blocks, tail-first frees, touches."""
+"""The block pool's prefix cache: LRU order of free blocks, tail-first frees, touches.
+
+`BlockPool` keeps blocks as runs (pieces); `block_pool_ref.BlockPool` is the per-block model it
+replaced. The property test drives both with the same random requests (shared prefixes, capped
+lookups that re-cache held content, partial hits, growth, frees in any order) and compares
+everything the engine can observe after every operation.
+"""
 
 from __future__ import annotations
 
-from agentic_kvc.sim.blocks import BlockPool
+from collections.abc import Callable
+
+import block_pool_ref
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_kvc.sim.blocks import BlockPool, BlockTable
+
+
+def slicer(chain: list[int]) -> Callable[[int, int], list[int]]:
+    return lambda lo, hi: chain[lo:hi]
+
+
+def fill(pool: BlockPool, hashes: list[int], n_blocks: int | None = None) -> BlockTable:
+    """A request that allocates `n_blocks` (default: one per hash) and caches its hashes."""
+    table = BlockTable()
+    pool.allocate(table, len(hashes) if n_blocks is None else n_blocks)
+    pool.cache(table, len(hashes), slicer(hashes))
+    return table
 
 
 def test_free_blocks_are_evicted_least_recently_freed_first_and_tail_first() -> None:
     pool = BlockPool(num_blocks=4, block_size=16)
-    a = pool.allocate(2)
-    pool.cache(a, [100, 101])
-    b2 = pool.allocate(2)
-    pool.cache(b2, [200, 201])
+    a = fill(pool, [100, 101])
+    b = fill(pool, [200, 201])
     pool.release(a)  # freed first: evicted first, its tail (hash 101) before its head
-    pool.release(b2)
+    pool.release(b)
     assert pool.num_free == 4 and pool.usage == 0.0
-    pool.allocate(1)
+    pool.allocate(BlockTable(), 1)
     assert 101 not in pool.cached and 100 in pool.cached
-    pool.allocate(1)
+    pool.allocate(BlockTable(), 1)
     assert 100 not in pool.cached and {200, 201} <= set(pool.cached)
     assert pool.evictions == 2
 
 
 def test_touching_a_free_cached_block_protects_it_from_eviction() -> None:
     pool = BlockPool(num_blocks=3, block_size=16)
-    blocks = pool.allocate(3)
-    pool.cache(blocks, [0, 1, 2])
-    pool.release(blocks)  # queue: block 2, 1, 0 (tail first)
-    hit = pool.longest_hit([0, 1, 2])
-    assert hit == blocks
-    assert pool.evictable(hit[:1]) == 1
-    pool.touch(hit[:1])  # block 0 in use again
+    pool.release(fill(pool, [0, 1, 2]))  # queue: block 2, 1, 0 (tail first)
+    hit = pool.lookup([0, 1, 2], 1)
+    assert hit.n == 1 and pool.evictable(hit) == 1
+    pool.take(BlockTable(), hit)  # block 0 in use again: its piece was split
     assert pool.num_free == 2
-    pool.allocate(2)
+    pool.allocate(BlockTable(), 2)
     assert set(pool.cached) == {0}
     assert pool.count_hit([0, 1]) == 1
 
 
 def test_count_hit_finds_the_cached_prefix_and_respects_the_cap() -> None:
     pool = BlockPool(num_blocks=64, block_size=16)
-    blocks = pool.allocate(40)
-    pool.cache(blocks[:37], list(range(37)))
+    fill(pool, list(range(37)), n_blocks=40)
     chain = list(range(40))
     for cap in (None, 0, 1, 36, 37, 39):
         want = 37 if cap is None else min(cap, 37)
         assert pool.count_hit(chain, cap) == want
-        assert pool.longest_hit(chain, cap) == blocks[:want]
+        assert pool.lookup(chain, cap).n == want
     assert pool.count_hit([99, *range(1, 37)]) == 0
 
 
 def test_a_hash_stays_cached_while_any_block_holds_it() -> None:
     pool = BlockPool(num_blocks=3, block_size=16)
-    a, b = pool.allocate(1), pool.allocate(1)
-    pool.cache(a, [5])
-    pool.cache(b, [5])  # the same content prefilled twice at once
+    a = fill(pool, [5])
+    b = fill(pool, [5])  # the same content prefilled twice at once
     pool.release(a)
-    pool.allocate(2)  # evicts a (and the never-used third block)
-    assert pool.count_hit([5]) == 1 and pool.longest_hit([5]) == b
+    pool.allocate(BlockTable(), 2)  # evicts a (and the never-used third block)
+    assert pool.count_hit([5]) == 1 and pool.cached[5] is b.pieces[0]
     pool.release(b)
-    pool.allocate(1)
+    pool.allocate(BlockTable(), 1)
     assert pool.count_hit([5]) == 0 and not pool.dups
 
 
 def test_never_used_blocks_go_before_freed_cached_ones() -> None:
     pool = BlockPool(num_blocks=4, block_size=16)
-    a = pool.allocate(1)
-    pool.cache(a, [42])
-    pool.release(a)
+    pool.release(fill(pool, [42]))
     assert pool.num_free == 4
-    assert pool.allocate(3) == [1, 2, 3]  # the queue's head: blocks never used
+    pool.allocate(BlockTable(), 3)  # the queue's head: blocks never used
     assert pool.count_hit([42]) == 1
-    assert pool.allocate(1) == a and pool.count_hit([42]) == 0
+    pool.allocate(BlockTable(), 1)
+    assert pool.count_hit([42]) == 0
+
+
+class Pair:
+    """The run-based pool and the per-block reference, driven in lockstep."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.new = BlockPool(num_blocks, 1)
+        self.ref = block_pool_ref.BlockPool(num_blocks, 1)
+        self.tables: dict[int, BlockTable] = {}
+        self.blocks: dict[int, list[int]] = {}
+        self.n_cached: dict[int, int] = {}
+        self.src: dict[int, Callable[[int, int], list[int]]] = {}
+
+    def check(self, chains: list[list[int]]) -> None:
+        new, ref = self.new, self.ref
+        assert new.num_free == ref.num_free
+        assert new.evictions == ref.evictions
+        assert set(new.cached) == set(ref.cached)
+        assert set(new.dups) == set(ref.dups)
+        assert {h: len(v) for h, v in new.dups.items()} == {h: len(v) for h, v in ref.dups.items()}
+        for c in chains:
+            assert new.count_hit(c) == ref.count_hit(c)
+        for r, table in self.tables.items():
+            assert len(table) == len(self.blocks[r])
+
+    def admit(self, r: int, chain: list[int], cap: int, extra: int) -> None:
+        """Look up at most `cap` blocks, take the hit, allocate the rest plus `extra`."""
+        hit = self.new.lookup(chain, cap)
+        ids = self.ref.longest_hit(chain, cap)
+        assert hit.n == len(ids)
+        assert self.new.evictable(hit) == self.ref.evictable(ids) if ids else True
+        need = len(chain) - hit.n + extra
+        if need + self.ref.evictable(ids) > self.ref.num_free:
+            return
+        table = BlockTable()
+        if hit.n:
+            self.new.take(table, hit)
+        self.ref.touch(ids)
+        self.new.allocate(table, need)
+        self.tables[r], self.blocks[r] = table, ids + self.ref.allocate(need)
+        self.n_cached[r] = hit.n
+        # One hash source per chain, kept across admissions: a preempted request re-admitted
+        # extends its own pieces.
+        self.src.setdefault(r, slicer(chain))
+
+    def cache(self, r: int, chain: list[int], upto: int) -> None:
+        full = min(upto, len(chain), len(self.blocks[r]))
+        start = self.n_cached[r]
+        if full <= start:
+            return
+        self.new.cache(self.tables[r], full, self.src[r])
+        self.ref.cache(self.blocks[r][start:full], chain[start:full])
+        self.n_cached[r] = full
+
+    def grow(self, r: int, n: int) -> None:
+        if n <= self.ref.num_free:
+            self.new.allocate(self.tables[r], n)
+            self.blocks[r].extend(self.ref.allocate(n))
+
+    def release(self, r: int) -> None:
+        self.new.release(self.tables.pop(r))
+        self.ref.release(self.blocks.pop(r))
+        del self.n_cached[r]
+
+
+@st.composite
+def chain_sets(draw: st.DrawFn) -> list[list[int]]:
+    """Chains that share prefixes: each extends a prefix of an earlier one (a session's turns,
+    a shared system prompt), with hashes standing for whole prefixes."""
+    chains: list[list[int]] = []
+    nodes: dict[tuple[int, int], int] = {}
+    for _ in range(draw(st.integers(2, 7))):
+        base = draw(st.sampled_from(chains)) if chains and draw(st.booleans()) else []
+        keep = draw(st.integers(0, len(base)))
+        chain = base[:keep]
+        for _ in range(draw(st.integers(1, 9))):
+            label = draw(st.integers(0, 2))  # few labels: different requests reach equal nodes
+            parent = chain[-1] if chain else 0
+            chain.append(nodes.setdefault((parent, label), len(nodes) + 1))
+        chains.append(chain)
+    return chains
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), chains=chain_sets(), num_blocks=st.integers(4, 40))
+def test_runs_pool_matches_the_per_block_model(
+    data: st.DataObject, chains: list[list[int]], num_blocks: int
+) -> None:
+    pair = Pair(num_blocks)
+    which = st.integers(0, len(chains) - 1)
+    for _ in range(data.draw(st.integers(1, 40))):
+        op = data.draw(st.sampled_from(["admit", "admit", "cache", "grow", "release"]))
+        held = sorted(pair.tables)
+        if op == "admit":
+            r = data.draw(which)
+            if r in pair.tables:
+                continue
+            chain = chains[r]
+            cap = data.draw(st.integers(0, len(chain)))
+            pair.admit(r, chain, cap, data.draw(st.integers(0, 2)))
+        elif not held:
+            continue
+        elif op == "cache":
+            r = data.draw(st.sampled_from(held))
+            pair.cache(r, chains[r], data.draw(st.integers(0, len(chains[r]))))
+        elif op == "grow":
+            pair.grow(data.draw(st.sampled_from(held)), data.draw(st.integers(1, 3)))
+        else:
+            pair.release(data.draw(st.sampled_from(held)))
+        pair.check(chains)

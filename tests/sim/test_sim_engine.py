@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from agentic_kvc.sim.cost import AffineStepCost
-from agentic_kvc.sim.engine import Instance, Seq
+from agentic_kvc.sim.engine import Instance, Seq, Step
 
 COST = AffineStepCost(overhead_s=1.0, per_token_s=0.01)
 
@@ -125,3 +127,29 @@ def test_cut_ends_a_run_at_the_step_in_progress() -> None:
     inst.step = step
     assert inst.cut(1.1 + 2.5 * 1.01)
     assert step.k == 3 and step.t_end == pytest.approx(1.1 + 3 * 1.01)
+
+
+def test_steps_ended_by_matches_a_binary_search() -> None:
+    """`Step.ended_by` (quadratic root, then exact steps) equals the search it replaced."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        k = rng.randint(1, 400)
+        step = Step(
+            rng.uniform(0, 500),
+            [None] * rng.randint(1, 64),
+            [],
+            0.0,
+            k=k,  # type: ignore[list-item]
+            a=rng.choice([0.0, rng.uniform(1e-4, 0.05)]),
+            b=rng.choice([0.0, rng.uniform(0, 1e-7)]),
+            kv0=rng.randint(0, 10**6),
+        )
+        t = step.t0 + rng.uniform(-0.01, step.end_of(k) - step.t0 + 0.01)
+        lo, hi = 0, k - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if step.end_of(mid) <= t:
+                lo = mid
+            else:
+                hi = mid - 1
+        assert step.ended_by(t) == lo

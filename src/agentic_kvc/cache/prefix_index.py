@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 from agentic_kvc.cache.hashing import extend_block_hashes
@@ -137,7 +139,9 @@ class EstimatedPrefixIndex:
             # The next `want - dropped` entries from the tail hold at most that many live
             # ones, and all of them go: no need to walk them one by one.
             start = max(end - (want - dropped), 0)
-            live = [h for h in hashes[start:end] if get(h) is run]  # else stale: touched later
+            # Live entries (else stale: touched later), filtered at C speed.
+            chunk = hashes[start:end]
+            live = list(compress(chunk, map(is_, map(get, chunk), repeat(run))))
             deque(map(owner.__delitem__, live), maxlen=0)
             dropped += len(live)
             end = start
@@ -198,6 +202,10 @@ class EstimatedPrefixIndex:
         if nb == 0:
             return out
         first, last = block_hashes[0], block_hashes[-1]
+        # Instances that hold part of the prompt mostly hold the same part (a shared system
+        # prompt): the previous instance's answer, checked with two probes, often settles the
+        # next one (the answer is unique, so this changes the cost, never the result).
+        guess = 0
         for i in range(min(n_instances, len(self._owner))):
             get = self._owner[i].get
             run = get(first)
@@ -207,7 +215,18 @@ class EstimatedPrefixIndex:
             if run is not None and run.t >= cutoff:
                 out[i] = nb
                 continue
-            lo, hi = 1, nb - 1  # invariant: block lo-1 held, block hi absent
+            lo, hi = 1, nb - 1  # the answer m is in [lo, hi]: block m-1 held, block m absent
+            if 1 < guess < nb:
+                run = get(block_hashes[guess - 1])
+                if run is not None and run.t >= cutoff:
+                    lo = guess
+                    run = get(block_hashes[guess])
+                    if run is None or run.t < cutoff:
+                        out[i] = guess
+                        continue
+                    lo = guess + 1
+                else:
+                    hi = guess - 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 run = get(block_hashes[mid - 1])
@@ -215,7 +234,7 @@ class EstimatedPrefixIndex:
                     lo = mid
                 else:
                     hi = mid - 1
-            out[i] = lo
+            out[i] = guess = lo
         return out
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:

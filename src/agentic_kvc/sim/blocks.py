@@ -1,4 +1,4 @@
-"""The KV block pool of one simulated instance: vLLM v1's prefix cache, block for block.
+"""The KV block pool of one simulated instance: vLLM v1's prefix cache, kept as runs of blocks.
 
 As in vLLM v1 (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`):
 - the pool has a fixed number of blocks of `block_size` tokens;
@@ -13,12 +13,79 @@ Block hashes are plain ints: the workload's engine block hashes
 (`workload.tokens.engine_block_hashes`) for prompt blocks, unique synthetic ones for blocks that
 hold generated tokens (a generated answer never matches a later prompt on a real engine either,
 because the engine's tokens are not the workload's).
+
+Runs, not blocks (issue 16). Nothing the engine observes depends on a block's id, only on
+which hashes are cached, how many blocks are free and in which order free blocks are reused.
+So blocks are kept as `Piece`s: runs of consecutive chain positions of one request, all with
+the same reference count, that moved together so far. A request's `BlockTable` is its hashed
+pieces in position order plus a count of unhashed blocks at its end (the partial last block,
+blocks allocated ahead of their tokens). The free queue is a linked list of pieces, each
+queued tail first (highest position first), so reuse eats a piece from its high end. A prefix
+hit on part of a piece splits it (`_carve`), which is rare: hits end where the earlier request's
+prompt ended, and that is where its cached run ended too. Per request the cost is O(pieces),
+plus one C-level dict update per newly hashed or reused block (`cached` maps a hash to the
+piece holding it, for lookups). `tests/sim/block_pool_ref.py` is the per-block model this
+replaced; property tests hold the two to the same observable behaviour.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from itertools import pairwise, repeat
+
+HashesOf = Callable[[int, int], list[int]]  # hashes of chain positions [lo, hi)
+
+
+class Piece:
+    """Blocks holding chain positions [lo, hi) of one request. `hashes`: theirs (None:
+    unhashed, positions then just count blocks); `owner`: the table that hashed them, which
+    alone may grow the piece. `children`: what it was split into while held (its holders still
+    list it; releasing it releases them)."""
+
+    __slots__ = ("children", "hashes", "hi", "lo", "next", "owner", "prev", "ref")
+
+    def __init__(
+        self, hashes: list[int] | None, lo: int, hi: int, ref: int, owner: object = None
+    ) -> None:
+        self.hashes = hashes
+        self.owner = owner
+        self.lo = lo
+        self.hi = hi
+        self.ref = ref
+        self.children: list[Piece] | None = None
+        self.prev: Piece | None = None
+        self.next: Piece | None = None
+
+    def leaves(self) -> list[Piece]:
+        if self.children is None:
+            return [self]
+        return [leaf for c in self.children for leaf in c.leaves()]
+
+
+class BlockTable:
+    """One request's blocks: `pieces` (hashed, position order), then `n_unhashed` blocks."""
+
+    __slots__ = ("n_hashed", "n_unhashed", "pieces")
+
+    def __init__(self) -> None:
+        self.pieces: list[Piece] = []
+        self.n_hashed = 0
+        self.n_unhashed = 0
+
+    def __len__(self) -> int:
+        return self.n_hashed + self.n_unhashed
+
+
+class Hit:
+    """A prefix hit: chain positions [0, n) of `hashes`, in groups [a, b) held by one piece."""
+
+    __slots__ = ("groups", "hashes", "n")
+
+    def __init__(self, hashes: Sequence[int], n: int, groups: list[tuple[int, int]]) -> None:
+        self.hashes = hashes
+        self.n = n
+        self.groups = groups
 
 
 class BlockPool:
@@ -27,29 +94,47 @@ class BlockPool:
             raise ValueError(f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.hash_of: list[int | None] = [None] * num_blocks
-        self.ref = [0] * num_blocks  # requests holding each block
-        self.cached: dict[int, int] = {}  # block hash -> a block holding it
-        # Other blocks with the same content (two requests prefilled it at once): vLLM keeps a
-        # hash cached while any block holds it, and so must we, or the prefix-closure below
-        # would break.
-        self.dups: dict[int, list[int]] = {}
+        self.cached: dict[int, Piece] = {}  # block hash -> the piece whose block is found by it
+        # Other pieces with a block of the same content (two requests prefilled it at once):
+        # vLLM keeps a hash cached while any block holds it, and so must we, or the
+        # prefix-closure below would break. Rare; every path that meets one goes block by block.
+        self.dups: dict[int, list[Piece]] = {}
         # The free queue. vLLM's starts with every block in id order and appends freed blocks
-        # at its tail, so never-used blocks are always its head: they are kept as a count
-        # (ids `next_fresh` and up), which spares building a queue of a million blocks per
-        # instance. `free` holds the freed ones; insertion order is eviction order.
+        # at its tail, so never-used blocks are always its head: they are kept as a count.
         self.next_fresh = 0
-        self.free: OrderedDict[int, None] = OrderedDict()
+        self._queue = Piece(None, 0, 0, 0)  # sentinel of the circular list of free pieces
+        self._queue.prev = self._queue.next = self._queue
+        self._queued = 0  # blocks in the queued pieces
         self.evictions = 0  # cached blocks reused for other content
 
     @property
     def num_free(self) -> int:
-        return len(self.free) + self.num_blocks - self.next_fresh
+        return self._queued + self.num_blocks - self.next_fresh
 
     @property
     def usage(self) -> float:
         """vLLM's kv_cache_usage: the fraction of blocks not in the free queue."""
         return 1.0 - self.num_free / self.num_blocks
+
+    # ---- the free queue -------------------------------------------------------------
+
+    def _enqueue(self, p: Piece, before: Piece | None = None) -> None:
+        """Link `p` at the queue's tail, or just before `before`."""
+        nxt = before or self._queue
+        prv = nxt.prev
+        assert prv is not None
+        p.prev, p.next = prv, nxt
+        prv.next = nxt.prev = p
+        self._queued += p.hi - p.lo
+
+    def _dequeue(self, p: Piece) -> None:
+        prv, nxt = p.prev, p.next
+        assert prv is not None and nxt is not None
+        prv.next, nxt.prev = nxt, prv
+        p.prev = p.next = None
+        self._queued -= p.hi - p.lo
+
+    # ---- lookups --------------------------------------------------------------------
 
     def count_hit(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
         """Length in blocks of the longest cached prefix of `hashes`.
@@ -74,78 +159,187 @@ class BlockPool:
                 hi = mid - 1
         return lo
 
-    def longest_hit(self, hashes: Sequence[int], max_blocks: int | None = None) -> list[int]:
-        """Block ids of the longest cached prefix of `hashes` (at most `max_blocks`)."""
-        cached = self.cached
-        return [cached[h] for h in hashes[: self.count_hit(hashes, max_blocks)]]
+    def lookup(self, hashes: Sequence[int], max_blocks: int | None = None) -> Hit:
+        """The longest cached prefix of `hashes` (at most `max_blocks`), by piece."""
+        n = self.count_hit(hashes, max_blocks)
+        cached, dups = self.cached, self.dups
+        groups: list[tuple[int, int]] = []
+        j = n - 1
+        while j >= 0:
+            p = cached[hashes[j]]
+            a = p.lo
+            if dups and not dups.keys().isdisjoint(hashes[a : j + 1]):
+                # A hash held twice: the lookup takes each hash's first holder, which need not
+                # be this piece; group block by block.
+                a = j
+                while a > p.lo and cached[hashes[a - 1]] is p:
+                    a -= 1
+            groups.append((a, j + 1))
+            j = a - 1
+        groups.reverse()
+        return Hit(hashes, n, groups)
 
-    def evictable(self, block_ids: Sequence[int]) -> int:
-        ref = self.ref
-        return sum(1 for b in block_ids if ref[b] == 0)
+    def evictable(self, hit: Hit) -> int:
+        """Blocks of `hit` now in the free queue (taking them leaves that many fewer free)."""
+        cached, hashes = self.cached, hit.hashes
+        return sum(b - a for a, b in hit.groups if cached[hashes[a]].ref == 0)
 
-    def touch(self, block_ids: Sequence[int]) -> None:
-        free, ref = self.free, self.ref
-        for b in block_ids:
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
+    # ---- a request's blocks ---------------------------------------------------------
 
-    def allocate(self, n: int) -> list[int]:
-        """Take `n` blocks from the head of the free queue (caller checked `num_free`)."""
+    def take(self, table: BlockTable, hit: Hit) -> None:
+        """Start an empty `table` with the blocks of `hit` (touching them: in use again)."""
+        assert not len(table), "a prefix hit starts a request's blocks"
+        cached, hashes = self.cached, hit.hashes
+        for a, b in hit.groups:
+            p = cached[hashes[a]]  # looked up again: an earlier group's split may have moved it
+            if a != p.lo or b != p.hi:
+                p = self._carve(p, a, b)
+            if p.ref == 0:
+                self._dequeue(p)
+            p.ref += 1
+            table.pieces.append(p)
+        table.n_hashed = hit.n
+
+    def allocate(self, table: BlockTable, n: int) -> None:
+        """Add `n` blocks from the head of the free queue to `table` (caller checked
+        `num_free`)."""
+        table.n_unhashed += n
         fresh = min(n, self.num_blocks - self.next_fresh)
-        out = list(range(self.next_fresh, self.next_fresh + fresh))
         self.next_fresh += fresh
-        hash_of, cached, dups = self.hash_of, self.cached, self.dups
-        popitem = self.free.popitem
-        evicted = 0
-        for _ in range(n - fresh):
-            b = popitem(last=False)[0]
-            h = hash_of[b]
-            if h is not None:  # reusing a cached block: its content leaves the cache
-                hash_of[b] = None
-                if h in dups:  # another block still holds h: it stays cached
-                    self._uncache_dup(b, h)
-                else:
-                    del cached[h]
-                    evicted += 1
-            out.append(b)
-        ref = self.ref
-        for b in out:
-            ref[b] = 1
-        self.evictions += evicted
-        return out
-
-    def _uncache_dup(self, b: int, h: int) -> None:
-        """Drop block b from the holders of hash h, which another block keeps cached."""
-        others = self.dups[h]
-        if self.cached[h] == b:
-            self.cached[h] = others.pop()
-        else:
-            others.remove(b)
-        if not others:
-            del self.dups[h]
-
-    def cache(self, block_ids: Sequence[int], hashes: Sequence[int]) -> None:
-        """Make full blocks findable by their hashes (pairwise)."""
-        cached, hash_of = self.cached, self.hash_of
-        for b, h in zip(block_ids, hashes, strict=True):
-            if h in cached:
-                self.dups.setdefault(h, []).append(b)
+        n -= fresh
+        head = self._queue
+        while n:
+            p = head.next
+            assert p is not None and p is not head, "allocate beyond num_free"
+            k = min(n, p.hi - p.lo)
+            if p.hashes is not None:  # reusing cached blocks: their content leaves the cache
+                self._uncache(p, p.hi - k, p.hi)
+            if k == p.hi - p.lo:
+                self._dequeue(p)
             else:
-                cached[h] = b
-            hash_of[b] = h
+                p.hi -= k
+                self._queued -= k
+            n -= k
 
-    def release(self, block_ids: Sequence[int]) -> None:
-        free, ref = self.free, self.ref
-        for b in reversed(block_ids):
-            ref[b] -= 1
-            if ref[b] == 0:
-                free[b] = None
+    def cache(self, table: BlockTable, full: int, hashes_of: HashesOf, seal: int = -1) -> None:
+        """Make the table's blocks up to `full` findable by their hashes (`hashes_of`).
+
+        A new piece starts at position `seal` (the prompt's end): a later turn of the session
+        hits the prompt's blocks, not the answer's, so its hit then ends at a piece boundary
+        instead of splitting a piece.
+        """
+        start = table.n_hashed
+        if full <= start:
+            return
+        if start < seal < full:
+            self.cache(table, seal, hashes_of)
+            start = seal
+        hashes = hashes_of(start, full)
+        pieces = table.pieces
+        last = pieces[-1] if pieces else None
+        if (
+            start != seal
+            and last is not None
+            and last.owner is table
+            and last.hashes is not None
+            and last.hi == start
+            and last.ref == 1
+            and last.children is None
+        ):
+            p = last  # the request's own run so far: it grows (no one else holds it)
+            p.hi = full
+            p.hashes.extend(hashes)
+        else:
+            p = Piece(hashes, start, full, 1, table)
+            pieces.append(p)
+        cached = self.cached
+        if cached.keys().isdisjoint(hashes):
+            cached.update(zip(hashes, repeat(p)))
+        else:
+            dups = self.dups
+            for h in hashes:
+                if h in cached:
+                    dups.setdefault(h, []).append(p)
+                else:
+                    cached[h] = p
+        table.n_unhashed -= full - start
+        table.n_hashed = full
+
+    def release(self, table: BlockTable) -> None:
+        """Drop the table's references; blocks no one holds join the free queue, tail first."""
+        if table.n_unhashed:
+            self._enqueue(Piece(None, 0, table.n_unhashed, 0))
+        for p in reversed(table.pieces):
+            for leaf in reversed(p.leaves()):
+                leaf.ref -= 1
+                if leaf.ref == 0:
+                    self._enqueue(leaf)
+        table.pieces = []
+        table.n_hashed = table.n_unhashed = 0
 
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""
-        for b, h in enumerate(self.hash_of):
-            if h is not None:
-                self.hash_of[b] = None
+        for p in {*self.cached.values(), *(p for ps in self.dups.values() for p in ps)}:
+            p.hashes = None
         self.cached.clear()
         self.dups.clear()
+
+    # ---- internals ------------------------------------------------------------------
+
+    def _uncache(self, p: Piece, lo: int, hi: int) -> None:
+        """Positions [lo, hi) of piece p are reused: their hashes leave the cache."""
+        assert p.hashes is not None
+        hashes = p.hashes[lo - p.lo : hi - p.lo]
+        del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
+        cached, dups = self.cached, self.dups
+        if not dups or dups.keys().isdisjoint(hashes):
+            deque(map(cached.__delitem__, hashes), maxlen=0)
+            self.evictions += hi - lo
+            return
+        for h in reversed(hashes):  # queue order: tail first
+            others = dups.get(h)
+            if others is None:
+                del cached[h]
+                self.evictions += 1
+                continue
+            if cached[h] is p:  # another block still holds h: it stays cached
+                cached[h] = others.pop()
+            else:
+                others.remove(p)
+            if not others:
+                del dups[h]
+
+    def _carve(self, p: Piece, a: int, b: int) -> Piece:
+        """Split piece p so that positions [a, b) are one piece; returns that piece.
+
+        A free piece is replaced in the queue by its parts (queued tail first, as it was); a
+        held one keeps its place in its holders' tables and lists the parts as its children.
+        """
+        assert p.hashes is not None and p.children is None and p.lo <= a < b <= p.hi
+        bounds = sorted({p.lo, a, b, p.hi})
+        parts = [
+            Piece(p.hashes[lo - p.lo : hi - p.lo], lo, hi, p.ref, p.owner)
+            for lo, hi in pairwise(bounds)
+        ]
+        if p.ref == 0:
+            after = p.next
+            self._dequeue(p)
+            for part in reversed(parts):
+                self._enqueue(part, before=after)
+        else:
+            p.children = parts
+        p.hashes = None  # the parts hold them now
+        cached, dups = self.cached, self.dups
+        for part in parts:
+            hashes = part.hashes
+            assert hashes is not None
+            if not dups or dups.keys().isdisjoint(hashes):
+                cached.update(zip(hashes, repeat(part)))
+                continue
+            for h in hashes:
+                if cached[h] is p:
+                    cached[h] = part
+                else:
+                    others = dups[h]
+                    others[others.index(p)] = part
+        return next(part for part in parts if part.lo == a)

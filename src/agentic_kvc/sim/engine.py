@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_kvc.sim.blocks import BlockPool
+from agentic_kvc.sim.blocks import BlockPool, BlockTable, Hit
 from agentic_kvc.sim.cost import StepCost
 
 _SYNTHETIC = 1 << 64  # hashes of blocks holding generated tokens live above every engine hash
@@ -51,8 +51,7 @@ class Seq:
     num_tokens: int = 0
     num_computed: int = 0
     generated: int = 0
-    blocks: list[int] = field(default_factory=list)
-    n_cached_blocks: int = 0  # leading blocks registered in the prefix cache
+    blocks: BlockTable = field(default_factory=BlockTable)  # its hashed blocks lead
     cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
     remote_tokens: int = 0  # prompt tokens received by KV transfer
     t_first_token: float | None = None
@@ -88,6 +87,29 @@ class Step:
     def end_of(self, j: int) -> float:
         n = len(self.seqs)
         return self.t0 + j * self.a + self.b * (j * self.kv0 + n * j * (j - 1) / 2)
+
+    def ended_by(self, t: float) -> int:
+        """The last j in [0, k-1] with end_of(j) <= t (0 if none): steps done by `t`.
+
+        end_of is increasing in j, so this is what a binary search over j finds; the root of
+        the quadratic lands next to it and a step or two of end_of settles it exactly.
+        """
+        top = self.k - 1
+        qa = self.b * len(self.seqs) / 2  # end_of(j) - t0 = qa j^2 + qb j
+        qb = self.a + self.b * self.kv0 - qa
+        dt = t - self.t0
+        if qa > 0:
+            j = int((-qb + math.sqrt(max(qb * qb + 4 * qa * dt, 0.0))) / (2 * qa))
+        elif qb > 0:
+            j = int(dt / qb)
+        else:
+            j = top
+        j = min(max(j, 0), top)
+        while j < top and self.end_of(j + 1) <= t:
+            j += 1
+        while j > 0 and self.end_of(j) > t:
+            j -= 1
+        return j
 
 
 class Instance:
@@ -126,11 +148,8 @@ class Instance:
 
     def _cache_full(self, seq: Seq, upto_tokens: int) -> None:
         full = min(upto_tokens // self.bs, len(seq.blocks))
-        start = seq.n_cached_blocks
-        if full <= start:
-            return
-        self.pool.cache(seq.blocks[start:full], seq.block_hashes(start, full))
-        seq.n_cached_blocks = full
+        if full > seq.blocks.n_hashed:
+            self.pool.cache(seq.blocks, full, seq.block_hashes, len(seq.hashes))
 
     def _grow(self, seq: Seq, n: int) -> bool:
         """vLLM's allocate_slots for a running request: blocks for n more tokens, or False."""
@@ -138,49 +157,48 @@ class Instance:
         if need > 0:
             if need > self.pool.num_free:
                 return False
-            seq.blocks.extend(self.pool.allocate(need))
+            self.pool.allocate(seq.blocks, need)
         self._cache_full(seq, seq.num_computed + n)
         return True
 
     def _preempt(self, seq: Seq) -> None:
         self.pool.release(seq.blocks)
-        seq.blocks = []
-        seq.n_cached_blocks = 0
         seq.num_computed = 0
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _lookup(self, seq: Seq) -> list[int]:
-        """Block ids of the cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
+    def _lookup(self, seq: Seq) -> Hit:
+        """The cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
         max_blocks = (seq.num_tokens - 1) // self.bs
         # A preempted request also looks up its generated blocks.
         hashes = seq.block_hashes(0, max(max_blocks, len(seq.hashes)))
-        out = self.pool.longest_hit(hashes, max_blocks)
+        out = self.pool.lookup(hashes, max_blocks)
         self.prefix_queries += seq.num_tokens
-        self.prefix_hits += len(out) * self.bs
+        self.prefix_hits += out.n * self.bs
         return out
 
     def _admit(self, seq: Seq, budget: int, transfers: list[Seq]) -> int | None:
         """Try to admit the head of the waiting queue; tokens scheduled, or None if blocked."""
         pool, bs = self.pool, self.bs
-        hit: list[int] = []
+        hit: Hit | None = None
         if seq.num_computed == 0:
             hit = self._lookup(seq)
-        computed = seq.num_computed + len(hit) * bs
+        n_hit = hit.n if hit is not None else 0
+        computed = seq.num_computed + n_hit * bs
         if seq.kv == KV_NEEDS_BLOCKS:
             n = seq.num_tokens - computed  # all remaining prompt tokens arrive by transfer
         else:
             n = min(seq.num_tokens - computed, budget)
-        need = -(-(computed + n) // bs) - len(hit) - len(seq.blocks)
-        if need + pool.evictable(hit) > pool.num_free:
+        need = -(-(computed + n) // bs) - n_hit - len(seq.blocks)
+        if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
             return None
-        pool.touch(hit)
-        seq.blocks = hit + seq.blocks if hit else seq.blocks
-        seq.blocks.extend(pool.allocate(max(need, 0)))
+        if hit is not None and n_hit:
+            pool.take(seq.blocks, hit)
+        if need > 0:
+            pool.allocate(seq.blocks, need)
         seq.num_computed = computed
-        seq.n_cached_blocks = len(hit) if hit else seq.n_cached_blocks
         if seq.cached_tokens < 0:
-            seq.cached_tokens = len(hit) * bs
+            seq.cached_tokens = n_hit * bs
         if seq.kv == KV_NEEDS_BLOCKS:
             seq.remote_tokens = n
             seq.kv = KV_IN_FLIGHT
@@ -345,7 +363,6 @@ class Instance:
                 done = True
                 if not s.hold_blocks:
                     self.pool.release(s.blocks)
-                    s.blocks = []
                 if not touched or touched[-1] is not s:
                     touched.append(s)
         if done:
@@ -367,7 +384,6 @@ class Instance:
     def release(self, seq: Seq) -> None:
         """PD prefill side: the decode instance has read the blocks."""
         self.pool.release(seq.blocks)
-        seq.blocks = []
 
     # ---- observation -----------------------------------------------------------------
 
@@ -376,13 +392,7 @@ class Instance:
         step = self.step
         used = self.pool.num_blocks - self.pool.num_free
         if step is not None and step.k > 1:
-            lo, hi = 0, step.k - 1  # steps already started beyond the first
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if step.end_of(mid) <= t:
-                    lo = mid
-                else:
-                    hi = mid - 1
+            lo = step.ended_by(t)  # steps already started beyond the first
             if lo > 0:
                 bs = self.bs
                 used += sum(

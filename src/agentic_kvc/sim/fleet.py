@@ -133,6 +133,7 @@ class SimFleet:
         self._now = 0.0
         self._version = [0] * fc.instances
         self._plan_pending = [False] * fc.instances
+        self._busy = 0  # instances mid-step (a contended profile costs a step by it)
         self._slots_used = 0
         self._slot_queue: deque[SessionRun] = deque()
         self._outstanding = len(workload)
@@ -311,18 +312,19 @@ class SimFleet:
         if self.profile.contended_cost is not None:
             # A step is costed by whether another instance is mid-step when it starts (a run of
             # decode steps keeps that rate to its end).
-            busy = any(o.step is not None for o in self.instances if o is not inst)
-            inst.cost = self.profile.contended_cost if busy else self.profile.cost
+            inst.cost = self.profile.contended_cost if self._busy else self.profile.cost
         step = inst.schedule(self._now)
         if step is None:
             return
         inst.step = step
+        self._busy += 1
         for seq in step.transfers:
             self._start_transfer(inst, seq)
         self._version[inst.index] += 1
         self._push(step.t_end, STEP_END, (inst, self._version[inst.index]))
 
     def _step_end(self, inst: Instance) -> None:
+        self._busy -= 1
         for seq in inst.finish_step():
             flight, k = seq.tag
             if seq is flight.prefill_seq:

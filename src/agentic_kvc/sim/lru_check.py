@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentic_kvc.sim.blocks import BlockPool
+from agentic_kvc.sim.blocks import BlockPool, BlockTable, HashesOf
 
 
 @dataclass(slots=True)
@@ -55,21 +55,27 @@ def read_hash_trace(path: Path, block_size: int) -> ChainTrace:
     return ChainTrace(nodes, tokens)
 
 
+def _slicer(chain: list[int]) -> HashesOf:
+    return lambda lo, hi: chain[lo:hi]
+
+
 def lru_hit_rate(trace: ChainTrace, capacity_blocks: int, warmup_fraction: float = 0.5) -> dict:
     """Prefix-hit token rate over the requests after the warm-up fraction."""
     pool = BlockPool(capacity_blocks, 1)
     warmup = int(len(trace.nodes) * warmup_fraction)
     hit_tokens = total_tokens = 0
     for i, (chain, toks) in enumerate(zip(trace.nodes, trace.tokens, strict=True)):
-        hit = pool.longest_hit(chain)
+        hit = pool.lookup(chain)
         if i >= warmup:
             total_tokens += sum(toks)
-            hit_tokens += sum(toks[: len(hit)])
-        pool.touch(hit)
-        n_new = min(len(chain) - len(hit), pool.num_free)  # a request longer than the cache
-        new = pool.allocate(n_new)
-        pool.cache(new, chain[len(hit) : len(hit) + n_new])
-        pool.release(hit + new)
+            hit_tokens += sum(toks[: hit.n])
+        table = BlockTable()
+        if hit.n:
+            pool.take(table, hit)
+        n_new = min(len(chain) - hit.n, pool.num_free)  # a request longer than the cache
+        pool.allocate(table, n_new)
+        pool.cache(table, hit.n + n_new, _slicer(chain))
+        pool.release(table)
     return {
         "capacity_blocks": capacity_blocks,
         "hit_tokens": hit_tokens,
