@@ -1,8 +1,9 @@
-"""A large sweep on a cluster: the slurm profile submits one job per run, or one per batch.
+"""A large sweep on a cluster: the slurm profile submits one job per batch of runs.
 
 A dry run through the shipped profile (`workflow/profiles/slurm`, Snakemake's slurm executor
-plugin) needs no cluster: it plans the jobs it would submit. Fifteen simulated runs become
-fifteen `akvc_run` jobs, or three with `--groups akvc_run=sims --group-components sims=5`.
+plugin) needs no cluster: it plans the jobs it would submit. Fifteen simulated runs become two
+batch jobs by default (12 runs per job), fifteen with `--config sim_batch=1`, three with
+`sim_batch=5`.
 """
 
 from __future__ import annotations
@@ -39,13 +40,16 @@ def _dry_run(pipeline: Path, *extra: str) -> str:
     return out.stdout + out.stderr
 
 
-def test_slurm_profile_plans_one_job_per_run(pipeline: Path) -> None:
+def _batch_jobs(log: str) -> list[str]:
+    """The batch jobs in the dry run's job stats (printed once or twice), one each."""
+    return sorted(set(re.findall(r"^(sim_batch_sweep_\d+)\s+1$", log, re.M)))
+
+
+def test_slurm_profile_plans_one_job_per_batch(pipeline: Path) -> None:
     log = _dry_run(pipeline)
-    assert re.search(r"^akvc_run\s+15$", log, re.M)
-    assert "Group job" not in log
+    assert _batch_jobs(log) == ["sim_batch_sweep_0", "sim_batch_sweep_1"]  # 12 runs, then 3
 
 
-def test_slurm_profile_batches_runs_with_groups(pipeline: Path) -> None:
-    log = _dry_run(pipeline, "--groups", "akvc_run=sims", "--group-components", "sims=5")
-    assert re.search(r"^akvc_run\s+15$", log, re.M)
-    assert log.count("Group job sims") == 3
+def test_slurm_profile_one_job_per_run_or_per_batch_of_five(pipeline: Path) -> None:
+    assert len(_batch_jobs(_dry_run(pipeline, "--config", "sim_batch=1"))) == 15
+    assert len(_batch_jobs(_dry_run(pipeline, "--config", "sim_batch=5"))) == 3

@@ -35,7 +35,7 @@ def archived_records():
 
 
 # Simulated runs are made in batches (one process each); real runs one job each.
-SIM_BATCHES = PLAN.sim_batches()
+SIM_BATCHES = PLAN.sim_batches(config["sim_batch"])
 UNBATCHED_IDS = sorted(set(RUN_IDS) - {r.run_id for b in SIM_BATCHES.values() for r in b})
 
 
