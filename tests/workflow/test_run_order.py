@@ -23,7 +23,14 @@ ORDER_CONFIG = {
         {
             "name": "interleaved",
             "base": "config/runs/sim_agentic.yaml",
-            "set": {"fleet.instances": 2, "workload.generator.sessions": 2},
+            # Real runs (the fake akvc serves any backend): one job each, so their order is
+            # Snakemake's to choose (simulated runs go in batches, in plan order).
+            "set": {
+                "backend": "vllm",
+                "fleet.hardware": "cpu-tiny",
+                "fleet.instances": 2,
+                "workload.generator.sessions": 2,
+            },
             "matrix": {
                 "policy.name": ["unified", "round_robin", "lmetric"],
                 "repeat": [0, 1, 2],
