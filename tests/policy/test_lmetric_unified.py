@@ -79,10 +79,10 @@ def test_unified_affinity_gate_holds_at_051_releases_at_049() -> None:
     assert released.prefill != 0
 
 
-def test_unified_overload_gate() -> None:
-    """Gate 2: owner.num_requests <= avg * 2.0. Others have 1 request each, so with the owner
-    at r the average is (r+3)/4: r = 3 passes (3 <= 3.0), r = 4 fails (4 > 3.5)."""
-    pol = get_policy("unified")
+def test_unified_overload_gate_requests_rule() -> None:
+    """The seed's gate 2: owner.num_requests <= avg * 2.0. Others have 1 request each, so with
+    the owner at r the average is (r+3)/4: r = 3 passes (3 <= 3.0), r = 4 fails (4 > 3.5)."""
+    pol = get_policy("unified", {"overload_test": "requests"})
     at_limit = fleet(4, cached={0: 900}, affinity={"s": 0}, num_requests=[3, 1, 1, 1])
     assert pol.decide(req(1000), at_limit).reason == "affinity"
     over = fleet(4, cached={0: 900}, affinity={"s": 0}, num_requests=[4, 1, 1, 1])
@@ -111,14 +111,51 @@ def test_hybrid_high_cache_breaks_on_overload(uncached_blocks: int) -> None:
         "affinity": {"s": 0},
         "num_requests": [8, 2, 2, 2],
     }
-    without = get_policy("unified", {"request_ceiling": None}).decide(
+    seed_gate = {"overload_test": "requests"}
+    without = get_policy("unified", {**seed_gate, "request_ceiling": None}).decide(
         req(prompt), fleet(4, **shape)
     )
     assert without.reason == "lmetric_overloaded_affinity"
     assert without.prefill == 0, "the seed's behaviour: the fallback re-elects the owner"
-    with_ceiling = get_policy("unified").decide(req(prompt), fleet(4, **shape))
+    with_ceiling = get_policy("unified", seed_gate).decide(req(prompt), fleet(4, **shape))
     assert with_ceiling.reason == "lmetric_overloaded_affinity"
     assert with_ceiling.prefill != 0
+
+
+def _owner_busier(prompt: int, uncached: int, owner_pending: int = 0):
+    # Owner 0 holds all but `uncached` tokens and runs 4 requests; three idle-ish peers run 1.
+    return fleet(
+        4,
+        cached={0: prompt - uncached},
+        affinity={"s": 0},
+        num_requests=[4, 1, 1, 1],
+        pending_prefill_tokens=[owner_pending, 0, 0, 0],
+    )
+
+
+def test_unified_cost_gate_charges_the_move_for_the_prefix_it_recomputes() -> None:
+    """4 requests on the owner vs 1 elsewhere (avg 1.75): the requests rule moves the session,
+    recomputing 48k cached tokens; the cost rule compares (pending + uncached) x (requests + 1):
+    owner (0 + 2k) x 5 = 10k against 50k x 2 = 100k elsewhere, and stays."""
+    f = _owner_busier(50_000, 2_000)
+    d = get_policy("unified").decide(req(50_000), f)
+    assert (d.prefill, d.reason) == (0, "affinity")
+    moved = get_policy("unified", {"overload_test": "requests"}).decide(req(50_000), f)
+    assert (moved.reason, moved.prefill != 0) == ("lmetric_overloaded_affinity", True)
+
+
+def test_unified_cost_gate_leaves_a_queued_owner_and_scales_with_the_prompt() -> None:
+    pol = get_policy("unified")
+    # A queue ahead on the owner: (60k + 2k) x 5 = 310k > 2 x 100k -> leave it.
+    d = pol.decide(req(50_000), _owner_busier(50_000, 2_000, owner_pending=60_000))
+    assert d.reason == "lmetric_overloaded_affinity" and d.prefill != 0
+    # The same owner (10k queued, 1k uncached: cost 55k) keeps a 50k-token session (moving
+    # costs 100k) but not a 5k-token one (moving costs 10k): what staying saves scales with
+    # the prefix a move would recompute.
+    stay = pol.decide(req(50_000), _owner_busier(50_000, 1_000, owner_pending=10_000))
+    assert (stay.prefill, stay.reason) == (0, "affinity")
+    move = pol.decide(req(5_000), _owner_busier(5_000, 1_000, owner_pending=10_000))
+    assert move.reason == "lmetric_overloaded_affinity" and move.prefill != 0
 
 
 def test_unified_ceiling_keeps_a_single_instance_fleet_served() -> None:

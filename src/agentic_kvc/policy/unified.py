@@ -1,10 +1,21 @@
 """`unified`: the hybrid of seed 003, LMetric plus an explicit high-cache affinity gate.
 
 1. Affinity: if the session has an affinity instance A (healthy, able to serve), and
-   `cached_on_A / input > affinity_ratio` (0.5), and `A.num_requests <= avg * overload_factor`
-   (average over the candidate instances; 2.0), route to A (reason "affinity").
+   `cached_on_A / input > affinity_ratio` (0.5), and A is not overloaded (gate 2), route to A
+   (reason "affinity").
 2. Otherwise LMetric with its tie-breakers (reason "lmetric", or "lmetric_overloaded_affinity"
    when gate 2 is what failed).
+
+Gate 2 (`overload_test`). The seed's rule, `requests`: `A.num_requests <= avg *
+overload_factor`. It ignores what leaving costs, and at low load (avg ~1) a session with a
+50k-token cache is moved because its owner runs 3 requests, to recompute the whole prefix
+elsewhere (docs/policies.md, "unified on long contexts"). The default, `cost`: stay unless
+A's cost exceeds `overload_factor` times the cheapest candidate's, with cost = (pending
+prefill + this prompt's uncached tokens there) x (requests + 1): LMetric's score counting the
+request itself, so an idle instance costs the prefix a move recomputes instead of 0. The
+load a session tolerates on its owner thus grows with the cache it would lose, and a queue
+of prefill on the owner (`pending_prefill_tokens`, which includes requests the engine has
+not admitted) is what makes it leave.
 
 The edge case from the design log: when A is overloaded but holds (almost) the whole prompt,
 the fallback's LMetric score on A is tiny (few uncached tokens), so it re-elects A and the
@@ -16,7 +27,7 @@ Set it to None for the original behaviour.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -36,13 +47,22 @@ class UnifiedParams(StrictParams):
         0.5, ge=0, le=1, description="Affinity needs cached/input strictly above this."
     )
     overload_factor: float = Field(
-        2.0, gt=0, description="Affinity needs A.num_requests <= average * this."
+        2.0,
+        gt=0,
+        description="Gate 2's factor: A's cost (or, for overload_test=requests, its "
+        "num_requests) may be at most this times the cheapest (the average).",
     )
     request_ceiling: float | None = Field(
         2.0,
         gt=0,
         description="Fallback skips instances with num_requests > average * this "
         "(None: no ceiling, the seed's original behaviour).",
+    )
+    overload_test: Literal["cost", "requests"] = Field(
+        "cost",
+        description="Gate 2. cost: A.cost <= min cost * overload_factor, cost = (pending "
+        "prefill + uncached) x (requests + 1); requests: A.num_requests <= average * "
+        "overload_factor (the seed's rule).",
     )
 
 
@@ -51,8 +71,8 @@ class Unified(ColocatingPolicy):
     name = "unified"
     Params = UnifiedParams
     description = (
-        "Hybrid: session affinity when cache ratio > 0.5 and the owner is not overloaded, "
-        "else LMetric (seed 003)."
+        "Hybrid: session affinity when cache ratio > 0.5 and the owner's cost is within 2x "
+        "the cheapest instance's, else LMetric (seed 003; cost gate added here)."
     )
 
     def choose(
@@ -60,6 +80,7 @@ class Unified(ColocatingPolicy):
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         p: UnifiedParams = self.params  # type: ignore[assignment]
         cached = fleet.cached_tokens(request)
+        unc = uncached_tokens(request, cached)
         avg = mean([i.num_requests for i in candidates])
         reason = "lmetric"
         owner = fleet.affinity.get(request.session_id) if request.session_id else None
@@ -67,7 +88,11 @@ class Unified(ColocatingPolicy):
         if owner is not None and owner in by_index:
             a = by_index[owner]
             ratio = cached[owner] / request.input_tokens if request.input_tokens > 0 else 0.0
-            loaded_ok = a.num_requests <= avg * p.overload_factor
+            if p.overload_test == "cost":
+                cost = {i.index: affinity_cost(i, unc[i.index]) for i in candidates}
+                loaded_ok = cost[owner] <= p.overload_factor * min(cost.values())
+            else:
+                loaded_ok = a.num_requests <= avg * p.overload_factor
             if ratio > p.affinity_ratio and loaded_ok:
                 # The receipt shows every candidate, so a reader sees what affinity beat.
                 n = max(request.input_tokens, 1)
@@ -84,6 +109,13 @@ class Unified(ColocatingPolicy):
             under = [i for i in candidates if i.num_requests <= avg * p.request_ceiling]
             if under:
                 eligible = under
-        unc = uncached_tokens(request, cached)
         best, scores = lmetric_pick(eligible, unc, self.tie, len(fleet.instances))
         return best, reason, scores
+
+
+def affinity_cost(inst: InstanceView, uncached: int) -> int:
+    """LMetric's score counting the request itself in the batch it joins: (pending prefill +
+    this prompt's uncached tokens) x (requests + 1). Unlike LMetric's, an idle instance's cost
+    is not 0 but the prefill the request would do there, so leaving a cache is charged for
+    the prefix it recomputes."""
+    return (inst.pending_prefill_tokens + uncached) * (inst.num_requests + 1)
