@@ -50,7 +50,12 @@ def test_shipped_experiment_sets_resolve(name: str) -> None:
         schema = json.loads((REPO / "workflow/schemas/config.schema.json").read_text())
         jsonschema.validate(cfg, schema)
     plan = expand(cfg["experiments"], REPO)
-    assert plan.runs and len(plan.run_ids()) == len(plan.runs)  # no two entries are one run
+    assert plan.runs
+    for exp in {
+        r.experiment for r in plan.runs
+    }:  # within an experiment, no two entries are one run
+        ids = [r.run_id for r in plan.runs if r.experiment == exp]
+        assert len(ids) == len(set(ids)), exp
     for run in plan.runs:
         assert (REPO / run.base).is_file()
 
@@ -100,17 +105,25 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
     by_rule: dict[str, list] = {}
     for job in jobs:
         by_rule.setdefault(job.rule.name, []).append(job)
-    assert sorted(j.wildcards["run_id"] for j in by_rule["akvc_run"]) == sorted(ids[1:])
+    # Real runs are one akvc_run job each; simulated ones come in batch jobs (sim_batch_*).
+    made: dict[str, object] = {j.wildcards["run_id"]: j for j in by_rule.get("akvc_run", [])}
+    for name, batch_jobs in by_rule.items():
+        if name.startswith("sim_batch_"):
+            for job in batch_jobs:
+                for out in map(str, job.output):
+                    made.setdefault(Path(out).parent.name, job)
+    assert sorted(made) == sorted(ids[1:])
     # Simulated runs depend on the profile data they use (a recalibration reruns them); real
     # runs on none.
     plan = {r.run_id: r for r in expand(cfg["experiments"], pipeline).runs}
-    for job in by_rule["akvc_run"]:
-        run = plan[job.wildcards["run_id"]]
+    for run_id, job in made.items():
+        run = plan[run_id]
         expected = {
-            ("sim", "cpu-tiny"): ["src/agentic_kvc/sim/profiles/data/cpu-tiny.json"],
-            ("sim", "h20"): ["src/agentic_kvc/sim/profiles/data/h100_ops.csv"],
-        }.get((run.backend, run.hardware), [])
-        assert list(map(str, job.input)) == expected, run
+            ("sim", "cpu-tiny"): "src/agentic_kvc/sim/profiles/data/cpu-tiny.json",
+            ("sim", "h20"): "src/agentic_kvc/sim/profiles/data/h100_ops.csv",
+        }.get((run.backend, run.hardware))
+        inputs = list(map(str, job.input))
+        assert (expected in inputs) if expected else inputs == [], run
     assert {(r.backend, r.hardware) for r in plan.values()} >= {
         ("sim", "h20"),
         ("vllm", "cpu-tiny"),

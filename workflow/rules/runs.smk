@@ -71,6 +71,8 @@ for _batch, _runs in SIM_BATCHES.items():
         params:
             akvc=config["akvc"],
             specs=" ".join(shlex.quote(batch_spec(r)) for r in _runs),
+            # RESULTS, derived from the first output (results/runs/<run_id>/requests.jsonl).
+            results=lambda wildcards, output: Path(output[0]).parents[2],
         resources:
             runtime=60,
             mem_mb=4000,
@@ -79,7 +81,7 @@ for _batch, _runs in SIM_BATCHES.items():
         conda:
             "../../envs/akvc.yaml"
         shell:
-            "{params.akvc} run-batch {params.specs} --results {RESULTS:q} > {log:q} 2>&1"
+            "{params.akvc} run-batch {params.specs} --results {params.results:q} > {log:q} 2>&1"
 
 
 rule runs:
