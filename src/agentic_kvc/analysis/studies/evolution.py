@@ -22,11 +22,19 @@ NAME = "evolution"
 TITLE = "1. Evolution of the routing design"
 QUESTION = (
     "How does each step of the design log (LMetric, the additive time-cost model, the unified "
-    "hybrid with and without its request ceiling) change TTFT p90, E2E p90 and the balance of "
-    "prompt tokens over instances, against round-robin?"
+    "hybrid with seed 003's overload gate, then with this project's cost gate, with and without "
+    "its request ceiling) change TTFT p90, E2E p90 and the balance of prompt tokens over "
+    "instances, against round-robin?"
 )
 BASELINE = "round_robin"
-ORDER = ("round_robin", "lmetric", "additive", "unified (no ceiling)", "unified")
+ORDER = (
+    "round_robin",
+    "lmetric",
+    "additive",
+    "unified (seed gate)",
+    "unified (no ceiling)",
+    "unified",
+)
 METRICS = ("ttft_p90", "e2e_p90", "token_max_over_min")
 CEILING_METRIC = "unified's TTFT p90"
 
@@ -77,11 +85,17 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
     # The ceiling: unified with vs without it, paired directly.
     ceiling = compare(df, "unified (no ceiling)", "unified", "ttft_p90")
     ceiling_e2e = compare(df, "unified (no ceiling)", "unified", "e2e_p90")
-    if ceiling is not None:
+    gate = compare(df, "unified (seed gate)", "unified", "ttft_p90")
+    gate_e2e = compare(df, "unified (seed gate)", "unified", "e2e_p90")
+    steps = [
+        ("the request ceiling (unified vs unified without it)", ceiling, ceiling_e2e),
+        ("the cost gate (unified vs unified with seed 003's gate)", gate, gate_e2e),
+    ]
+    if any(c is not None for _, c, _ in steps):
         s.table(
-            "The request ceiling alone (unified against unified without it, paired):",
-            ["metric", "with ceiling vs without"],
-            [["TTFT p90", diff_cell(ceiling)], ["E2E p90", diff_cell(ceiling_e2e)]],
+            "Single steps, each paired directly against the variant without it:",
+            ["step", "TTFT p90", "E2E p90"],
+            [[what, diff_cell(t), diff_cell(e)] for what, t, e in steps if t is not None],
         )
     best = min(
         (v for v in variants if v != BASELINE), key=lambda v: summary[v]["ttft_s_p90"], default=None
@@ -93,11 +107,20 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
         f"Of the design's steps, {best} has the lowest TTFT p90 ({ms(summary[best]['ttft_s_p90'])}"
         f" ms); against round-robin it {direction(cmp[best]['ttft_p90'], 'TTFT p90')} and "
         f"{direction(cmp[best]['e2e_p90'], 'E2E p90')}"
-        + (f"; the request ceiling {direction(ceiling, CEILING_METRIC)}." if ceiling else ".")
+        + (f"; the request ceiling {direction(ceiling, CEILING_METRIC)}" if ceiling else "")
+        + (
+            f"; the cost gate {direction(gate, CEILING_METRIC)} against seed 003's gate"
+            if gate
+            else ""
+        )
+        + "."
     )
-    for v in variants:
-        if v != BASELINE and cmp[v]["ttft_p90"] is not None:
+    for v in ("lmetric", "unified"):  # the two steps the design kept
+        if v in cmp and cmp[v]["ttft_p90"] is not None:
             s.findings.append(finding_text(cmp[v]["ttft_p90"], f"{v} vs round_robin, TTFT p90"))
     if ceiling is not None:
         s.findings.append(finding_text(ceiling, "unified's request ceiling, TTFT p90"))
+    if gate is not None:
+        s.findings.append(finding_text(gate, "unified's cost gate vs seed 003's gate, TTFT p90"))
+        s.findings.append(finding_text(gate_e2e, "unified's cost gate vs seed 003's gate, E2E p90"))
     return s
