@@ -41,7 +41,7 @@ ORDER = ("round_robin", "lmetric", "unified", "adaptive v2 (NIXL)")
 
 def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
     """Mean 1-minute load and the CPU busy / steal shares over the run, from the manifest."""
-    hl = manifest.get("host_load") or manifest.get("extra", {}).get("host_load") or {}
+    hl = (manifest.get("backend_info") or {}).get("host_load") or {}
     run = hl.get("run") or {}
     overall = run.get("overall") or {}
     return {
