@@ -15,7 +15,7 @@ them byte for byte.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,3 @@ def empty_section(name: str, title: str, question: str) -> Section:
     s = Section(name, title, question)
     s.answer = "No complete runs of this study were found, so the data do not decide it."
     return s
-
-
-StudyFn = Callable[[StudyData, Path, Path | None], Section]

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from agentic_kvc.analysis.studies.base import md_table
 from agentic_kvc.analysis.tables import latency_summary, token_load_per_instance, token_load_summary
 
 THEIRS_FILE = Path(__file__).with_name("theirs.yaml")
@@ -59,8 +60,6 @@ def theirs_block(study: str) -> str:
         rows.append([str(it.get("what", "?")), f"{it.get('value', '?')}{unit}", short])
     if not rows:
         return ""
-    from agentic_kvc.analysis.studies.base import md_table
-
     parts = [
         head,
         f"*{note}*" if note else "",

@@ -20,6 +20,7 @@ from agentic_kvc.analysis.studies.base import (
     diff_cell,
     empty_section,
     finding_text,
+    md_table,
     ms,
     pct,
     sec,
@@ -151,7 +152,6 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
     s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
     workloads = [w for w in dict.fromkeys(df["variant"].to_list()) if w != GRID]
     facts = [workload_table(s, w, df.filter(pl.col("variant") == w)) for w in workloads]
-    s.blocks.insert(0, "")  # the summary table goes first; filled below
     summary_rows = []
     for f in facts:
         summary_rows.append(
@@ -164,9 +164,9 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
                 diff_cell(f.get("ours")) if f["best"] != OURS else "(best)",
             ]
         )
-    from agentic_kvc.analysis.studies.base import md_table
-
-    s.blocks[0] = (
+    # The summary goes first, above the per-workload tables workload_table added.
+    s.blocks.insert(
+        0,
         "Best policy per workload (lowest TTFT p90, replicates pooled); the runner-up's and "
         "unified's TTFT p90 paired against it (95% interval; n.s.: the lead is not "
         "significant).\n\n"
@@ -180,7 +180,7 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
                 "unified vs best",
             ],
             summary_rows,
-        )
+        ),
     )
     grid = df.filter(pl.col("variant") == GRID)
     if not grid.is_empty() and LOAD in grid.columns and REUSE in grid.columns:
