@@ -177,16 +177,20 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
         recs, t_kill = asyncio.run(run(proxy.url))
         health = httpx.get(proxy.url + "/health").json()
     assert len(recs) == len(wl)  # the run completed: a record for every request
-    # In flight at the kill: sent before it and not finished before it.
+    # Cut off by the kill: sent to instance 1 before it and short of the tokens asked for.
+    # (Not "t_done after the kill": on a loaded machine the client can read a stream the
+    # engine finished before the kill out of socket buffers after it; seen once in CI.)
+    asked = {q.request_id: q.output_tokens for s in wl.sessions for q in s.requests}
     in_flight = [
         r
         for r in recs
         if r.prefill_instance == 1
         and r.t_proxy_recv < t_kill
-        and (r.t_done is None or r.t_done > t_kill)
+        and r.output_tokens < asked[r.request_id]
     ]
     assert in_flight and all(r.error for r in in_flight)  # cut off mid-stream, recorded
-    assert all(r.error is None for r in recs if r.t_done is not None and r.t_done < t_kill)
+    complete = [r for r in recs if r.output_tokens >= asked[r.request_id]]
+    assert all(r.error is None for r in complete)
     later = [r for r in recs if r.t_proxy_recv > t_kill + 0.5]
     assert later, "no request was released after the kill"
     bad = [
