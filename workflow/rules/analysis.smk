@@ -23,6 +23,8 @@ rule notebook:
         plan=PLAN_FILE,
         records=run_outputs("requests.jsonl") + archived_records(),
         samples=run_outputs("instances.jsonl"),
+        # A section's own data (config notebook_inputs), e.g. a microbenchmark's summary.
+        extra=lambda wildcards: config["notebook_inputs"].get(wildcards.notebook, []),
     output:
         notebook=f"{RESULTS}/notebooks/{{notebook}}.ipynb",
         tables=directory(f"{RESULTS}/tables/{{notebook}}"),

@@ -47,6 +47,7 @@ rule render_report:
         # inputs is what the linter flags (the archive is a folder the rule only reads).
         archive=lambda wildcards: ARCHIVE,
         bench=BENCH_DIGESTS,
+        sections=" ".join(f"--section {name}" for name in config["sections"]),
     log:
         f"{RESULTS}/logs/report.log",
     conda:
@@ -54,4 +55,4 @@ rule render_report:
     shell:
         "python workflow/scripts/render_report.py --template {input.template:q}"
         " --plan {input.plan:q} --results {params.results:q} --archive {params.archive:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        " {params.sections} --out {output:q} > {log:q} 2>&1"

@@ -240,14 +240,21 @@ def benchmark_markdown(bench_dir: Path, report_dir: Path) -> str:
 
 
 def build_context(
-    results: Path, archive: Path | None, plan: Plan | None, report_dir: Path
+    results: Path,
+    archive: Path | None,
+    plan: Plan | None,
+    report_dir: Path,
+    sections: Iterable[str] = (),
 ) -> dict[str, Any]:
+    """Everything the template shows; `sections` are report sections that are not experiment
+    studies (a microbenchmark's, an instrument's), placed after the studies."""
     run_ids = plan.run_ids() if plan is not None else None
     runs = find_runs(results, archive, run_ids)
     requests = requests_frame(runs, plan)
     found = {r.run_id for r in runs}
     missing = [r for r in (run_ids or []) if r not in found]
-    studies = study_sections(results / "tables", plan.studies() if plan else [])
+    names = [*(plan.studies() if plan else []), *sections]
+    studies = study_sections(results / "tables", list(dict.fromkeys(names)))
     real = real_run_rows(runs)
     return {
         "n_runs": len(runs),
