@@ -1,27 +1,162 @@
+"""Session identity: configuration, each agent's header convention, body fields, the prompt."""
+
 from __future__ import annotations
 
-from agentic_kvc.proxy.session import session_from
+import json
+from pathlib import Path
+
+import pytest
+
+from agentic_kvc.proxy.session import PrefixSessions, identify, session_from
 
 
-def test_body_session_id_wins_over_everything() -> None:
-    body = {"session_id": "b", "metadata": {"session_id": "m"}, "user": "u"}
-    assert session_from(body, [(b"x-session-id", b"h")]) == "b"
+@pytest.mark.parametrize(
+    ("header", "agent"),
+    [
+        (b"x-claude-code-session-id", "Claude Code"),
+        (b"x-opencode-session", "OpenCode"),
+        (b"session_id", "Codex"),
+        (b"session-id", "Codex (hyphenated)"),
+        (b"x-session-id", "generic"),
+        (b"x-session-affinity", "generic"),
+        (b"x-conversation-id", "generic"),
+    ],
+)
+def test_each_agent_header_names_the_session_and_the_record_says_which(
+    header: bytes, agent: str
+) -> None:
+    ident = identify({"user": "someone"}, [(b"user-agent", b"x"), (header, b"conv-1")])
+    assert ident.session == "conv-1", agent
+    assert ident.source == f"header:{header.decode()}"
 
 
-def test_metadata_then_headers_then_user() -> None:
-    assert session_from({"metadata": {"conversation_id": "c"}, "user": "u"}, []) == "c"
-    assert session_from({"user": "u"}, [(b"x-conversation-id", b"h")]) == "h"
-    assert session_from({"user": "u"}, []) == "u"
-    assert session_from({}, []) is None
+def test_agent_header_beats_generic_header_and_body() -> None:
+    headers = [(b"x-session-id", b"generic"), (b"x-claude-code-session-id", b"claude")]
+    ident = identify({"session_id": "body"}, headers)
+    assert (ident.session, ident.source) == ("claude", "header:x-claude-code-session-id")
 
 
-def test_header_order_is_documented_order_not_arrival_order() -> None:
+def test_configured_header_comes_first() -> None:
+    headers = [(b"x-claude-code-session-id", b"claude"), (b"x-my-team-session", b"mine")]
+    ident = identify({}, headers, session_header="X-My-Team-Session")
+    assert (ident.session, ident.source) == ("mine", "config")
+    # configured but absent: the conventions still apply
+    assert identify({}, headers[:1], session_header="x-my-team-session").session == "claude"
+
+
+def test_body_fields_in_order() -> None:
+    assert identify({"session_id": "b", "user": "u"}, []).source == "body:session_id"
+    meta = {"metadata": {"conversation_id": "c"}, "user": "u"}
+    assert (identify(meta, []).session, identify(meta, []).source) == (
+        "c",
+        "body:metadata.conversation_id",
+    )
+    # Claude Code (before its session header) put the session at the end of metadata.user_id
+    claude = {"metadata": {"user_id": "user_ab12_account_77_session_5f0e-aa"}}
+    assert identify(claude, []).session == "5f0e-aa"
+    assert identify(claude, []).source == "body:metadata.user_id"
+    assert identify({"metadata": {"user_id": "plain-user"}}, []).session is None
+    assert identify({"user": "u"}, []).source == "body:user"
+    assert identify({}, []) == identify({}, [(b"x-session-id", b"")])
+    assert identify({}, []).session is None and identify({}, []).source is None
+
+
+def test_parent_session_from_headers_or_body() -> None:
+    assert identify({}, [(b"x-parent-session-id", b"p")]).parent == "p"
+    assert identify({}, [(b"x-codex-parent-thread-id", b"t")]).parent == "t"
+    assert identify({"metadata": {"parent_session_id": "m"}}, []).parent == "m"
+    assert identify({}, []).parent is None
+
+
+def test_session_from_keeps_its_old_contract() -> None:
+    assert session_from({"session_id": 42}, []) == "42"
+    assert session_from({"session_id": True}, []) is None
     headers = [(b"x-agent-session", b"late"), (b"x-session-id", b"first")]
     assert session_from({}, headers) == "first"
 
 
-def test_empty_and_non_string_values_are_skipped() -> None:
-    body = {"session_id": "", "metadata": {"session_id": None}, "user": ["x"]}
-    assert session_from(body, [(b"x-session-id", b"")]) is None
-    assert session_from({"session_id": 42}, []) == "42"
-    assert session_from({"session_id": True}, []) is None
+def _chain(tokens: list[int], bs: int = 4) -> list[int]:
+    """Stand-in chained block keys: block j's key names the whole prefix through block j."""
+    return [hash(tuple(tokens[: (j + 1) * bs])) for j in range(len(tokens) // bs)]
+
+
+def test_prefix_sessions_follow_prompt_extension_not_shared_system_prompts() -> None:
+    ps = PrefixSessions()
+    system = list(range(16))
+    a0 = [*system, 100, 101, 102, 103, 104, 105]
+    b0 = [*system, 200, 201, 202, 203]
+    sa = ps.derive(_chain(a0))
+    ps.remember(_chain(a0), sa)
+    sb = ps.derive(_chain(b0))
+    assert sa and sb and sa != sb  # a shared system prompt does not merge sessions
+    ps.remember(_chain(b0), sb)
+    a1 = a0 + [7] * 9  # turn 1 re-sends turn 0 whole, plus answer and tool output
+    assert ps.derive(_chain(a1)) == sa
+    ps.remember(_chain(a1), sa)
+    a2 = a1 + [8] * 12
+    assert ps.derive(_chain(a2)) == sa
+    assert ps.derive(_chain(b0 + [9] * 8)) == sb
+    assert ps.derive([]) is None
+
+
+def test_prefix_sessions_forget_oldest_beyond_capacity() -> None:
+    ps = PrefixSessions(capacity=2)
+    for k in range(3):
+        ps.remember([k], f"s{k}")
+    assert len(ps) == 2 and ps.find([0]) is None and ps.find([2]) == "s2"
+
+
+def _records(proxy) -> list[dict]:
+    proxy.app.records.flush()
+    return [json.loads(line) for line in Path(proxy.app.settings.records).read_text().splitlines()]
+
+
+def test_requests_without_any_id_still_route_with_affinity(make_proxy) -> None:
+    """Two interleaved agent sessions whose requests carry no id: each session keeps to one
+    instance, its later turns hit the cache there, and the records say the prompt named it."""
+    proxy, client = make_proxy(policy="consistent_hash")  # keyed by session id
+    system = list(range(1, 129))  # 8 blocks shared by both sessions
+    contexts = {
+        "a": system + list(range(1000, 1160)),
+        "b": system + list(range(5000, 5200)),
+    }
+    homes: dict[str, set[str]] = {"a": set(), "b": set()}
+    for turn in range(4):
+        for name in ("a", "b"):
+            if turn:
+                contexts[name] = contexts[name] + [turn * 7 + len(name)] * 40
+            r = client.post("/v1/completions", json={"prompt": contexts[name], "max_tokens": 1})
+            assert r.status_code == 200
+            homes[name].add(r.headers["x-akvc-decode"])
+    recs = _records(proxy)
+    assert {r["session_source"] for r in recs} == {"prefix"}
+    by_session: dict[str, list[dict]] = {}
+    for r in recs:
+        by_session.setdefault(r["session_id"], []).append(r)
+    assert len(by_session) == 2
+    assert sorted(len(v) for v in by_session.values()) == [4, 4]
+    for rows in by_session.values():
+        assert [r["turn"] for r in rows] == [0, 1, 2, 3]
+        assert len({r["decode_instance"] for r in rows}) == 1  # affinity held
+        assert all(r["cached_tokens"] > 0 for r in rows[1:])  # and it paid off
+    assert all(len(h) == 1 for h in homes.values())
+
+
+def test_record_names_the_agent_header_through_the_proxy(make_proxy) -> None:
+    proxy, client = make_proxy(policy="round_robin", session_header="x-team-session")
+    for headers in (
+        {"x-claude-code-session-id": "cc-1", "x-claude-code-parent-agent-id": "root"},
+        {"x-team-session": "mine", "x-opencode-session": "oc-1"},
+        {"session_id": "codex-1"},
+    ):
+        r = client.post(
+            "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 1}, headers=headers
+        )
+        assert r.status_code == 200
+    recs = _records(proxy)
+    got = [(r["session_id"], r["session_source"], r["parent_session_id"]) for r in recs]
+    assert got == [
+        ("cc-1", "header:x-claude-code-session-id", "root"),
+        ("mine", "config", None),
+        ("codex-1", "header:session_id", None),
+    ]

@@ -25,6 +25,9 @@ ROUTE_CLASSES = (
 )
 
 
+_OMIT_WHEN_NONE = ("session_source", "parent_session_id")
+
+
 @dataclass(slots=True)
 class RequestRecord:
     request_id: str
@@ -60,6 +63,11 @@ class RequestRecord:
     pd_fallback: str | None = None  # why a PD decision ran colocated on D instead
     scores: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # Where the proxy found the session id (proxy/session.py: config, header:<name>,
+    # body:<field>, prefix) and the parent session a subagent's request names. Written only
+    # when set, so records without them (simulated runs, older files) keep their bytes.
+    session_source: str | None = None
+    parent_session_id: str | None = None
 
     def finalize(self) -> RequestRecord:
         """Fill the derived latencies from the timestamps (idempotent)."""
@@ -72,7 +80,11 @@ class RequestRecord:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in _OMIT_WHEN_NONE:
+            if out[key] is None:
+                del out[key]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:

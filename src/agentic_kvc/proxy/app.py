@@ -6,7 +6,7 @@ to hundreds of microseconds per request, which is the budget this proxy is measu
 
 Life of a generation request (`/v1/completions`, `/v1/chat/completions`):
 
-    receive -> parse JSON -> session id -> prompt token ids -> block hashes
+    receive -> parse JSON -> session id -> prompt token ids -> block hashes [-> prefix session]
             -> policy.decide(request, fleet view) -> RouterState.admit     (t_prefill_sent)
             [PD: pd.run_prefill on P -> RouterState.prefill_done]          (t_prefill_done)
             -> POST to the (decode) backend -> relay bytes; first event
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
 import uuid
@@ -39,9 +40,10 @@ from agentic_kvc.proxy import pd
 from agentic_kvc.proxy.backends import CONNECTION_ERRORS, BackendClient, BackendMonitor
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
 from agentic_kvc.proxy.metrics import ProxyMetrics
+from agentic_kvc.proxy.openapi import OPENAPI
 from agentic_kvc.proxy.prompt import PromptTokenizer, parse_request, prompt_tokens
 from agentic_kvc.proxy.records import RecordSink
-from agentic_kvc.proxy.session import session_from
+from agentic_kvc.proxy.session import SOURCE_PREFIX, PrefixSessions, identify
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.proxy.stream import StreamTracker
 from agentic_kvc.proxy.upstream import UpstreamRefused, UpstreamResponse
@@ -132,6 +134,8 @@ class ProxyApp:
         else:
             self.state = RouterState(n, settings.roles, make_estimated_index(n))
         self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
+        # Requests with no session id get one from their prompt (proxy/session.py).
+        self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
         self.metrics = ProxyMetrics(settings.policy, self.state, self.backends)
         self.records = RecordSink(settings.records, settings.on_record)
         self.monitor = BackendMonitor(
@@ -143,6 +147,7 @@ class ProxyApp:
         )
         self.origin = settings.clock_origin if settings.clock_origin is not None else _clock()
         self.started = False
+        self._api_key = settings.api_key.encode() if settings.api_key else None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -221,6 +226,15 @@ class ProxyApp:
         kind = scope["type"]
         if kind == "http":
             path, method = scope["path"], scope["method"]
+            if (
+                self._api_key is not None
+                and path.startswith("/v1/")
+                and not self._authorized(scope)
+            ):
+                # /health and /metrics stay open: probes and scrapers carry no key.
+                msg = "missing or wrong API key (Authorization: Bearer <key>)"
+                await _respond(send, 401, error_body(msg, "authentication_error", 401))
+                return
             if path in GENERATE_PATHS:
                 if method != "POST":
                     await _respond(send, 405, error_body("use POST", "invalid_request_error", 405))
@@ -232,11 +246,17 @@ class ProxyApp:
                 await _respond(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             elif method == "GET" and path == "/v1/models":
                 await self._models(send)
+            elif method == "GET" and path == "/openapi.json":
+                await _respond(send, 200, _encode(OPENAPI))
             else:
                 msg = f"no route for {method} {path}"
                 await _respond(send, 404, error_body(msg, "not_found_error", 404))
         elif kind == "lifespan":
             await self._lifespan(receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        got = _header(scope["headers"], b"authorization") or b""
+        return hmac.compare_digest(got, b"Bearer " + self._api_key)  # type: ignore[operator]
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -288,7 +308,8 @@ class ProxyApp:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         rid_header = _header(headers, b"x-request-id")
         request_id = rid_header.decode("latin-1") if rid_header else uuid.uuid4().hex
-        session = session_from(body, headers)
+        ident = identify(body, headers, self.settings.session_header)
+        session = ident.session
         try:
             token_ids, n_input = prompt_tokens(path, body, self.tokenizer, parsed_tokens)
         except Exception as exc:  # a tokenizer or template failure is the request's fault
@@ -313,6 +334,11 @@ class ProxyApp:
                 body["stream_options"] = {**(opts or {}), "include_usage": True}
                 drop_usage, payload = True, None
         hashes = self.hasher.hash(session, token_ids) if token_ids is not None and n_input else ()
+        source = ident.source
+        if self.prefix_sessions is not None and hashes:
+            if session is None:  # no id anywhere: the prompt names its session
+                session, source = self.prefix_sessions.derive(hashes), SOURCE_PREFIX
+            self.prefix_sessions.remember(hashes, session)  # type: ignore[arg-type]
         turn = self.state.session_turns.get(session, 0) if session is not None else 0
         request = RequestView(
             request_id, session, turn, n_input, max_tokens, hashes, self.block_size
@@ -320,6 +346,8 @@ class ProxyApp:
         rec = RequestRecord(
             request_id=request_id,
             session_id=session or "",
+            session_source=source,
+            parent_session_id=ident.parent,
             turn=turn,
             arrival_s=t_recv,
             input_tokens=n_input,

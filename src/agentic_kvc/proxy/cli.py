@@ -148,6 +148,25 @@ def _peer(text: str) -> dict[str, str]:
     "--no-retry", is_flag=True, help="Do not retry a request whose backend refused the connection."
 )
 @click.option(
+    "--session-header",
+    default=None,
+    help="Header naming the session, read before the agent conventions (docs/agents.md).",
+)
+@click.option(
+    "--no-prefix-sessions",
+    is_flag=True,
+    help="Route requests with no session id as one-offs instead of deriving their session "
+    "from the prompt.",
+)
+@click.option(
+    "--api-key",
+    envvar="AKVC_PROXY_API_KEY",
+    default=None,
+    show_envvar=True,
+    help="Require `Authorization: Bearer KEY` on /v1/* (/health and /metrics stay open). "
+    "Prefer the environment variable: a flag is visible in the process list.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -173,6 +192,9 @@ def proxy(
     block_size: int | None,
     roles: tuple[str, ...],
     no_retry: bool,
+    session_header: str | None,
+    no_prefix_sessions: bool,
+    api_key: str | None,
     log_level: str,
 ) -> None:
     """Route OpenAI-compatible requests across vLLM BACKENDs with a routing policy.
@@ -203,6 +225,9 @@ def proxy(
             block_size=block_size,
             roles=list(roles) or None,  # type: ignore[arg-type]
             retry_refused=not no_retry,
+            session_header=session_header,
+            prefix_sessions=not no_prefix_sessions,
+            api_key=api_key or None,
             kv_events=list(kv_events) or None,
             kv_connector=kv_connector,  # type: ignore[arg-type]
             kv_peers=[_peer(p) for p in kv_peers] or None,

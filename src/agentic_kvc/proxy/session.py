@@ -1,34 +1,63 @@
-"""Which agent session a request belongs to.
+"""Which agent session (and parent session) a request belongs to, and how the proxy knows.
 
-Agent frameworks name the conversation in different places. The proxy looks, in this order,
-and takes the first non-empty value:
+Agent clients name their conversation in different places. The proxy takes the first
+non-empty value in this order (docs/agents.md lists each convention with its source):
 
-1. body `session_id`
-2. body `metadata.session_id`, then `metadata.conversation_id`
-3. headers `x-session-id`, `x-conversation-id`, `x-agent-session`, `x-agent-session-id`,
-   `x-thread-id`, `session-id`, `x-claude-code-session-id`
-4. body `user` (OpenAI's end-user field: coarser than a session, used only as a last resort)
+1. configuration: a header the operator names (`--session-header`), for a client of its own;
+2. agent headers, in `AGENT_HEADERS` order: Claude Code's `x-claude-code-session-id`,
+   OpenCode's `x-opencode-session`, Codex's `session_id` / `session-id`, then the generic
+   `x-session-id` family (`x-session-affinity`, `x-conversation-id`, ...);
+3. body fields: `session_id`, `metadata.session_id`, `metadata.conversation_id`, the
+   session part of Claude Code's `metadata.user_id` (`..._session_<uuid>`), then `user`
+   (OpenAI's end-user field: coarser than a session, so last);
+4. otherwise the prompt itself (`PrefixSessions`): an agent's turn n+1 re-sends turn n's
+   whole prompt, so a prompt that extends an earlier request's prompt continues its session.
 
-The body wins over headers because it is what the client wrote for this request, while
-headers are often set once per HTTP client and shared by several sessions. No session means
-the request is routed as a one-off (no affinity is kept).
+An agent header is set by the agent for one conversation, so it outranks body fields that a
+gateway or SDK may fill with a per-user value. A parent session (a subagent's spawner) comes
+from `PARENT_HEADERS` or body `parent_session_id` / `metadata.parent_session_id`. Each
+request's record names the source it took (`session_source`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-SESSION_HEADERS: tuple[bytes, ...] = (
-    b"x-session-id",
-    b"x-conversation-id",
-    b"x-agent-session",
-    b"x-agent-session-id",
-    b"x-thread-id",
-    b"session-id",
-    b"x-claude-code-session-id",
+# (header, source label). Agent-specific names first: an agent sets them per conversation.
+AGENT_HEADERS: tuple[tuple[bytes, str], ...] = (
+    (b"x-claude-code-session-id", "claude-code"),
+    (b"x-opencode-session", "opencode"),
+    (b"session_id", "codex"),
+    (b"session-id", "codex"),
+    (b"x-session-id", "generic"),
+    (b"x-session-affinity", "generic"),
+    (b"x-conversation-id", "generic"),
+    (b"x-agent-session", "generic"),
+    (b"x-agent-session-id", "generic"),
+    (b"x-thread-id", "generic"),
+    (b"thread-id", "codex"),
 )
-_HEADER_RANK = {name: rank for rank, name in enumerate(SESSION_HEADERS)}
+PARENT_HEADERS: tuple[bytes, ...] = (
+    b"x-parent-session-id",
+    b"x-codex-parent-thread-id",
+    b"x-claude-code-parent-agent-id",
+)
+# Session source labels (RequestRecord.session_source).
+SOURCE_CONFIG = "config"
+SOURCE_PREFIX = "prefix"
+_CLAUDE_USER_SESSION = (
+    "_session_"  # Claude Code's metadata.user_id: user_<h>_account_<a>_session_<s>
+)
+
+
+@dataclass(slots=True, frozen=True)
+class SessionIdentity:
+    session: str | None
+    source: str | None  # config | header:<name> | body:<field> | prefix | None (no session)
+    parent: str | None = None
 
 
 def _text(value: Any) -> str | None:
@@ -39,21 +68,118 @@ def _text(value: Any) -> str | None:
     return None
 
 
-def session_from(body: Mapping[str, Any], headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The request's session id by the documented order, or None."""
+def _headers_dict(headers: Iterable[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    out: dict[bytes, str] = {}
+    for name, value in headers:  # ASGI gives lower-cased names; the first value wins
+        if value and name not in out:
+            out[name] = value.decode("latin-1")
+    return out
+
+
+def _from_body(body: Mapping[str, Any]) -> tuple[str, str] | None:
     found = _text(body.get("session_id"))
     if found:
-        return found
+        return found, "body:session_id"
     meta = body.get("metadata")
     if isinstance(meta, Mapping):
-        found = _text(meta.get("session_id")) or _text(meta.get("conversation_id"))
-        if found:
-            return found
-    best: tuple[int, str] | None = None
-    for name, value in headers:  # ASGI gives lower-cased names
-        rank = _HEADER_RANK.get(name)
-        if rank is not None and value and (best is None or rank < best[0]):
-            best = (rank, value.decode("latin-1"))
-    if best is not None:
-        return best[1]
-    return _text(body.get("user"))
+        for key in ("session_id", "conversation_id"):
+            found = _text(meta.get(key))
+            if found:
+                return found, f"body:metadata.{key}"
+        user_id = _text(meta.get("user_id"))
+        if user_id and _CLAUDE_USER_SESSION in user_id:
+            tail = user_id.rsplit(_CLAUDE_USER_SESSION, 1)[1]
+            if tail:
+                return tail, "body:metadata.user_id"
+    found = _text(body.get("user"))
+    if found:
+        return found, "body:user"
+    return None
+
+
+def _parent(body: Mapping[str, Any], hdrs: Mapping[bytes, str]) -> str | None:
+    for name in PARENT_HEADERS:
+        if name in hdrs:
+            return hdrs[name]
+    found = _text(body.get("parent_session_id"))
+    meta = body.get("metadata")
+    if not found and isinstance(meta, Mapping):
+        found = _text(meta.get("parent_session_id"))
+    return found
+
+
+def identify(
+    body: Mapping[str, Any],
+    headers: Iterable[tuple[bytes, bytes]],
+    session_header: str | None = None,
+) -> SessionIdentity:
+    """The session named by configuration, agent headers or body (not the prompt fallback)."""
+    hdrs = _headers_dict(headers)
+    parent = _parent(body, hdrs)
+    if session_header:
+        value = hdrs.get(session_header.lower().encode("latin-1"))
+        if value:
+            return SessionIdentity(value, SOURCE_CONFIG, parent)
+    for name, _label in AGENT_HEADERS:
+        value = hdrs.get(name)
+        if value:
+            return SessionIdentity(value, f"header:{name.decode()}", parent)
+    found = _from_body(body)
+    if found is not None:
+        return SessionIdentity(found[0], found[1], parent)
+    return SessionIdentity(None, None, parent)
+
+
+def session_from(body: Mapping[str, Any], headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The request's session id from headers or body, or None."""
+    return identify(body, headers).session
+
+
+class PrefixSessions:
+    """Sessions rebuilt from prompts, for requests that carry no id.
+
+    Keeps, for the last `capacity` requests, the router hash of each prompt's last full block
+    (a chained hash: equal keys mean equal prompts up to that block) and the session it
+    belonged to. A request continues the session of the earlier prompt that its own prompt
+    extends in full, the longest such prompt; otherwise it starts a session of its own. Two
+    sessions that merely share a system prompt do not merge: neither extends the other's whole
+    prompt. O(prompt blocks) dict lookups for an unmatched prompt, one insertion per request.
+    """
+
+    def __init__(self, capacity: int = 65536) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._ends: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def find(self, hashes: Sequence[int]) -> str | None:
+        """The session whose earlier prompt this prompt extends the furthest, or None."""
+        ends = self._ends
+        for j in range(len(hashes) - 1, -1, -1):
+            found = ends.get(hashes[j])
+            if found is not None:
+                return found
+        return None
+
+    def remember(self, hashes: Sequence[int], session: str) -> None:
+        if not hashes:
+            return
+        ends = self._ends
+        key = hashes[-1]
+        ends.pop(key, None)  # re-inserted: the newest request's entry is evicted last
+        ends[key] = session
+        if len(ends) > self.capacity:
+            del ends[next(iter(ends))]
+
+    def derive(self, hashes: Sequence[int]) -> str | None:
+        """The session for a prompt with no id: continued, or new (named by the prompt)."""
+        if not hashes:
+            return None
+        found = self.find(hashes)
+        if found is None:
+            digest = hashlib.blake2b(str(hashes[-1]).encode(), digest_size=8).hexdigest()
+            found = f"prefix-{digest}"
+        return found

@@ -40,6 +40,12 @@ class ProxySettings:
     # engine id and bootstrap address ({"engine_id": ..., "bootstrap_addr": "host:port"}).
     kv_connector: Literal["nixl", "mooncake"] = "nixl"
     kv_peers: list[dict[str, str]] | None = None
+    # Clients must send `Authorization: Bearer <api_key>` on /v1/* when set (never logged).
+    api_key: str | None = field(default=None, repr=False)
+    # Session identity (proxy/session.py): a header named by the operator, read before the
+    # agent conventions; and whether a request with no id gets a session from its prompt.
+    session_header: str | None = None
+    prefix_sessions: bool = True
 
     def __post_init__(self) -> None:
         if not self.backends:

@@ -13,9 +13,14 @@ ITL and E2E that `vllm bench serve` would report.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from agentic_kvc.backend import BackendResult, workload_facts
 from agentic_kvc.config import RunConfig
@@ -48,6 +53,8 @@ _PROXY_FIELDS = (
     "reason",
     "prefill_instance",
     "decode_instance",
+    "session_source",
+    "parent_session_id",
 )
 # Machine load sampling period (1 Hz: two small /proc reads per tick).
 HOST_LOAD_INTERVAL_S = 1.0
@@ -111,18 +118,84 @@ async def _replay_with_sampling(
         await sampler.stop()
 
 
-def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
-    """Start fleet and proxy, replay the workload through the proxy, tear everything down.
+# vLLM serves POST /reset_prefix_cache only in its development mode.
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+class FleetKeeper:
+    """Keeps one fleet running between consecutive real runs that launch it identically
+    (a batch of runs that differ only in the policy): its start-up, about 30 s of a 2-core
+    machine, is paid once per batch. Each run starts from empty prefix caches (reset, then
+    checked through the engines' metrics), so runs stay independent of their order; the
+    pipeline still rotates the order per repeat so that no variant always runs first."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._fleet: VllmFleet | None = None
+        self._owner: str | None = None  # run directory whose logs/ hold the engines' logs
+
+    def fleet(self, key: str, start: Any, run_dir: Path) -> tuple[VllmFleet, str | None]:
+        """The running fleet for `key` (reset), or a new one from `start()`; and the run
+        directory that started it when it is shared, else None."""
+        if self._fleet is not None and self._key == key and self._fleet.all_alive():
+            reset_prefix_caches(self._fleet.urls)
+            return self._fleet, self._owner
+        self.close()
+        self._fleet = start().start()
+        self._key, self._owner = key, str(run_dir)
+        return self._fleet, None
+
+    def close(self) -> None:
+        if self._fleet is not None:
+            fleet, self._fleet, self._key = self._fleet, None, None
+            fleet.stop()
+
+
+def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0) -> None:
+    """Empty every engine's prefix cache; fail loudly if an engine refuses (a run that
+    silently inherited the previous run's cache would report hits it did not earn)."""
+    for url in urls:
+        resp = httpx.post(f"{url}/reset_prefix_cache", timeout=timeout_s)
+        if resp.status_code != 200:
+            raise RuntimeError(f"{url}/reset_prefix_cache: HTTP {resp.status_code} {resp.text}")
+
+
+def run_vllm(config: RunConfig, run_dir: Path, keeper: FleetKeeper | None = None) -> BackendResult:
+    """Start fleet and proxy, replay the workload through the proxy, tear everything down
+    (with a `keeper`, the fleet may be the previous run's, reset, and stays up for the next).
 
     The machine's load is sampled from fleet start to teardown (`host_load`, with the replay
     as its own window): on a shared host it explains run-to-run differences."""
     with HostLoadSampler(HOST_LOAD_INTERVAL_S) as host:
-        result = _run_vllm(config, run_dir, host)
+        result = _run_vllm(config, run_dir, host, keeper)
         result.extra["host_load"] = host.stop()
     return result
 
 
-def _run_vllm(config: RunConfig, run_dir: Path, host: HostLoadSampler) -> BackendResult:
+@contextlib.contextmanager
+def _fleet_for(
+    config: RunConfig, logs: Path, kv_plan: dict[str, Any], keeper: FleetKeeper | None
+) -> Iterator[tuple[VllmFleet, str | None]]:
+    """A fleet of its own, or the keeper's when the run's engines need no KV connector
+    (connector state, e.g. NIXL handshakes, is not something a cache reset clears)."""
+    if keeper is None or kv_plan:
+        with VllmFleet.from_config(config.fleet, logs, device_for(config), **kv_plan) as fleet:
+            yield fleet, None
+        return
+    n = config.fleet.instances
+    key = json.dumps([config.fleet.model_dump(mode="json"), device_for(config)], sort_keys=True)
+
+    def start() -> VllmFleet:
+        return VllmFleet.from_config(
+            config.fleet, logs, device_for(config), per_instance_env=[DEV_MODE_ENV] * n
+        )
+
+    yield keeper.fleet(key, start, logs.parent)
+
+
+def _run_vllm(
+    config: RunConfig, run_dir: Path, host: HostLoadSampler, keeper: FleetKeeper | None
+) -> BackendResult:
     from agentic_kvc.workload import load_workload
 
     workload = load_workload(config.workload, config.seed)
@@ -154,7 +227,7 @@ def _run_vllm(config: RunConfig, run_dir: Path, host: HostLoadSampler) -> Backen
         for endpoint in kv.events_endpoints:
             proxy_args += ["--kv-events", endpoint]
     t_setup = time.monotonic()
-    with VllmFleet.from_config(config.fleet, logs, device_for(config), **kv_plan) as fleet:
+    with _fleet_for(config, logs, kv_plan, keeper) as (fleet, shared_from):
         if kv is not None and may_disaggregate(config.policy.name, config.policy.params):
             warm_nixl_pairs(fleet.urls, fleet.model_name, [i.role for i in kv.instances])
         tokens = token_fn(Path(fleet.plan.model))
@@ -204,6 +277,9 @@ def _run_vllm(config: RunConfig, run_dir: Path, host: HostLoadSampler) -> Backen
             "wall_s": round(replay_s, 3),
         },
         "setup_s": round(setup_s, 3),
+        # Set when the engines were started by an earlier run of the same batch (their logs
+        # are in that run's directory) and reset for this one.
+        "fleet_shared_from": shared_from,
         "workload": workload_facts(workload),
         "logs": str(logs),
     }
