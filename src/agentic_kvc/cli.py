@@ -100,6 +100,7 @@ def _register_subcommands() -> None:
         ("agentic_kvc.replay.cli", "replay"),
         ("agentic_kvc.sim.cli", "calibrate"),
         ("agentic_kvc.serve.model_cli", "model"),
+        ("agentic_kvc.artifact.cli", "artifact"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -99,15 +99,22 @@ def _labelled(df: pl.DataFrame, run: RunDir, planned: PlannedRun) -> pl.DataFram
 
 
 def load_study(
-    study: str, results_dir: str | Path, archive_dir: str | Path | None, plan_path: str | Path
+    study: str,
+    results_dir: str | Path,
+    archive_dir: str | Path | None,
+    plan_path: str | Path,
+    experiments: Sequence[str] | None = None,
 ) -> StudyData:
-    """Every complete run of `study` (as the plan names them), labelled per experiment.
+    """Every complete run of `study` (as the plan names them), labelled per experiment;
+    only those of `experiments` when given (a claim reads just the runs it names).
 
     A run shared by two experiments of the study appears once per experiment, with each
     experiment's labels (e.g. lmetric as experiment A and as the combined baseline).
     """
     plan: Plan = read_plan(plan_path)
-    planned = plan.of_study(study)
+    planned = [
+        p for p in plan.of_study(study) if experiments is None or p.experiment in experiments
+    ]
     found = {
         r.run_id: r
         for r in find_runs(

@@ -1,0 +1,133 @@
+"""Rebuild one claim from raw records and write results/claims/<id>.json.
+
+A `paired` claim reads only the runs of its experiments (as the experiment plan names them),
+marks the requests of its two sides (`baseline`, `candidate`: column filters, after the common
+`where` filters) and compares them with `analysis.paired` over the runs' replicates (seeds,
+trace windows, repeats): the same statistic and interval the report's findings use. A
+`finding` claim reads the line of a section's findings.json that starts with its `finding`
+text (for sections that are not experiment studies).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.analysis.studies.base import load_study
+from agentic_kvc.artifact.registry import Claim
+from agentic_kvc.artifact.verdict import verdict
+from agentic_kvc.io import atomic_write_text
+
+_INTERVAL = re.compile(r"([+-]?\d+(?:\.\d+)?)% \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]")
+
+
+def _mask(df: pl.DataFrame, selector: dict[str, Any], claim: Claim, side: str) -> pl.Expr:
+    expr = pl.lit(True)
+    for col, value in selector.items():
+        if col not in df.columns:
+            raise ValueError(
+                f"claim {claim.id}: {side}.{col}: no such column in its runs "
+                f"(columns: {', '.join(sorted(df.columns))})"
+            )
+        expr = expr & (pl.col(col) == value)
+    return expr
+
+
+def paired_sides(df: pl.DataFrame, claim: Claim) -> pl.DataFrame:
+    """The claim's requests with a `side` column: "baseline" or "candidate"."""
+    spec = claim.spec
+    if spec.get("where"):
+        df = df.filter(_mask(df, spec["where"], claim, "where"))
+    base = df.filter(_mask(df, spec["baseline"], claim, "baseline"))
+    cand = df.filter(_mask(df, spec["candidate"], claim, "candidate"))
+    frames = [
+        base.with_columns(pl.lit("baseline").alias("side")),
+        cand.with_columns(pl.lit("candidate").alias("side")),
+    ]
+    # A run shared by two of the claim's experiments appears once per experiment: keep one.
+    return pl.concat(frames, how="diagonal").unique(
+        subset=["side", "run_id", "request_id"], keep="first", maintain_order=True
+    )
+
+
+def _paired(
+    claim: Claim, results: Path, archive: Path | None, plan: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = claim.spec
+    data = load_study(spec["study"], results, archive, plan, experiments=claim.experiments)
+    if data.requests.is_empty():
+        raise ValueError(f"claim {claim.id}: no complete runs of {claim.experiments}")
+    df = paired_sides(data.requests, claim)
+    r = paired_compare(
+        df, "baseline", "candidate", spec["metric"], by="side", pair_on=("replicate",)
+    )
+    runs = df.select("side", "run_id", "replicate", "backend").unique().sort("side", "replicate")
+    sources = {rd.run_id: rd.source for rd, _ in data.runs}
+    obtained = {
+        "value": r.rel_diff,
+        "baseline_value": r.baseline_value,
+        "candidate_value": r.candidate_value,
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "n_pairs": r.n_pairs,
+        "n_requests": r.n_requests,
+    }
+    provenance = {
+        "seeds": sorted(set(runs["replicate"].to_list())),
+        "runs": [
+            {**row, "source": sources.get(row["run_id"], "?")} for row in runs.iter_rows(named=True)
+        ],
+    }
+    return obtained, provenance
+
+
+def _finding(claim: Claim, results: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    path = results / "tables" / f"study_{claim.spec['study']}" / "findings.json"
+    lines = json.loads(path.read_text())["findings"]
+    prefix = claim.spec["finding"]
+    line = next((x for x in lines if x.startswith(prefix)), None)
+    m = _INTERVAL.search(line or "")
+    if m is None:
+        raise ValueError(f"{path}: no finding starting with {prefix!r} that carries an interval")
+    value, lo, hi = (float(g) / 100 for g in m.groups())
+    return {"value": value, "ci_low": lo, "ci_high": hi, "finding": line}, {"source": str(path)}
+
+
+def evaluate(claim: Claim, results: Path, archive: Path | None, plan: Path) -> dict[str, Any]:
+    """The claim's record: obtained vs reference, interval, replicates, verdict."""
+    spec = claim.spec
+    if claim.kind == "paired":
+        obtained, provenance = _paired(claim, results, archive, plan)
+    else:
+        obtained, provenance = _finding(claim, results)
+    v, reason = verdict(
+        obtained["value"],
+        obtained["ci_low"],
+        obtained["ci_high"],
+        float(spec["reference"]),
+        spec["direction"],
+        spec["tolerance"],
+    )
+    keys = ("statement", "study", "figure", "tier", "metric", "baseline", "candidate", "where")
+    return {
+        "id": claim.id,
+        **{k: spec[k] for k in keys if k in spec},
+        "direction": spec["direction"],
+        "reference": spec["reference"],
+        "reference_interval": spec.get("reference_interval"),
+        "tolerance": spec["tolerance"],
+        "obtained": obtained,
+        **provenance,
+        "verdict": v,
+        "reason": reason,
+    }
+
+
+def write_claim(record: dict[str, Any], out: Path) -> None:
+    # No timestamps: the same records give the same file, byte for byte.
+    atomic_write_text(out, json.dumps(record, indent=1, sort_keys=True) + "\n")
