@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.sim.backend import profile_for, run_sim
-from agentic_kvc.sim.calibrate import machine_facts
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import load_cpu_profile
 from agentic_kvc.sim.serving_fit import SERVING_SEED, quantiles, serving_config

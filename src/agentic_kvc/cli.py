@@ -98,7 +98,7 @@ def _register_subcommands() -> None:
         ("agentic_kvc.serve.cli", "serve"),
         ("agentic_kvc.proxy.cli", "proxy"),
         ("agentic_kvc.replay.cli", "replay"),
-        ("agentic_kvc.sim.cli", "calibrate"),
+        ("agentic_kvc.calibrate.cli", "calibrate"),
         ("agentic_kvc.serve.model_cli", "model"),
         ("agentic_kvc.artifact.cli", "artifact"),
     ):

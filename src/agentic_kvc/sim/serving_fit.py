@@ -249,14 +249,6 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
     return out
 
 
-def run_serving(results: Path, host_cores: int, log: Callable[[str], None]) -> list[Path]:
-    """Replay the calibration workload on 1 real instance and on `host_cores` (none spare)."""
-    from agentic_kvc.runs import execute
-
-    sizes = sorted({1, host_cores})
-    return [execute(serving_config(n), results, log=log) for n in sizes]
-
-
 def fit_and_store(
     profile_path: Path, run_dirs: Sequence[Path], host_cores: int, log: Callable[[str], None]
 ) -> dict[str, Any]:

@@ -357,3 +357,13 @@ def calibrate(
     }
     atomic_write_json(out, doc)
     return doc
+
+
+def run_serving(results: Path, host_cores: int, log: Callable[[str], None]) -> list[Path]:
+    """The serving stage's real replays (`sim/serving_fit.py` fits them): the calibration
+    workload on 1 real instance and on `host_cores` (none spare)."""
+    from agentic_kvc.runs import execute
+    from agentic_kvc.sim.serving_fit import serving_config
+
+    sizes = sorted({1, host_cores})
+    return [execute(serving_config(n), results, log=log) for n in sizes]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.sim.calibrate import Measurement, Plan, fit, refit
+from agentic_kvc.calibrate.engine import Measurement, Plan, fit, refit
 from agentic_kvc.sim.profiles import load_cpu_profile
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost
 
@@ -124,7 +124,7 @@ def test_fitted_cost_round_trips_through_a_profile_file(tmp_path: Path) -> None:
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_calibrate_against_the_real_cpu_engine(tmp_path: Path, tiny_model: Path) -> None:
-    from agentic_kvc.sim.calibrate import calibrate
+    from agentic_kvc.calibrate.engine import calibrate
 
     plan = Plan(
         prefill_lengths=(64, 1024, 3072),

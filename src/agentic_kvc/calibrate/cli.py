@@ -1,4 +1,5 @@
-"""`akvc calibrate`: refit the cpu-tiny simulator profile against the real CPU engine."""
+"""`akvc calibrate`: refit the cpu-tiny simulator profile against the real CPU engine
+(registered by the top-level `akvc` CLI; the work is in `calibrate/engine.py`)."""
 
 from __future__ import annotations
 
@@ -74,9 +75,9 @@ def calibrate(
     replays of a calibration workload, whose TTFT/E2E quantiles the simulator is then fitted
     to (scales on the probe fit, and a slowdown for fleets with no spare CPU core).
     """
-    from agentic_kvc.sim.calibrate import Plan
-    from agentic_kvc.sim.calibrate import calibrate as run_calibration
-    from agentic_kvc.sim.calibrate import refit as refit_file
+    from agentic_kvc.calibrate.engine import Plan
+    from agentic_kvc.calibrate.engine import calibrate as run_calibration
+    from agentic_kvc.calibrate.engine import refit as refit_file
 
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     if fit_runs:
@@ -110,8 +111,8 @@ def calibrate(
         f"{fit['mean_abs_rel_error']:.1%}, max {fit['max_abs_rel_error']:.1%}"
     )
     if serving:
+        from agentic_kvc.calibrate.engine import run_serving
         from agentic_kvc.serve.device import allowed_cores
-        from agentic_kvc.sim.serving_fit import run_serving
 
         _serving_stage(out, run_serving(serving_results, len(allowed_cores()), say), say)
 
