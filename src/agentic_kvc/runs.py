@@ -33,6 +33,7 @@ from agentic_kvc.backend import backend_for as _backend_for  # tests substitute 
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from agentic_kvc.metrics.summary import summarize
+from agentic_kvc.security import redact, within_root
 
 RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
 TRACKED_PACKAGES = (
@@ -138,8 +139,13 @@ def execute(
 ) -> Path:
     """Run `config` into results/runs/<run_id>/ unless a complete run is already there."""
     run_id = config.run_id()
+    # Resolved inside results/runs: a symlinked run directory pointing elsewhere is refused
+    # rather than cleared or written through.
+    within_root(results / "runs", run_id)
     run_dir = results / "runs" / run_id
+    canonical = config.canonical()
     if is_complete(run_dir):
+        _same_config(run_dir, redact(canonical))
         log(f"run {run_id} is complete; nothing to do")
         return run_dir
     if run_dir.exists():
@@ -148,11 +154,11 @@ def execute(
             log(f"run {run_id} is incomplete; starting it again")
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    canonical = config.canonical()
-    atomic_write_json(run_dir / "config.json", canonical)
+    # Secrets in the config (an engine's HF token in fleet.vllm_env, say) stay out of the files.
+    atomic_write_json(run_dir / "config.json", redact(canonical))
     manifest: dict[str, Any] = {
         "run_id": run_id,
-        "config": canonical,
+        "config": redact(canonical),
         "git": git_info(),
         "packages": package_versions(),
         "hardware": hardware_info(),
@@ -166,7 +172,7 @@ def execute(
     result = (backend or _backend_for(config.backend))(config, run_dir)
     write_results(run_dir, result.records, result.samples)
     manifest.update(
-        backend_info=result.extra,
+        backend_info=redact(result.extra),
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         wall_s=round(time.monotonic() - t0, 3),
         n_requests=len(result.records),
@@ -174,6 +180,18 @@ def execute(
     manifest["complete"] = True  # last: only now may analysis read this directory
     atomic_write_json(run_dir / "manifest.json", manifest)
     return run_dir
+
+
+def _same_config(run_dir: Path, canonical: dict[str, Any]) -> None:
+    """A complete run directory belongs to one config: another one must never reuse it."""
+    import json
+
+    stored = json.loads((run_dir / "config.json").read_text())
+    if stored != json.loads(json.dumps(canonical)):
+        raise RuntimeError(
+            f"{run_dir}: holds a complete run of a different config (run id collision or an "
+            "edited config.json); refusing to overwrite or reuse it"
+        )
 
 
 def write_results(

@@ -299,7 +299,7 @@ class ProxyApp:
         raw = await _read_body(receive)
         try:
             body, parsed_tokens = parse_request(raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # (fuzzing)
             await self._reject(send, path, 400, f"request body is not valid JSON: {exc}")
             return
         if not isinstance(body, dict):
@@ -333,7 +333,13 @@ class ProxyApp:
                 # for it, so its event is dropped again on the way back.
                 body["stream_options"] = {**(opts or {}), "include_usage": True}
                 drop_usage, payload = True, None
-        hashes = self.hasher.hash(session, token_ids) if token_ids is not None and n_input else ()
+        try:
+            hashes = (
+                self.hasher.hash(session, token_ids) if token_ids is not None and n_input else ()
+            )
+        except (OverflowError, ValueError, TypeError) as exc:  # token ids beyond int64 (fuzzing)
+            await self._reject(send, path, 400, f"prompt token ids out of range: {exc}")
+            return
         source = ident.source
         if self.prefix_sessions is not None and hashes:
             if session is None:  # no id anywhere: the prompt names its session

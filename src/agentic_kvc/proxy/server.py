@@ -18,6 +18,7 @@ import uvicorn
 
 from agentic_kvc.proxy.app import ProxyApp, create_app
 from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.security import warn_if_exposed
 
 
 def _loop_impl() -> str:
@@ -64,6 +65,7 @@ def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
 def run_proxy(settings: ProxySettings, log_level: str = "info") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM); records are flushed on the way out."""
     app = create_app(settings)
+    warn_if_exposed(settings.host, "the proxy")
     sock = bind_socket(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     print(f"akvc proxy: policy {settings.policy} on http://{host}:{port}", flush=True)

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from agentic_kvc.config import FleetConfig
+from agentic_kvc.security import warn_if_exposed
 from agentic_kvc.serve.device import Device, allowed_cores, detect_device, vllm_distribution
 from agentic_kvc.serve.ports import LOOPBACK, free_port
 from agentic_kvc.serve.procs import ManagedProcess, ProcessError
@@ -189,6 +190,7 @@ def plan_fleet(
         for source in (fleet.vllm_env, extra_env or {}, (per_instance_env or [{}] * n)[i]):
             env.update({k: _subst(v, facts) for k, v in source.items()})
         more = [*fleet.vllm_args, *extra_args, *((per_instance_args or [[]] * n)[i])]
+        _warn_host_override(more, i)
         argv = [
             python,
             "-m",
@@ -204,6 +206,15 @@ def plan_fleet(
         ]
         specs.append(InstanceSpec(i, port, argv, env, core=core, gpu=gpu, frontend_cores=frontend))
     return FleetPlan(dev, model, fleet.model, specs, notes, frontend)
+
+
+def _warn_host_override(args: Sequence[str], index: int) -> None:
+    """Extra flags come after `--host 127.0.0.1`, so a `--host` there wins: say so."""
+    for k, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag == "--host":
+            host = value if eq else (args[k + 1] if k + 1 < len(args) else "")
+            warn_if_exposed(host, f"vLLM instance {index} (extra flag --host)")
 
 
 class VllmFleet:
@@ -301,6 +312,29 @@ class VllmFleet:
     def stop(self) -> None:
         errors = []
         for proc in self.procs:
+    def restart(self, index: int) -> float:
+        """Start a stopped or killed instance again on its old port; seconds until healthy."""
+        old = self.procs[index]
+        old.stop()  # reaps a killed tree; a no-op for what is already gone
+        spec = self.plan.specs[index]
+        proc = ManagedProcess(
+            old.name, spec.argv, old.log_path, {**os.environ, **spec.env}, cpus=spec.frontend_cores
+        )
+        self.procs[index] = proc.start()
+        t0 = time.monotonic()
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if not proc.alive():
+                    raise LaunchError(f"vLLM instance {index} exited while restarting")
+                try:
+                    if client.get(spec.url + "/health").status_code == 200:
+                        return time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() - t0 > self.startup_timeout_s:
+                    raise LaunchError(f"vLLM instance {index} not healthy after restart")
+                time.sleep(0.5)
+
             try:
                 proc.stop()
             except ProcessError as exc:

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.security import redact_argv
+
 _LIVE: set[ManagedProcess] = set()
 _LIVE_LOCK = threading.Lock()
 _HANDLERS_INSTALLED = False
@@ -112,7 +114,7 @@ class ManagedProcess:
             # Pinned from its first instruction, so nothing it starts can escape the set.
             argv = [taskset, "-c", ",".join(map(str, sorted(self.cpus or ()))), *argv]
         with self.log_path.open("ab") as log:
-            log.write(f"# {self.name}: {' '.join(argv)}\n".encode())
+            log.write(f"# {self.name}: {' '.join(redact_argv(argv))}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(
                 argv,

@@ -68,7 +68,10 @@ def detect_format(path: str | Path) -> str:
             f"{', '.join(READERS)}",
             1,
         )
-    header = {h.strip() for h in next(csv.reader([line]))}
+    try:
+        header = {h.strip() for h in next(csv.reader([line]))}
+    except csv.Error as exc:  # e.g. a stray carriage return: not a CSV header
+        raise WorkloadFormatError(path, f"first line is neither JSON nor CSV: {exc}", 1) from None
     if {"session_id", "round_idx", "prefix_len"} <= header:
         return "tracelab"
     if {"ContextTokens", "GeneratedTokens"} <= header:

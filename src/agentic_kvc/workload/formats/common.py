@@ -26,6 +26,8 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise WorkloadFormatError(path, f"invalid JSON: {exc.msg}", lineno) from None
+            except UnicodeDecodeError as exc:
+                raise WorkloadFormatError(path, f"not UTF-8 text: {exc.reason}", lineno) from None
             if not isinstance(obj, dict):
                 raise WorkloadFormatError(path, "expected a JSON object", lineno)
             yield lineno, obj
@@ -33,6 +35,13 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def iter_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row) for each data row; missing columns are reported once, up front."""
+    try:
+        yield from _csv_rows(path, required)
+    except (UnicodeDecodeError, csv.Error) as exc:  # not text, or a NUL / stray quote
+        raise WorkloadFormatError(path, f"not a readable CSV file: {exc}") from None
+
+
+def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
