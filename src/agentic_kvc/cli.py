@@ -65,14 +65,18 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     help="Results root; each run goes to RESULTS/runs/<run_id>/.",
 )
 def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
-    """Run several configs in one process (what the pipeline does with simulated runs).
+    """Run several configs in one process, in the order given (what the pipeline does with
+    simulated runs, and with the variants of one repeat of a real-engine experiment).
 
     Each SPEC is a JSON list: the config file, then its `dotted.key=value` overrides, e.g.
     '["config/runs/sim_h20_agentic.yaml", "seed=1"]'. Complete runs are skipped; all specs
-    are validated before the first run starts.
+    are validated before the first run starts. Consecutive real runs that launch the same
+    engines share them: started once, prefix caches reset before each run.
     """
+    import functools
     import json
 
+    from agentic_kvc.backend import Backend
     from agentic_kvc.runs import execute
 
     configs = []
@@ -83,9 +87,22 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
         except (ValueError, TypeError) as exc:
             click.echo(f"error: spec {i + 1} {spec!r}: {exc}", err=True)
             sys.exit(2)
-    for i, cfg in enumerate(configs):
-        click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
-        click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
+    real: Backend | None = None
+    if any(cfg.backend == "vllm" for cfg in configs):
+        # Imported only here: simulated batches should not pay for the serving stack.
+        from agentic_kvc.serve.backend import FleetKeeper, run_vllm
+
+        keeper = FleetKeeper()
+        real = functools.partial(run_vllm, keeper=keeper)
+    try:
+        for i, cfg in enumerate(configs):
+            click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
+            backend = real if cfg.backend == "vllm" else None
+            out = execute(cfg, results, backend=backend, log=lambda m: click.echo(m, err=True))
+            click.echo(str(out))
+    finally:
+        if real is not None:
+            keeper.close()
 
 
 def _register_subcommands() -> None:

@@ -34,9 +34,14 @@ def archived_records():
     return [f"{ARCHIVE}/{run_id}/requests.jsonl" for run_id in ARCHIVED_IDS]
 
 
-# Simulated runs are made in batches (one process each); real runs one job each.
+# Simulated runs are made in batches (one process each); real runs of one repeat of an
+# experiment too (one fleet for the batch); other real runs one job each.
 SIM_BATCHES = PLAN.sim_batches(config["sim_batch"])
-UNBATCHED_IDS = sorted(set(RUN_IDS) - {r.run_id for b in SIM_BATCHES.values() for r in b})
+REAL_BATCHES = PLAN.real_batches()
+UNBATCHED_IDS = sorted(
+    set(RUN_IDS)
+    - {r.run_id for b in [*SIM_BATCHES.values(), *REAL_BATCHES.values()] for r in b}
+)
 
 
 def batch_spec(run):
@@ -61,6 +66,10 @@ _PLAN_RANK = {RUN_IDS[i]: len(RUN_IDS) - k for k, i in enumerate(_ORDER)}
 
 def run_priority(wildcards):
     return _PLAN_RANK.get(wildcards.run_id, 0)
+
+
+def batch_priority(runs):
+    return max(_PLAN_RANK.get(r.run_id, 0) for r in runs)
 
 
 def run_resource(name, default):

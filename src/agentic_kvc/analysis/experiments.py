@@ -85,6 +85,24 @@ class Plan:
             for k in range(0, len(runs), size)
         }
 
+    def real_batches(self) -> dict[str, list[PlannedRun]]:
+        """Real-engine runs with a `repeat` label, one batch per experiment and repeat: the
+        variants of a repeat run back to back in one process, on one fleet (`akvc run-batch`
+        shares it and resets its caches), in an order rotated by the repeat index, so that
+        each variant runs first, second, ... in turn. Name: experiment.r<repeat>."""
+        seen: set[str] = set()
+        by_key: dict[tuple[str, int], list[PlannedRun]] = {}
+        for r in self.runs:
+            if r.archived or r.backend == "sim" or "repeat" not in r.labels or r.run_id in seen:
+                continue
+            seen.add(r.run_id)
+            by_key.setdefault((r.experiment, int(r.labels["repeat"])), []).append(r)
+        out = {}
+        for (exp, rep), runs in by_key.items():
+            k = rep % len(runs)
+            out[f"{exp}.r{rep}"] = runs[k:] + runs[:k]
+        return out
+
     def studies(self) -> list[str]:
         """Every study named by an experiment, in plan order."""
         return list(dict.fromkeys(r.study for r in self.runs if r.study))

@@ -302,6 +302,9 @@ class VllmFleet:
                 if pending:
                     time.sleep(0.5)
 
+    def all_alive(self) -> bool:
+        return bool(self.procs) and all(self.alive(i) for i in range(len(self.procs)))
+
     def alive(self, index: int) -> bool:
         return self.procs[index].alive()
 
@@ -309,9 +312,6 @@ class VllmFleet:
         """SIGKILL one instance's whole process tree (crash simulation in tests)."""
         self.procs[index].kill()
 
-    def stop(self) -> None:
-        errors = []
-        for proc in self.procs:
     def restart(self, index: int) -> float:
         """Start a stopped or killed instance again on its old port; seconds until healthy."""
         old = self.procs[index]
@@ -335,6 +335,9 @@ class VllmFleet:
                     raise LaunchError(f"vLLM instance {index} not healthy after restart")
                 time.sleep(0.5)
 
+    def stop(self) -> None:
+        errors = []
+        for proc in self.procs:
             try:
                 proc.stop()
             except ProcessError as exc:
