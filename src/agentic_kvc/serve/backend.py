@@ -125,8 +125,8 @@ DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 class FleetKeeper:
     """Keeps one fleet running between consecutive real runs that launch it identically
     (a batch of runs that differ only in the policy): its start-up, about 30 s of a 2-core
-    machine, is paid once per batch. Each run starts from empty prefix caches (reset, then
-    checked through the engines' metrics), so runs stay independent of their order; the
+    machine, is paid once per batch. Each run starts from empty prefix caches (vLLM's
+    development-mode reset), so runs stay independent of their order; the
     pipeline still rotates the order per repeat so that no variant always runs first."""
 
     def __init__(self) -> None:
@@ -152,12 +152,21 @@ class FleetKeeper:
 
 
 def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0) -> None:
-    """Empty every engine's prefix cache; fail loudly if an engine refuses (a run that
-    silently inherited the previous run's cache would report hits it did not earn)."""
+    """Empty every engine's prefix cache; fail loudly if an engine keeps refusing (a run that
+    silently inherited the previous run's cache would report hits it did not earn). vLLM
+    answers {"success": false} while blocks are still held (a request being torn down), so
+    it is asked again for a few seconds."""
     for url in urls:
-        resp = httpx.post(f"{url}/reset_prefix_cache", timeout=timeout_s)
-        if resp.status_code != 200:
-            raise RuntimeError(f"{url}/reset_prefix_cache: HTTP {resp.status_code} {resp.text}")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            resp = httpx.post(f"{url}/reset_prefix_cache", timeout=timeout_s)
+            if resp.status_code == 200 and resp.json().get("success") is True:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{url}/reset_prefix_cache: HTTP {resp.status_code} {resp.text[:200]}"
+                )
+            time.sleep(0.5)
 
 
 def run_vllm(config: RunConfig, run_dir: Path, keeper: FleetKeeper | None = None) -> BackendResult:
