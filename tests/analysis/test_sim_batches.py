@@ -29,3 +29,36 @@ def test_batches_per_experiment_deduplicated_and_bounded(tmp_path: Path) -> None
     assert len(batched) == len(set(batched)) == 7
     assert all(r.backend == "sim" for runs in batches.values() for r in runs)
     assert set(plan.to_run()) - set(batched) == {r.run_id for r in plan.runs if r.backend == "vllm"}
+
+
+def test_real_batches_one_per_repeat_with_rotated_order(tmp_path: Path) -> None:
+    (tmp_path / "real.yaml").write_text(
+        yaml.safe_dump({"backend": "vllm", "workload": {"generator": {"sessions": 2}}})
+    )
+    experiments = [
+        {
+            "name": "real",
+            "base": "real.yaml",
+            "matrix": {
+                "repeat": [0, 1, 2, 3],
+                "policy.name": ["round_robin", "lmetric", "unified"],
+            },
+        },
+        # Real runs without a repeat are not batched: they stay one job each.
+        {"name": "single", "base": "real.yaml", "matrix": {"seed": [5, 6]}},
+    ]
+    plan = expand(experiments, tmp_path)
+    batches = plan.real_batches()
+    assert list(batches) == ["real.r0", "real.r1", "real.r2", "real.r3"]
+    orders = [[r.policy for r in runs] for runs in batches.values()]
+    assert orders[0] == ["round_robin", "lmetric", "unified"]
+    assert orders[1] == ["lmetric", "unified", "round_robin"]
+    assert orders[2] == ["unified", "round_robin", "lmetric"]
+    assert orders[3] == orders[0]
+    # Every variant takes every position once over the first three repeats.
+    for pos in range(3):
+        assert {o[pos] for o in orders[:3]} == {"round_robin", "lmetric", "unified"}
+    for rep, runs in enumerate(batches.values()):
+        assert {r.labels["repeat"] for r in runs} == {rep}
+    unbatched = {r.run_id for r in plan.runs} - {r.run_id for b in batches.values() for r in b}
+    assert unbatched == {r.run_id for r in plan.runs if r.experiment == "single"}
