@@ -118,6 +118,9 @@ def _register_subcommands() -> None:
         ("agentic_kvc.calibrate.cli", "calibrate"),
         ("agentic_kvc.serve.model_cli", "model"),
         ("agentic_kvc.artifact.cli", "artifact"),
+        ("agentic_kvc.instruments.cli", "regret"),
+        ("agentic_kvc.instruments.cli", "cache_error"),
+        ("agentic_kvc.instruments.cli", "routers"),
     ):
         try:
             mod = importlib.import_module(module)

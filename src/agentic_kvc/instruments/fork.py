@@ -19,33 +19,46 @@ from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload.model import Workload
 
+# Shared objects by token, for unpickling: a pickled reference names (token, id(object)).
+_SHARED: dict[int, dict[int, Any]] = {}
+
+
+def _shared_ref(token: int, key: int) -> Any:
+    return _SHARED[token][key]
+
 
 class _Pickler(pickle.Pickler):
+    """Pickles the shared objects as references. `reducer_override` (unlike `persistent_id`)
+    is not called for ints, strings, lists, dicts and tuples, which are most of a fleet's
+    state (block hashes), so the check costs little."""
+
     def __init__(self, file: io.BytesIO, shared: dict[int, Any]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.shared = shared
+        self.token = id(shared)
+        _SHARED[self.token] = shared
 
-    def persistent_id(self, obj: Any) -> int | None:  # type: ignore[override]
+    def reducer_override(self, obj: Any) -> Any:
         key = id(obj)
-        return key if key in self.shared else None
+        if key in self.shared:
+            return _shared_ref, (self.token, key)
+        return NotImplemented
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, shared: dict[int, Any]) -> None:
-        super().__init__(file)
-        self.shared = shared
-
-    def persistent_load(self, pid: Any) -> Any:
-        return self.shared[pid]
+def forget(shared: dict[int, Any]) -> None:
+    """Drop `shared` from the unpickling registry (its snapshots can no longer fork)."""
+    _SHARED.pop(id(shared), None)
 
 
 def shared_objects(fleet: SimFleet) -> dict[int, Any]:
     """What every fork shares with its origin: read-only inputs (workload, config, profile)."""
-    objs: list[Any] = [fleet.workload, fleet.config, fleet.profile]
+    objs: list[Any] = [fleet.workload, fleet.config, fleet.profile, fleet.profile.cost]
+    # Step-cost models (they may hold caches that cannot be pickled; none changes in a run).
+    objs += [getattr(fleet.profile, "contended_cost", None), *(i.cost for i in fleet.instances)]
     for s in fleet.workload.sessions:
         objs.append(s)
         objs.extend(s.requests)
-    return {id(o): o for o in objs}
+    return {id(o): o for o in objs if o is not None}
 
 
 class Snapshot:
@@ -85,7 +98,7 @@ class Snapshot:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 200_000))
         try:
-            fleet, extra = _Unpickler(io.BytesIO(self.data), self.shared).load()
+            fleet, extra = pickle.loads(self.data)
         finally:
             sys.setrecursionlimit(limit)
         fleet.__class__ = ForkedFleet

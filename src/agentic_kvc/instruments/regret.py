@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from agentic_kvc.config import RunConfig
-from agentic_kvc.instruments.fork import ForkedFleet, Snapshot, shared_objects
+from agentic_kvc.instruments.fork import ForkedFleet, Snapshot, forget, shared_objects
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.policy.base import Decision, FleetView, InstanceView, Policy, RequestView
 from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.fleet import SessionRun, SimFleet
+from agentic_kvc.sim.fleet import SessionRun, SimFleet, SimStats
 from agentic_kvc.workload.model import Workload
 
 METRICS = ("ttft_s", "e2e_s", "fleet_ttft_s")
@@ -162,6 +162,12 @@ class RegretFleet(SimFleet):
         self.rows: list[dict[str, Any]] = []
         self._decisions = 0
         self._shared = shared_objects(self)
+
+    def run(self) -> SimStats:
+        try:
+            return super().run()
+        finally:
+            forget(self._shared)
 
     def _release(self, srun: SessionRun, k: int) -> None:
         n = self._decisions
