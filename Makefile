@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all env model peers system jupyter lab report test test-fast test-all lint format clean-results help \
+.PHONY: all env model peers system jupyter lab report test test-fast test-all test-reliability lint format clean-results help \
 	claim claims-check kick-the-tires artifact-appendix artifact-report artifact-archive
 
 help:  ## list targets
@@ -93,6 +93,11 @@ test-all: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## every test, slo
 
 test-fast: $(STAMPS)/jupyter  ## no real engines, nothing slow
 	$(BIN)/python -m pytest -m "not vllm and not slow" $(PYTEST_ARGS)
+
+# The reliability and security suite (docs/reliability.md), slow cases included: engine kill
+# and restart, 1,000 concurrent streams, longer fuzzing. About 6 min on 2 cores.
+test-reliability: $(STAMPS)/model $(STAMPS)/system  ## faults, bad input, integrity, security (slow ones too)
+	AKVC_FUZZ_EXAMPLES=$${AKVC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -m reliability $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv  ## ruff and snakemake --lint
 	$(BIN)/ruff check src tests workflow notebooks benchmarks
