@@ -89,6 +89,9 @@ class SimConfig(_Strict):
     sample_interval_s: float = Field(1.0, gt=0)
     kv_transfer_fixed_s: float = Field(0.05, ge=0)
     kv_transfer_gbps: float = Field(200.0, gt=0)
+    # KV retention across tool pauses: a session's KV stays held this long after its turn
+    # ends (sim/engine.py). 0 (default) is vLLM's plain LRU; left out of the run id then.
+    kv_retention_ttl_s: float = Field(0.0, ge=0)
 
 
 class ReplayConfig(_Strict):
@@ -122,6 +125,8 @@ class RunConfig(_Strict):
         # Only a non-zero repeat is hashed, so every run_id from before the field is unchanged.
         if not out["repeat"]:
             del out["repeat"]
+        if not out["sim"]["kv_retention_ttl_s"]:  # likewise: ids from before it unchanged
+            del out["sim"]["kv_retention_ttl_s"]
         return out
 
     def run_id(self) -> str:

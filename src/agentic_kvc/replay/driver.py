@@ -5,6 +5,12 @@ is sent `think_s` (tool/think wait) after the previous turn finished, so a slow 
 the whole session as it would a real agent. Open loop: every request is sent at its own
 arrival time, whether or not earlier turns finished.
 
+Agentic DAGs (`Request.depends_on`): a subagent session starts `think_s` after the turn that
+spawned it finished, concurrently with its siblings; a join turn is sent `think_s` after its
+previous turn and every subagent it waits for finished (open loop: at its arrival or when its
+dependencies are done, whichever is later). Subagents run inside their parent's session slot
+and send `x-parent-session-id`.
+
 `max_inflight_sessions` caps the sessions holding a slot at once (64 / 128 active agents): a
 session takes a slot when it starts and gives it back after its last turn; sessions whose start
 time has passed queue for a slot in start order. `time_scale` multiplies every workload time
@@ -17,6 +23,7 @@ All record times are seconds on the run clock: time.monotonic() minus `clock_ori
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ from tqdm import tqdm
 
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.client import Outcome, completion_body, new_http_session, send_completion
-from agentic_kvc.workload.model import Request, Session, Workload
+from agentic_kvc.workload.model import Request, Session, Workload, live_dependencies
 
 TokenFn = Callable[[Request], Sequence[int]]
 RecordHook = Callable[[RequestRecord], None]
@@ -122,6 +129,12 @@ class Replayer:
             mininterval=0.5,
         )
         self._errors = 0
+        # Agentic DAGs: a request waits for the requests it depends on (besides its session's
+        # previous turn); each finished request sets its event, failed ones included.
+        self._deps = live_dependencies(workload)
+        needed = {d for deps in self._deps.values() for d in deps}
+        self._done = {rid: asyncio.Event() for rid in needed}
+        self._parent_of = {s.session_id: s.parent_session_id for s in workload.sessions}
         # Start order decides who queues first for a slot.
         sessions = sorted(workload.sessions, key=lambda s: (s.start_s, s.session_id))
         try:
@@ -142,12 +155,35 @@ class Replayer:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    async def _wait_deps(self, req: Request) -> bool:
+        """Wait until the requests `req` depends on are done; True if it had any."""
+        deps = self._deps.get(req.request_id)
+        if not deps:
+            return False
+        for d in deps:
+            await self._done[d].wait()
+        return True
+
+    async def _think(self, req: Request) -> None:
+        if req.think_s > 0 and self.s.time_scale > 0:
+            await asyncio.sleep(self._scaled(req.think_s))
+
     async def _closed_session(self, session: Session) -> None:
-        await self._sleep_until(session.start_s)
-        async with self._slots:
+        first = session.requests[0]
+        if first.request_id in self._deps:
+            # A subagent starts when the turn that spawns it is done, then its own wait.
+            await self._wait_deps(first)
+            await self._think(first)
+        else:
+            await self._sleep_until(session.start_s)
+        # A subagent runs inside its parent's slot: a capped parent waiting for its subagents
+        # would otherwise deadlock.
+        slot = self._slots if session.parent_session_id is None else contextlib.nullcontext()
+        async with slot:
             for k, req in enumerate(session.requests):
-                if k > 0 and req.think_s > 0 and self.s.time_scale > 0:
-                    await asyncio.sleep(self._scaled(req.think_s))
+                if k > 0:
+                    await self._wait_deps(req)
+                    await self._think(req)
                 await self._send(req, self.now())
 
     async def _open_session(self, session: Session) -> None:
@@ -157,6 +193,8 @@ class Replayer:
             async def at_arrival(req: Request) -> None:
                 await self._sleep_until(req.arrival_s)
                 scheduled = self._start + self._scaled(req.arrival_s) - self._origin
+                if await self._wait_deps(req):
+                    scheduled = max(scheduled, self.now())
                 await self._send(req, scheduled)
 
             await asyncio.gather(*(at_arrival(r) for r in session.requests))
@@ -167,9 +205,17 @@ class Replayer:
             self.s.model, ids, req.output_tokens, req.session_id, stream=self.s.stream
         )
         headers = {"x-session-id": req.session_id, "x-request-id": req.request_id}
-        out = await send_completion(
-            self._http, self.s.target + self.s.endpoint, body, headers, self.s.timeout_s
-        )
+        parent = self._parent_of.get(req.session_id)
+        if parent is not None:
+            headers["x-parent-session-id"] = parent
+        try:
+            out = await send_completion(
+                self._http, self.s.target + self.s.endpoint, body, headers, self.s.timeout_s
+            )
+        finally:
+            done = self._done.get(req.request_id)
+            if done is not None:
+                done.set()
         rec = record_from_outcome(req, len(ids), arrival_s, out, self._origin)
         self.records.append(rec)
         if rec.error:

@@ -52,6 +52,8 @@ class Seq:
     num_computed: int = 0
     generated: int = 0
     blocks: BlockTable = field(default_factory=BlockTable)  # its hashed blocks lead
+    retain_key: str | None = None  # KV retention: the session this request's KV belongs to
+    retain_after: bool = False  # hold its KV when it finishes (the session goes on)
     cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
     remote_tokens: int = 0  # prompt tokens received by KV transfer
     t_first_token: float | None = None
@@ -122,6 +124,7 @@ class Instance:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         closed_form: bool = True,
+        retention_ttl_s: float = 0.0,
     ) -> None:
         self.index = index
         self.cost = cost
@@ -139,6 +142,14 @@ class Instance:
         self.external_hits = 0
         self.preemptions = 0
         self.steps = 0
+        # KV retention across tool pauses (off at 0): a finished request's blocks stay held
+        # for `retention_ttl_s`, keyed by its session, in expiry order. A hold ends when the
+        # session's next turn is admitted here (it then holds what it hit), when the TTL
+        # runs out, or, oldest first, when blocks run short: held blocks are evicted only
+        # after every unheld free block, so retention prioritises, never starves, a request.
+        self.retention_ttl_s = retention_ttl_s
+        self.holds: dict[str, tuple[BlockTable, float]] = {}
+        self.retained_releases = {"reused": 0, "expired": 0, "reclaimed": 0}
 
     @property
     def capacity_tokens(self) -> int:
@@ -151,10 +162,39 @@ class Instance:
         if full > seq.blocks.n_hashed:
             self.pool.cache(seq.blocks, full, seq.block_hashes, len(seq.hashes))
 
+    # ---- KV retention ----------------------------------------------------------------
+
+    def _hold(self, key: str, seq: Seq, until: float) -> None:
+        old = self.holds.pop(key, None)
+        if old is not None:
+            self.pool.release(old[0])
+        self.holds[key] = (seq.blocks, until)
+        seq.blocks = BlockTable()
+
+    def _unhold(self, key: str, why: str) -> None:
+        table, _until = self.holds.pop(key)
+        self.pool.release(table)
+        self.retained_releases[why] += 1
+
+    def _expire(self, now: float) -> None:
+        holds = self.holds
+        while holds:
+            key, (_table, until) = next(iter(holds.items()))
+            if until > now:
+                break
+            self._unhold(key, "expired")
+
+    def _reclaim(self, need: int) -> None:
+        """Release holds, oldest first, until `need` blocks are free (or none is left)."""
+        while self.holds and self.pool.num_free < need:
+            self._unhold(next(iter(self.holds)), "reclaimed")
+
     def _grow(self, seq: Seq, n: int) -> bool:
         """vLLM's allocate_slots for a running request: blocks for n more tokens, or False."""
         need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
         if need > 0:
+            if need > self.pool.num_free and self.holds:
+                self._reclaim(need)
             if need > self.pool.num_free:
                 return False
             self.pool.allocate(seq.blocks, need)
@@ -191,9 +231,22 @@ class Instance:
             n = min(seq.num_tokens - computed, budget)
         need = -(-(computed + n) // bs) - n_hit - len(seq.blocks)
         if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
-            return None
+            if not self.holds:
+                return None
+            # Blocks run short: drop other sessions' holds first (this session's own hold
+            # is what it hits), then its own.
+            own = self.holds.pop(seq.retain_key, None) if seq.retain_key else None
+            self._reclaim(need + (pool.evictable(hit) if n_hit else 0))
+            if own is not None:
+                self.holds[seq.retain_key] = own  # type: ignore[index]
+            if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
+                self._reclaim(need + (pool.evictable(hit) if n_hit else 0))
+                if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
+                    return None
         if hit is not None and n_hit:
             pool.take(seq.blocks, hit)
+        if seq.retain_key is not None and seq.retain_key in self.holds:
+            self._unhold(seq.retain_key, "reused")  # the next turn holds what it hit now
         if need > 0:
             pool.allocate(seq.blocks, need)
         seq.num_computed = computed
@@ -209,6 +262,8 @@ class Instance:
 
     def schedule(self, now: float) -> Step | None:
         """Plan the next step at `now`; None if there is nothing to do."""
+        if self.holds:
+            self._expire(now)
         budget = self.max_batched
         seqs: list[Seq] = []
         nums: list[int] = []
@@ -361,7 +416,9 @@ class Instance:
             if s.generated >= s.max_output:
                 s.t_done = t
                 done = True
-                if not s.hold_blocks:
+                if s.retain_after and s.retain_key is not None and self.retention_ttl_s > 0:
+                    self._hold(s.retain_key, s, t + self.retention_ttl_s)
+                elif not s.hold_blocks:
                     self.pool.release(s.blocks)
                 if not touched or touched[-1] is not s:
                     touched.append(s)
@@ -389,6 +446,8 @@ class Instance:
 
     def kv_usage_at(self, t: float) -> float:
         """KV usage as a scrape at `t` sees it (inside a run of steps, blocks grow per step)."""
+        if self.holds:
+            self._expire(t)  # holds whose TTL ran out are free by now, busy or idle
         step = self.step
         used = self.pool.num_blocks - self.pool.num_free
         if step is not None and step.k > 1:

@@ -27,7 +27,7 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq
-from agentic_kvc.workload.model import Request, Session, Workload
+from agentic_kvc.workload.model import Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import engine_block_hashes
 
 # Event kinds, in the order they run at equal times.
@@ -67,6 +67,9 @@ class SessionRun:
     session: Session
     next_turn: int = 0
     pending: int = 0  # open loop: released and not done
+    # A subagent runs inside its parent's slot (a capped parent waiting on its subagents
+    # would otherwise deadlock), so only top-level sessions take one.
+    takes_slot: bool = True
 
 
 @dataclass(slots=True)
@@ -107,6 +110,7 @@ class SimFleet:
                 fc.max_num_seqs,
                 fc.max_num_batched_tokens,
                 closed_form,
+                config.sim.kv_retention_ttl_s,
             )
             for i in range(fc.instances)
         ]
@@ -126,6 +130,7 @@ class SimFleet:
         self.kv_fixed_s = config.sim.kv_transfer_fixed_s
         self.kv_bytes_per_s = config.sim.kv_transfer_gbps * 1e9 / 8
         self.mode = config.workload.mode
+        self.retain = config.sim.kv_retention_ttl_s > 0
         self.max_sessions = config.replay.max_inflight_sessions
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
@@ -137,6 +142,11 @@ class SimFleet:
         self._slots_used = 0
         self._slot_queue: deque[SessionRun] = deque()
         self._outstanding = len(workload)
+        # Agentic DAGs: request id -> the other requests it waits for; finished ids; and who
+        # waits on an unfinished one. Empty for a flat workload (nothing below runs then).
+        self._deps = live_dependencies(workload)
+        self._done: set[str] = set()
+        self._waiters: dict[str, list[tuple[SessionRun, int]]] = {}
         self.records: list[RequestRecord] = []
         self.samples: list[InstanceSample] = []
         self.stats = SimStats()
@@ -155,9 +165,15 @@ class SimFleet:
 
     def run(self) -> SimStats:
         for srun in sorted(
-            (SessionRun(s) for s in self.workload.sessions if s.requests),
+            (
+                SessionRun(s, takes_slot=s.parent_session_id is None)
+                for s in self.workload.sessions
+                if s.requests
+            ),
             key=lambda r: (r.session.start_s, r.session.session_id),
         ):
+            if self.mode == "closed" and self._wait_for_deps(srun, 0):
+                continue  # a subagent starts when the turn that spawns it is done
             self._push(srun.session.start_s, RELEASE, srun)
         if self._outstanding:
             if self.scrape_s > 0:
@@ -196,10 +212,11 @@ class SimFleet:
     # ---- sessions --------------------------------------------------------------------
 
     def _session_start(self, srun: SessionRun) -> None:
-        if self.max_sessions is not None and self._slots_used >= self.max_sessions:
-            self._slot_queue.append(srun)
-            return
-        self._slots_used += 1
+        if srun.takes_slot:
+            if self.max_sessions is not None and self._slots_used >= self.max_sessions:
+                self._slot_queue.append(srun)
+                return
+            self._slots_used += 1
         if self.mode == "closed":
             self._push(self._now, RELEASE, (srun, 0))
         else:
@@ -207,7 +224,9 @@ class SimFleet:
             for k, req in enumerate(srun.session.requests):
                 self._push(max(req.arrival_s, self._now), RELEASE, (srun, k))
 
-    def _session_end(self) -> None:
+    def _session_end(self, srun: SessionRun) -> None:
+        if not srun.takes_slot:
+            return
         self._slots_used -= 1
         if self._slot_queue:
             self._session_start(self._slot_queue.popleft())
@@ -217,19 +236,50 @@ class SimFleet:
         reqs = srun.session.requests
         if self.mode == "closed":
             if turn_index + 1 < len(reqs):
-                nxt = reqs[turn_index + 1]
-                self._push(self._now + nxt.think_s, RELEASE, (srun, turn_index + 1))
+                if not self._wait_for_deps(srun, turn_index + 1):
+                    nxt = reqs[turn_index + 1]
+                    self._push(self._now + nxt.think_s, RELEASE, (srun, turn_index + 1))
             else:
-                self._session_end()
+                self._session_end(srun)
         else:
             srun.pending -= 1
             if srun.pending == 0:
-                self._session_end()
+                self._session_end(srun)
+        if self._deps:
+            self._dependency_done(reqs[turn_index].request_id)
+
+    # ---- agentic DAGs ----------------------------------------------------------------
+
+    def _wait_for_deps(self, srun: SessionRun, k: int) -> bool:
+        """Park request k of `srun` until the requests it depends on are done (True if any
+        is still running or unreleased)."""
+        deps = self._deps.get(srun.session.requests[k].request_id)
+        if not deps:
+            return False
+        unmet = [d for d in deps if d not in self._done]
+        for d in unmet:
+            self._waiters.setdefault(d, []).append((srun, k))
+        return bool(unmet)
+
+    def _dependency_done(self, request_id: str) -> None:
+        self._done.add(request_id)
+        for srun, k in self._waiters.pop(request_id, ()):
+            req = srun.session.requests[k]
+            if any(d not in self._done for d in self._deps[req.request_id]):
+                continue  # still waiting for another one (it holds a waiter entry too)
+            if self.mode == "open":
+                self._push(self._now, RELEASE, (srun, k))
+            elif k == 0:  # a subagent's first turn: its session starts now (after its wait)
+                self._push(self._now + req.think_s, RELEASE, srun)
+            else:
+                self._push(self._now + req.think_s, RELEASE, (srun, k))
 
     # ---- requests --------------------------------------------------------------------
 
     def _release(self, srun: SessionRun, k: int) -> None:
         req = srun.session.requests[k]
+        if self.mode == "open" and self._deps and self._wait_for_deps(srun, k):
+            return  # open loop: sent at its arrival or when its dependencies are done
         now = self._now
         cfg = self.config
         rec = RequestRecord(
@@ -288,6 +338,11 @@ class SimFleet:
             self._submit(self.instances[decision.prefill], seq)
         else:
             seq = Seq(self._uid, req.input_tokens, output, hashes, flight_k)
+            if self.retain:
+                seq.retain_key = sid
+                # Only a turn that ends in a tool call (the session goes on) is worth holding;
+                # an engine sees that as finish_reason "tool_calls".
+                seq.retain_after = k + 1 < len(srun.session.requests)
             flight.decode_seq = seq
             self._submit(self.instances[decision.decode], seq)
 
@@ -367,9 +422,15 @@ class SimFleet:
             p.hashes,
             p.tag,
             kv=KV_NEEDS_BLOCKS,
+            retain_key=flight.request.session_id if self.retain else None,
+            retain_after=self._retains(flight),
         )
         flight.decode_seq = seq
         self._submit(self.instances[d.decode], seq)
+
+    def _retains(self, flight: Flight) -> bool:
+        _flight, k = flight.prefill_seq.tag if flight.prefill_seq is not None else (None, 0)
+        return self.retain and k + 1 < len(flight.session.session.requests)
 
     def _start_transfer(self, inst: Instance, seq: Seq) -> None:
         flight, _k = seq.tag

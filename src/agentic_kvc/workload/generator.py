@@ -57,6 +57,38 @@ class SynthParams(BaseModel):
     tool_output_max_tokens: int = Field(100_000, ge=1)
     tool_wait_median_s: float = Field(2.0, gt=0, description="think/tool wait, lognormal")
     tool_wait_sigma: float = Field(1.0, ge=0)
+    # Off by default (and then absent from the workload's metadata, so files keep their
+    # bytes): a Pareto tail on tool waits, and subagents that fan out and join.
+    tool_wait_tail_prob: float = Field(
+        0.0, ge=0, le=1, description="P(a tool wait is drawn from the Pareto tail instead)"
+    )
+    tool_wait_tail_alpha: float = Field(1.2, gt=0, description="Pareto shape of the tail")
+    tool_wait_tail_min_s: float = Field(10.0, gt=0, description="where the tail starts")
+    tool_wait_max_s: float = Field(600.0, gt=0, description="clamp of a tail wait")
+    subagent_prob: float = Field(0.0, ge=0, le=1, description="P(a turn spawns subagents)")
+    subagent_fanout_max: int = Field(4, ge=1, description="subagents per spawn: 1..this")
+    subagent_task_median_tokens: int = Field(1500, ge=1, description="a subagent's task")
+    subagent_continue_prob: float = Field(0.7, ge=0, lt=1, description="its geometric turns")
+    subagent_max_turns: int = Field(12, ge=1)
+    subagent_result_max_tokens: int = Field(2000, ge=1, description="result joined back")
+
+
+# New parameters whose default leaves the generator's output as it was before them.
+_OPTIONAL_DEFAULTS = {
+    name: SynthParams.model_fields[name].default
+    for name in (
+        "tool_wait_tail_prob",
+        "tool_wait_tail_alpha",
+        "tool_wait_tail_min_s",
+        "tool_wait_max_s",
+        "subagent_prob",
+        "subagent_fanout_max",
+        "subagent_task_median_tokens",
+        "subagent_continue_prob",
+        "subagent_max_turns",
+        "subagent_result_max_tokens",
+    )
+}
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -108,6 +140,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "tool_wait_median_s": 3.0,
         "tool_wait_sigma": 1.2,
     },
+    # Coding agent that delegates (Claude Code's Task tool, Codex's spawned threads): a third
+    # of its turns fan out 1-4 subagents that run in parallel and join, and tool waits have
+    # a Pareto tail (builds, test suites, a human approving a command).
+    "agentic-subagents": {
+        "continue_prob": 0.8,
+        "subagent_prob": 0.3,
+        "tool_wait_tail_prob": 0.1,
+    },
 }
 
 
@@ -132,6 +172,7 @@ def _lognormal_int(rng: np.random.Generator, median: float, sigma: float, lo: in
 class _SessionBuilder:
     def __init__(self, p: SynthParams, index: int, seed: int, start_s: float) -> None:
         self.p = p
+        self.seed, self.index = seed, index
         self.rng = np.random.default_rng([seed, 1, index])
         self.sid = f"s{index:06d}"
         self.next_id = 1 + index * _IDS_PER_SESSION
@@ -163,8 +204,24 @@ class _SessionBuilder:
             median, sigma = p.tool_small_median_tokens, p.tool_small_sigma
         return self.block(_lognormal_int(rng, median, sigma, 1, p.tool_output_max_tokens))
 
-    def build(self) -> Session:
+    def tool_wait(self) -> float:
         p, rng = self.p, self.rng
+        wait = float(p.tool_wait_median_s * np.exp(p.tool_wait_sigma * rng.standard_normal()))
+        if p.tool_wait_tail_prob > 0:  # drawn from a stream of its own: the body is unchanged
+            tail = self.tail_rng
+            if tail.random() < p.tool_wait_tail_prob:
+                wait = min(
+                    p.tool_wait_tail_min_s * (1.0 + tail.pareto(p.tool_wait_tail_alpha)),
+                    p.tool_wait_max_s,
+                )
+        return wait
+
+    def build(self) -> list[Session]:
+        """The session, then its subagent sessions (if any) in spawn order."""
+        p, rng = self.p, self.rng
+        self.tail_rng = np.random.default_rng([self.seed, 3, self.index])
+        sub_rng = np.random.default_rng([self.seed, 2, self.index])
+        children: list[Session] = []
         n_turns = 1
         while n_turns < p.max_turns and rng.random() < p.continue_prob:
             n_turns += 1
@@ -180,22 +237,27 @@ class _SessionBuilder:
         )
         context += [self.block(dump), self.user_message()]
         requests: list[Request] = []
+        joined: list[Session] = []  # subagents spawned by the previous turn, to join now
         for turn in range(n_turns):
             if turn:
                 prev = requests[-1]
                 context.append(self.block(prev.output_tokens))  # the answer (a tool call)
-                if p.tool_outputs:
+                if joined:  # the Task tool's results: each subagent's last answer
+                    context.extend(
+                        self.block(min(c.requests[-1].output_tokens, p.subagent_result_max_tokens))
+                        for c in joined
+                    )
+                elif p.tool_outputs:
                     context.append(self.tool_output())
                 if p.user_message_each_turn:
                     context.append(self.user_message())
             n_in = sum(b.tokens for b in context)
             if n_in > p.max_context_tokens and requests:
                 break  # the agent's context is full: the session ends
-            think = 0.0
-            if turn:
-                think = float(
-                    p.tool_wait_median_s * np.exp(p.tool_wait_sigma * rng.standard_normal())
-                )
+            think = self.tool_wait() if turn else 0.0
+            arrival = self.start_s if not turn else release_after(requests[-1], think)
+            if joined:
+                arrival = max([arrival, *(release_after(c.requests[-1], think) for c in joined)])
             requests.append(
                 Request(
                     request_id=f"{self.sid}-t{turn:03d}",
@@ -204,12 +266,70 @@ class _SessionBuilder:
                     input_tokens=n_in,
                     output_tokens=self.output_tokens(),
                     blocks=tuple(context),
-                    arrival_s=self.start_s if not turn else release_after(requests[-1], think),
+                    arrival_s=arrival,
                     think_s=think,
                     parent_id=requests[-1].request_id if turn else None,
+                    depends_on=tuple(c.requests[-1].request_id for c in joined),
                 )
             )
-        return Session(self.sid, requests)
+            joined = []
+            if p.subagent_prob > 0 and turn + 1 < n_turns and sub_rng.random() < p.subagent_prob:
+                fanout = 1 + int(sub_rng.integers(p.subagent_fanout_max))
+                joined = [
+                    self.subagent(sub_rng, requests[-1], len(children) + k) for k in range(fanout)
+                ]
+                children.extend(joined)
+        return [Session(self.sid, requests), *children]
+
+    def subagent(self, rng: np.random.Generator, spawner: Request, index: int) -> Session:
+        """A subagent spawned by `spawner`: the shared system prompt, its own task, its own
+        tool loop; its first turn waits for the spawner's answer (the Task tool call)."""
+        p = self.p
+        sid = f"{self.sid}-a{index:03d}"
+        context: list[Block] = []
+        if p.system_prompt_tokens:
+            context.append(Block(SYSTEM_BLOCK_ID, p.system_prompt_tokens))
+        task = _lognormal_int(rng, p.subagent_task_median_tokens, 0.6, 16, p.max_context_tokens)
+        context.append(self.block(task))
+        n_turns = 1
+        while n_turns < p.subagent_max_turns and rng.random() < p.subagent_continue_prob:
+            n_turns += 1
+        requests: list[Request] = []
+        for turn in range(n_turns):
+            if turn:
+                context.append(self.block(requests[-1].output_tokens))
+                big = rng.random() < p.tool_large_prob
+                median = p.tool_large_median_tokens if big else p.tool_small_median_tokens
+                sigma = p.tool_large_sigma if big else p.tool_small_sigma
+                context.append(
+                    self.block(_lognormal_int(rng, median, sigma, 1, p.tool_output_max_tokens))
+                )
+            n_in = sum(b.tokens for b in context)
+            if n_in > p.max_context_tokens and requests:
+                break
+            think = (
+                float(p.tool_wait_median_s * np.exp(p.tool_wait_sigma * rng.standard_normal()))
+                if turn
+                else 0.0
+            )
+            prev = requests[-1] if requests else spawner
+            requests.append(
+                Request(
+                    request_id=f"{sid}-t{turn:03d}",
+                    session_id=sid,
+                    turn=turn,
+                    input_tokens=n_in,
+                    output_tokens=_lognormal_int(
+                        rng, p.output_median_tokens, p.output_sigma, 1, p.output_max_tokens
+                    ),
+                    blocks=tuple(context),
+                    arrival_s=release_after(prev, think),
+                    think_s=think,
+                    parent_id=requests[-1].request_id if turn else None,
+                    depends_on=() if turn else (spawner.request_id,),
+                )
+            )
+        return Session(sid, requests, parent_session_id=self.sid)
 
 
 def synthesize(
@@ -225,14 +345,20 @@ def synthesize(
     gaps = np.random.default_rng([seed, 0]).exponential(1.0 / p.session_rate_per_s, sessions)
     gaps[0] = 0.0
     starts = np.cumsum(gaps)
-    out = [_SessionBuilder(p, i, seed, float(starts[i])).build() for i in range(sessions)]
+    out = [
+        s for i in range(sessions) for s in _SessionBuilder(p, i, seed, float(starts[i])).build()
+    ]
+    dumped = p.model_dump(mode="json")
+    for name, default in _OPTIONAL_DEFAULTS.items():
+        if dumped[name] == default:
+            del dumped[name]
     meta = {
         "format": "native",
         "generator": {
             "preset": preset,
             "sessions": sessions,
             "seed": seed,
-            "params": p.model_dump(mode="json"),
+            "params": dumped,
         },
     }
     return Workload(out, meta=meta)

@@ -34,6 +34,11 @@ class Request:
     # previous turn for generated or session-labelled traces, the rebuilt parent for traces
     # whose sessions are recovered from hash chains (Mooncake). None for a first turn.
     parent_id: str | None = None
+    # Agentic DAGs (subagents, joins): requests of other sessions that must finish before
+    # this one is released (its own session's previous turn always must). A subagent's first
+    # request depends on the parent turn that spawned it; the parent's join turn depends on
+    # each subagent's last request. Closed-loop replay waits `think_s` after the last of them.
+    depends_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         total = sum(b.tokens for b in self.blocks)
@@ -48,6 +53,7 @@ class Request:
 class Session:
     session_id: str
     requests: list[Request]
+    parent_session_id: str | None = None  # the session that spawned this one (a subagent)
 
     @property
     def start_s(self) -> float:
@@ -67,3 +73,21 @@ class Workload:
 
     def __len__(self) -> int:
         return sum(len(s.requests) for s in self.sessions)
+
+    @property
+    def has_dependencies(self) -> bool:
+        return any(r.depends_on for s in self.sessions for r in s.requests)
+
+
+def live_dependencies(workload: Workload) -> dict[str, tuple[str, ...]]:
+    """Each request's `depends_on` restricted to requests present in the workload (a subset
+    may have cut a parent or a subagent: what is not there cannot hold anything back)."""
+    ids = {r.request_id for s in workload.sessions for r in s.requests}
+    out = {}
+    for s in workload.sessions:
+        for r in s.requests:
+            if r.depends_on:
+                deps = tuple(d for d in r.depends_on if d in ids and d != r.request_id)
+                if deps:
+                    out[r.request_id] = deps
+    return out

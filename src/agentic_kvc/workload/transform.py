@@ -34,7 +34,7 @@ def _rebuild(sessions: list[Session], keep: set[str]) -> list[Session]:
     for s in sessions:
         reqs = [r for r in s.requests if r.request_id in keep]
         if reqs:
-            out.append(Session(s.session_id, reqs))
+            out.append(Session(s.session_id, reqs, s.parent_session_id))
     return out
 
 
@@ -49,13 +49,16 @@ def _replace(r: Request, **changes: Any) -> Request:
         "arrival_s": r.arrival_s,
         "think_s": r.think_s,
         "parent_id": r.parent_id,
+        "depends_on": r.depends_on,
     }
     fields.update(changes)
     return Request(**fields)
 
 
 def _map(sessions: list[Session], fn: Any) -> list[Session]:
-    return [Session(s.session_id, [fn(r) for r in s.requests]) for s in sessions]
+    return [
+        Session(s.session_id, [fn(r) for r in s.requests], s.parent_session_id) for s in sessions
+    ]
 
 
 def scale_tokens(workload: Workload, factor: float) -> Workload:
@@ -153,7 +156,7 @@ def _limit_input(
             blocks = tuple(prefix_blocks(r.blocks, limit)) if r.blocks else ()
             reqs.append(_replace(r, blocks=blocks, input_tokens=limit))
         if reqs:
-            out.append(Session(s.session_id, reqs))
+            out.append(Session(s.session_id, reqs, s.parent_session_id))
     info = {
         "limit": limit,
         "policy": "drop_rest_of_session" if overflow == "drop" else "truncate",

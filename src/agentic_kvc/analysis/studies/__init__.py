@@ -20,6 +20,7 @@ STUDY_MODULES = (
     "peers",
     "concurrency",
     "real",
+    "retention",
 )
 
 

@@ -4,6 +4,8 @@
 |---|---|---|---|
 | native | akvc-workload jsonl (generator, `workload convert`) | explicit | blocks |
 | mooncake | Mooncake FAST'25 jsonl | rebuilt from hash chains | 512-token hash ids |
+| mooncake-64 | Mooncake rows hashed at 64-token blocks | rebuilt from hash chains | 64-token ids |
+| agentic-mooncake | Dynamo agentic Mooncake jsonl | `wait_for`/`branches` DAG | 64-token ids |
 | bailian | Alibaba Bailian jsonl | `parent_chat_id` links | 16-token hash ids |
 | tracelab | TraceLab closed-loop CSV | `session_id` / `round_idx` | prefix + new lengths |
 | tracelab-rounds | TraceLab round jsonl | `session_id` / `round_index` | prefix + new lengths |
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentic_kvc.workload.errors import WorkloadFormatError
+from agentic_kvc.workload.formats.agentic_mooncake import read_agentic_mooncake
 from agentic_kvc.workload.formats.azure import read_azure
 from agentic_kvc.workload.formats.bailian import read_bailian
 from agentic_kvc.workload.formats.mooncake import read_mooncake
@@ -28,6 +31,8 @@ from agentic_kvc.workload.model import Workload
 READERS: dict[str, Callable[[Path], Workload]] = {
     "native": read_native,
     "mooncake": read_mooncake,
+    "mooncake-64": lambda p: read_mooncake(p, block_tokens=64),
+    "agentic-mooncake": read_agentic_mooncake,
     "bailian": read_bailian,
     "tracelab": read_tracelab_csv,
     "tracelab-rounds": read_tracelab_rounds,
@@ -56,6 +61,10 @@ def detect_format(path: str | Path) -> str:
         keys = set(obj) if isinstance(obj, dict) else set()
         if is_native_header(obj):
             return "native"
+        if "request_id" in keys and keys & {"wait_for", "branches", "tool_wait_ms", "session_id"}:
+            return "agentic-mooncake"
+        if not keys & {"request_id", "input_length", "format"} and keys & {"block_size", "schema"}:
+            return "agentic-mooncake"  # its optional header line
         if {"chat_id", "parent_chat_id"} <= keys:
             return "bailian"
         if {"timestamp", "input_length", "hash_ids"} <= keys:

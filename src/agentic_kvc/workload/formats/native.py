@@ -2,7 +2,9 @@
 
 JSON lines. Line 1 is a header `{"format": "akvc-workload", "version": 1, "meta": {...}}`;
 every other line is one request: `request_id, session_id, turn, arrival_s, think_s,
-input_tokens, output_tokens, parent_id, blocks` with `blocks` a list of `[id, tokens]` pairs.
+input_tokens, output_tokens, parent_id, blocks` with `blocks` a list of `[id, tokens]` pairs,
+plus, only when set, `depends_on` (request ids of other sessions that must finish first) and
+`parent_session_id` (a subagent session's spawner).
 Sessions appear in order, each with its requests in turn order. Keys are sorted and floats are
 written with Python's shortest round-trip repr, so reading a file and writing it again gives
 the same bytes, and the same workload gives the same file.
@@ -22,8 +24,8 @@ MAGIC = "akvc-workload"
 VERSION = 1
 
 
-def _request_row(r: Request) -> dict[str, Any]:
-    return {
+def _request_row(r: Request, parent_session: str | None = None) -> dict[str, Any]:
+    row = {
         "request_id": r.request_id,
         "session_id": r.session_id,
         "turn": r.turn,
@@ -34,12 +36,22 @@ def _request_row(r: Request) -> dict[str, Any]:
         "parent_id": r.parent_id,
         "blocks": [[b.id, b.tokens] for b in r.blocks],
     }
+    # DAG fields only when set, so a workload without them keeps its bytes.
+    if r.depends_on:
+        row["depends_on"] = list(r.depends_on)
+    if parent_session is not None:
+        row["parent_session_id"] = parent_session
+    return row
 
 
 def dumps_native(workload: Workload) -> str:
     header = {"format": MAGIC, "version": VERSION, "meta": workload.meta}
     lines = [dumps_canonical(header)]
-    lines.extend(dumps_canonical(_request_row(r)) for s in workload.sessions for r in s.requests)
+    lines.extend(
+        dumps_canonical(_request_row(r, s.parent_session_id))
+        for s in workload.sessions
+        for r in s.requests
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -83,6 +95,15 @@ def _blocks(obj: dict[str, Any], path: Path, line: int) -> tuple[Block, ...]:
     return tuple(out)
 
 
+def _depends_on(obj: dict[str, Any], path: Path, line: int) -> tuple[str, ...]:
+    raw = obj.get("depends_on", [])
+    if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
+        raise WorkloadFormatError(
+            path, f"expected a list of request ids, got {raw!r}", line, "depends_on"
+        )
+    return tuple(raw)
+
+
 def read_native(path: Path) -> Workload:
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
@@ -118,12 +139,16 @@ def read_native(path: Path) -> Workload:
             arrival_s=get_float(obj, "arrival_s", path, lineno),
             think_s=get_float(obj, "think_s", path, lineno, minimum=0),
             parent_id=_str(obj, "parent_id", path, lineno, optional=True),
+            depends_on=_depends_on(obj, path, lineno),
         )
         # Floats must come back as they were written (ints in JSON would turn 1.0 into 1).
         req.arrival_s, req.think_s = float(obj["arrival_s"]), float(obj["think_s"])
         sess = by_id.get(req.session_id)
+        parent_session = (
+            _str(obj, "parent_session_id", path, lineno) if "parent_session_id" in obj else None
+        )
         if sess is None:
-            sess = by_id[req.session_id] = Session(req.session_id, [])
+            sess = by_id[req.session_id] = Session(req.session_id, [], parent_session)
             sessions.append(sess)
         elif sess.requests[-1].turn >= req.turn:
             raise WorkloadFormatError(
