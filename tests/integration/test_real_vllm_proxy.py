@@ -135,11 +135,66 @@ def test_stream_through_proxy_equals_engine_output(fleet, tiny_model, tmp_path) 
     assert proxied == direct
 
 
+def _engine_running(url: str) -> float:
+    return parse_vllm_metrics(httpx.get(url + "/metrics", timeout=10).text).running or 0.0
+
+
+@pytest.mark.reliability
+def test_client_disconnect_cancels_the_engine_request(fleet, tiny_model, tmp_path) -> None:
+    # 2,000 tokens take the tiny model over 5 s; a client that leaves after the first events
+    # must not leave the engine decoding for nobody (the proxy closes the upstream stream).
+    ids = token_fn(tiny_model)(_agent_session("dc", 8_000).requests[0])
+    body = completion_body(fleet.model_name, ids, 2_000, "dc")
+    with ProxyProcess(fleet.urls, "round_robin", tmp_path, records=tmp_path / "p.jsonl") as proxy:
+        with httpx.Client(timeout=60) as client:
+            with client.stream("POST", proxy.url + "/v1/completions", json=body) as r:
+                target = fleet.urls[int(r.headers["x-akvc-decode"])]
+                lines = r.iter_lines()
+                events = [next(lines) for _ in range(20)]  # decoding has started
+                assert sum(e.startswith("data: {") for e in events) >= 5
+                assert _engine_running(target) == 1.0
+            t_gone = time.monotonic()  # the response is closed here: the client has gone
+        deadline = t_gone + 5.0
+        while _engine_running(target) > 0:
+            assert time.monotonic() < deadline, "engine still decoding for a gone client"
+            time.sleep(0.1)
+        assert _proxy_inflight(proxy.url, 0) == _proxy_inflight(proxy.url, 1) == 0
+    rows = [json.loads(x) for x in (tmp_path / "p.jsonl").open()]
+    assert [r["error"] for r in rows] == ["client disconnected"]
+    assert rows[0]["output_tokens"] < 2_000
+
+
+@pytest.mark.reliability
+def test_bad_requests_on_real_engines_are_4xx_json_and_leave_them_healthy(
+    fleet, tiny_model, tmp_path
+) -> None:
+    ok = completion_body(fleet.model_name, list(range(100, 164)), 2, None, stream=False)
+    cases = {
+        "prompt over max-model-len": ({**ok, "prompt": list(range(5_000))}, 400),
+        "unknown model": ({**ok, "model": "no-such-model"}, 404),
+        "negative temperature": ({**ok, "temperature": -1.0}, 400),
+        "prompt of wrong type": ({**ok, "prompt": {"a": 1}}, 400),
+    }
+    with (
+        ProxyProcess(fleet.urls, "round_robin", tmp_path) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=60) as client,
+    ):
+        for name, (body, status) in cases.items():
+            for stream in (False, True):  # each reaches both instances (round robin)
+                r = client.post("/v1/completions", json={**body, "stream": stream})
+                assert r.status_code == status, (name, stream, r.status_code, r.text[:300])
+                assert r.json()["error"]["message"], (name, r.text[:300])
+        health = client.get("/health").json()
+        assert [b["healthy"] for b in health["backends"]] == [True, True]
+        assert client.post("/v1/completions", json=ok).status_code == 200
+
+
 def _proxy_inflight(proxy_url: str, instance: int) -> int:
     text = httpx.get(proxy_url + "/metrics", timeout=5).text
     return int(parse_proxy_gauges(text).get(instance, {}).get("router_inflight", 0))
 
 
+@pytest.mark.reliability
 def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     fleet, tiny_model, tmp_path
 ) -> None:
