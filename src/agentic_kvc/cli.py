@@ -121,6 +121,7 @@ def _register_subcommands() -> None:
         ("agentic_kvc.instruments.cli", "regret"),
         ("agentic_kvc.instruments.cli", "cache_error"),
         ("agentic_kvc.instruments.cli", "routers"),
+        ("agentic_kvc.instruments.cli", "instruments"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -200,3 +200,25 @@ def routers(
     path = out or run_dir / "routers.jsonl"
     atomic_write_jsonl(path, rows)
     click.echo(f"-> {path}")
+
+
+@click.command("instruments")
+@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results/instruments"),
+    show_default=True,
+    help="Folder for regret.jsonl, cache_view.jsonl, routers.jsonl.",
+)
+def instruments(spec: Path, out: Path) -> None:
+    """Run the instruments named in SPEC (e.g. config/instruments.yaml) for its policies on
+    one simulated config (base run config + --set style overrides), in one process."""
+    from agentic_kvc.instruments.suite import load_spec, run_suite
+
+    try:
+        parsed = load_spec(spec)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, path in run_suite(parsed, out, log=lambda m: click.echo(m, err=True)).items():
+        click.echo(f"{name}: {path}")
