@@ -92,6 +92,7 @@ def main() -> int:
     ap.add_argument("--inflight", type=int, default=4, help="sessions in flight at once")
     ap.add_argument("--sessions-per-round", type=int, default=8)
     ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--session-pool", type=int, default=32, help="distinct session ids")
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--sample-every-s", type=float, default=2.0)
     ap.add_argument("--rss-tolerance", type=float, default=0.10, help="relative, late vs mid")
@@ -115,13 +116,17 @@ def main() -> int:
                 host.mark("soak")
                 t0 = time.monotonic()
                 while time.monotonic() - t0 < args.duration_s:
+                    # New prompt content every round, session ids from a fixed pool: a steady
+                    # population of agents, each starting new tasks. The router's per-session
+                    # state is bounded by design (LRU memo, engine-sized cache view), so a
+                    # pool keeps the soak about leaks, not about caches filling up.
                     base = 1_000_000 * (rounds + 1)
+                    ids = [(rounds * args.sessions_per_round + i) % args.session_pool
+                           for i in range(args.sessions_per_round)]  # fmt: skip
                     wl = Workload(
                         [
-                            session(
-                                f"r{rounds}s{i}", base + 1_000 * i, args.turns, args.output_tokens
-                            )
-                            for i in range(args.sessions_per_round)
+                            session(f"agent{k}", base + 1_000 * i, args.turns, args.output_tokens)
+                            for i, k in enumerate(ids)
                         ]
                     )
                     settings = ReplaySettings(

@@ -76,8 +76,10 @@ def test_kill_mid_stream_then_restart(fleet: VllmFleet, tmp_path: Path) -> None:
     ci = httpx.Client(base_url=idle.url, timeout=120)
     try:
         for c in (cw, ci):
+            # Both proxies now hold a pooled connection to each engine, and round robin's
+            # next pick is instance 1 (requests are sequential, so the order is fixed).
+            _post_to(c, short, 1)
             _post_to(c, short, 0)
-            _post_to(c, short, 1)  # both proxies now hold a pooled connection to each engine
         # 1. A stream on instance 1 is cut by a SIGKILL: an error event, then the end.
         with cw.stream("POST", "/v1/completions", json=long_stream) as r:
             if r.headers["x-akvc-decode"] != "1":
