@@ -23,6 +23,8 @@ import pytest
 from agentic_kvc.config import FleetConfig
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.metrics.summary import summarize
+from agentic_kvc.policy.base import RequestView
+from agentic_kvc.proxy.cache_view import make_hasher
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.serve.kv_connectors import KVLaunch, kv_launch, warm_nixl_pairs
@@ -75,8 +77,55 @@ def _proxy(
         on_record=records.append,
     )
     with ProxyThread(settings) as proxy:
-        time.sleep(0.5)  # the SUB sockets join before any traffic
+        if view == "exact":
+            _await_subscription(proxy, fleet)
         yield proxy, records
+
+
+# Waits on conditions, not fixed sleeps: on a loaded machine (seen right after a heavy run)
+# a ZMQ SUB socket can take longer than a fixed 0.5 s to join, and KV events longer than
+# 0.3 s to arrive; either made the exact view miss blocks and a cached-token check fail.
+SETTLE_TIMEOUT_S = 30.0
+
+
+def _served_by(r: httpx.Response) -> set[int]:
+    return {int(r.headers["x-akvc-prefill"]), int(r.headers["x-akvc-decode"])}
+
+
+def _held(proxy: ProxyThread, prompt: list[int], instance: int) -> bool:
+    """The exact view holds every whole block of `prompt` on `instance` (dict lookups only:
+    safe to read from the test's thread while the proxy's loop applies events)."""
+    hashes = make_hasher(BLOCK).hash(None, prompt)  # the proxy's own hasher is its loop's
+    rv = RequestView("settle", None, 0, len(prompt) + 1, 1, tuple(hashes), BLOCK)
+    got = proxy.app.state.cache.matched_tokens(rv, len(proxy.app.backends))[instance]
+    return got >= (len(prompt) // BLOCK) * BLOCK
+
+
+def _settle(proxy: ProxyThread, prompt: list[int], instances: set[int]) -> None:
+    """Wait until the KV events of a served prompt reached the view (exact view only)."""
+    if proxy.app.settings.cache_view != "exact":
+        time.sleep(EVENT_SETTLE_S)
+        return
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not all(_held(proxy, prompt, i) for i in instances):
+        assert time.monotonic() < deadline, f"KV events for instances {instances} never came"
+        time.sleep(0.02)
+
+
+def _await_subscription(proxy: ProxyThread, fleet: VllmFleet) -> None:
+    """Events published before a SUB socket joins are lost: probe each engine directly with a
+    prompt of its own until the view shows its blocks, re-sending while it does not."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    for i, url in enumerate(fleet.urls):
+        for attempt in range(1_000):
+            probe = _tokens(90_000 + 100 * i + attempt, 2 * BLOCK)
+            _text(httpx.post(url + "/v1/completions", json=_body(fleet.model_name, probe, 1)))
+            t_sent = time.monotonic()
+            while time.monotonic() - t_sent < 1.0 and not _held(proxy, probe, i):
+                time.sleep(0.02)
+            if _held(proxy, probe, i):
+                break
+            assert time.monotonic() < deadline, f"no KV events from instance {i}"
 
 
 def _tokens(seed: int, n: int) -> list[int]:
@@ -127,9 +176,8 @@ def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
                 body = _body(model, prompts[turn])
                 headers = {"x-session-id": sid, "x-request-id": f"{sid}-{turn}"}
                 if turn == 0:
-                    texts[f"{sid}-{turn}"] = _text(
-                        client.post("/v1/completions", json=body, headers=headers)
-                    )
+                    r = client.post("/v1/completions", json=body, headers=headers)
+                    texts[f"{sid}-{turn}"] = _text(r)
                 else:  # the streaming path of PD
                     with client.stream(
                         "POST", "/v1/completions", json={**body, "stream": True}, headers=headers
@@ -137,11 +185,19 @@ def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
                         assert r.status_code == 200
                         assert r.headers["x-akvc-route-class"] == "HEAVY_P2P"
                         texts[f"{sid}-{turn}"] = _stream_sse(r)
-                time.sleep(EVENT_SETTLE_S)
+                _settle(proxy, prompts[turn], _served_by(r))
         view_stats = proxy.app.state.cache.stats()  # type: ignore[union-attr]
-    time.sleep(1.0)  # engine counters are published by the API server's stats logger
-    grown = [_external(u) - b for u, b in zip(fleet.urls, before, strict=True)]
     recs = {r["request_id"]: r for r in records}
+    # Engine counters are published by the API server's stats logger: wait for them.
+    moved = [0, 0]
+    for r in recs.values():
+        moved[r["decode_instance"]] += r["kv_transfer_tokens"] or 0
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        grown = [_external(u) - b for u, b in zip(fleet.urls, before, strict=True)]
+        if grown == pytest.approx(moved) or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
     assert len(recs) == 4 and all(r["error"] is None for r in recs.values()), records
     for r in recs.values():
         assert r["route_class"] == "HEAVY_P2P" and r["reason"] == "heavy_offload"
@@ -156,9 +212,6 @@ def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
         assert r2["kv_transfer_tokens"] == 700 - 9 * BLOCK
         assert r2["kv_transfer_s"] is not None and r2["kv_transfer_s"] >= 0
     # The decode instances' external-transfer counters grew by exactly what was moved.
-    moved = [0, 0]
-    for r in recs.values():
-        moved[r["decode_instance"]] += r["kv_transfer_tokens"]
     assert grown == pytest.approx(moved), (grown, moved, view_stats)
     assert sum(moved) == 2 * 300 + 2 * (700 - 9 * BLOCK)
     # Greedy text equals a colocated run of the same prompts (direct to one engine).
@@ -285,7 +338,7 @@ def _run_workload(fleet: VllmFleet, kv: KVLaunch, view: str, base: int) -> list[
     ):
         for url in fleet.urls:  # traffic the router does not see (another router, a warm-up)
             _text(client.post(url + "/v1/completions", json=_body(fleet.model_name, shared, 1)))
-        time.sleep(EVENT_SETTLE_S)
+        _settle(proxy, shared, {0, 1})
         for sid, prompt in requests:
             r = client.post(
                 "/v1/completions",
@@ -293,7 +346,7 @@ def _run_workload(fleet: VllmFleet, kv: KVLaunch, view: str, base: int) -> list[
                 headers={"x-session-id": sid},
             )
             assert r.status_code == 200, r.text
-            time.sleep(EVENT_SETTLE_S)
+            _settle(proxy, prompt, _served_by(r))
     return records
 
 
