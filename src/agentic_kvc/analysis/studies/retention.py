@@ -76,7 +76,8 @@ def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section
             if ttl != base:
                 for metric, what in (("hit_rate", "hit rate"), ("ttft_p90", "TTFT p90")):
                     c = cmp[metric]
-                    if c is not None:
+                    # TTFT p90 always; the hit rate only where it moved significantly
+                    if c is not None and (metric == "ttft_p90" or c.significant):
                         s.findings.append(
                             f"Retention {ttl:g} s vs none, {_pauses(tail)} pauses, {what}: "
                             f"{direction(c, what)} ({c.n_pairs} paired seeds)"
