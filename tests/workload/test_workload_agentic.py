@@ -95,3 +95,16 @@ def test_new_generator_options_are_off_by_default() -> None:
     assert {r.request_id: r.blocks for r in on.requests()} == {
         r.request_id: r.blocks for r in w.requests()
     }
+
+
+def test_mooncake_rows_at_64_token_blocks(tmp_path: Path) -> None:
+    rows = [
+        {"timestamp": 0, "input_length": 200, "output_length": 5, "hash_ids": [0, 1, 2, 3]},
+        {"timestamp": 1000, "input_length": 300, "output_length": 5, "hash_ids": [0, 1, 2, 3, 4]},
+    ]
+    w = read_workload(_write(tmp_path, rows), "mooncake-64")
+    assert w.meta["block_tokens"] == 64 and w.meta["rows_with_adjusted_blocks"] == 0
+    assert len(w.sessions) == 1  # the second row extends the first: one session
+    first, second = w.sessions[0].requests
+    assert [b.tokens for b in first.blocks] == [64, 64, 64, 8]
+    assert second.parent_id == first.request_id and second.think_s == 1.0
