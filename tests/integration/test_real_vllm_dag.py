@@ -8,7 +8,6 @@ One engine (about 40-70 s to start on CPU), so this is marked slow:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 DAG = Path(__file__).resolve().parents[1] / "data" / "agentic_dag.jsonl"
 
 
-def test_subagents_start_after_their_dependencies_on_real_vllm(tiny_model, tmp_path) -> None:
-    os.environ["AKVC_TINY_MODEL"] = str(tiny_model)
+def test_subagents_start_after_their_dependencies_on_real_vllm(
+    tiny_model, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("AKVC_TINY_MODEL", str(tiny_model))
     config = load_config(
         {
             "backend": "vllm",
