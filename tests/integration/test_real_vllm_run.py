@@ -95,3 +95,27 @@ def test_backend_vllm_run_writes_records_samples_manifest(tiny_model, tmp_path) 
     # The same config again is a no-op that names the same directory.
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1] == str(run_dir)
+
+
+def test_run_batch_shares_one_fleet_and_each_run_starts_cold(tiny_model, tmp_path) -> None:
+    """Two repeats of one config in `akvc run-batch`: the second run reuses the first's
+    engines (reset), so each instance's first request finds nothing cached, as in run 1."""
+    overrides = ["workload.generator.sessions=3", 'policy.name="round_robin"']
+    specs = [json.dumps([str(CONFIG), *overrides, f"repeat={r}"]) for r in (0, 1)]
+    cmd = [sys.executable, "-m", "agentic_kvc.cli", "run-batch", *specs, "--results", str(tmp_path)]
+    env = {**os.environ, "AKVC_TINY_MODEL": str(tiny_model)}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = (Path(p) for p in done.stdout.strip().splitlines()[-2:])
+    infos = [json.loads((d / "manifest.json").read_text())["backend_info"] for d in (first, second)]
+    assert infos[0]["fleet_shared_from"] is None
+    assert infos[1]["fleet_shared_from"] == str(first)
+    for run_dir in (first, second):
+        recs = sorted(read_jsonl(run_dir / "requests.jsonl"), key=lambda r: r["t_proxy_recv"])
+        assert recs and all(r["error"] is None for r in recs)
+        first_on = {}
+        for r in recs:
+            first_on.setdefault(r["prefill_instance"], r)
+        assert len(first_on) == 2
+        # An engine that kept run 1's cache would serve run 2's first prompts from it.
+        assert [r["cached_tokens"] for r in first_on.values()] == [0, 0], run_dir
