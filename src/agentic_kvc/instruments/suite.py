@@ -4,7 +4,7 @@ the config section behind the report's regret, cache-view and router sections
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def load_spec(path: Path) -> SuiteSpec:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _config(spec: SuiteSpec, policy: str, extra: list[str] = ()) -> RunConfig:  # type: ignore[assignment]
+def _config(spec: SuiteSpec, policy: str, extra: Sequence[str] = ()) -> RunConfig:
     return load_config(spec.base, [*spec.set, f"policy.name={policy}", *extra])
 
 
