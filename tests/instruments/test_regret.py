@@ -56,3 +56,23 @@ def test_forking_leaves_the_run_byte_identical(policy: str) -> None:
         assert all(row[f"regret_{m}"] >= 0 for m in ("ttft_s", "e2e_s", "fleet_ttft_s"))
     groups = summarize_regret(rows)
     assert any(g.route_class == "all" and g.n == len(rows) for g in groups)
+
+
+def test_pd_fleet_forks_split_to_each_prefill_candidate() -> None:
+    config = cfg(
+        **{
+            "policy.name": "static_pd",
+            "fleet.instances": 4,
+            "fleet.roles": "[prefill, prefill, decode, decode]",
+        }
+    )
+    workload = load_workload(config.workload, config.seed)
+    plain = SimFleet(config, workload, PROFILE)
+    plain.run()
+    records, rows = run_regret(config, workload, PROFILE, RegretSettings(every=4))
+    assert rows and dumps(records) == dumps(plain.records)
+    for row in rows:
+        d = row["placements"]["policy"][1]
+        assert row["placements"]["split:0"] == [0, d] and row["placements"]["split:1"] == [1, d]
+        assert "least_loaded" not in row["placements"]  # no instance does both here
+        assert set(row["outcomes"]) == set(row["placements"])
