@@ -34,7 +34,10 @@ from IPython.display import Image, Markdown, display
 from agentic_kvc.analysis.studies import cache_view
 
 section = cache_view.analyse(
-    Path(results_dir) / "instruments" / "cache_view.jsonl", Path(figures_dir), Path.cwd()
+    Path(results_dir) / "instruments" / "cache_view.jsonl",
+    Path(figures_dir),
+    Path.cwd(),
+    real=Path(results_dir) / "bench" / "cache_view_real.json",  # hand-run, when present
 )
 section.write(tables_dir)
 display(Markdown(section.markdown()))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ def _bins_in_order() -> list[str]:
     return ["first turn"] + [f"[{lo:g}, {hi:g})" for lo, hi in pairwise(GAP_BINS)]
 
 
-def analyse(path: Path, figures: Path, root: Path | None = None) -> Section:
+def analyse(
+    path: Path, figures: Path, root: Path | None = None, real: Path | None = None
+) -> Section:
     s = Section("cache_view", TITLE, QUESTION)
     rows: list[dict[str, Any]] = list(read_jsonl(path)) if path.is_file() else []
     if not rows:
@@ -136,6 +139,8 @@ def analyse(path: Path, figures: Path, root: Path | None = None) -> Section:
         f"{heavy // 1000}k KV tokens per instance, {trend} than at {kvs[0] // 1000}k "
         f"({pct(light)}); the tables break this down by idle gap and KV usage."
     )
+    if real is not None and real.is_file():
+        _real_table(s, json.loads(real.read_text()), real)
     fig = lines(
         xs,
         series,
@@ -146,3 +151,37 @@ def analyse(path: Path, figures: Path, root: Path | None = None) -> Section:
     )
     s.figure(fig, "False-hit tokens of the estimated view by idle gap, per KV size.", root)
     return s
+
+
+def _real_table(s: Section, data: dict[str, Any], path: Path) -> None:
+    """The hand-run real-engine benchmark (benchmarks/cache_view_real.py), when present."""
+    rows = []
+    for r in data.get("runs", []):
+        kv = r["kv_cache_tokens"]
+        rows.append(
+            [
+                r["policy"],
+                "default" if kv is None else str(kv),
+                str(r["real"]["turns"]),
+                pct(r["real"]["false_hit_share"]),
+                num(r["real"]["false_hit_tokens"], 1),
+                pct(r["sim_estimated"]["false_hit_share"]),
+                num((r.get("host_load") or {}).get("mean"), 2),
+            ]
+        )
+    s.table(
+        f"Real vLLM CPU engines (2 tiny-model instances, {data.get('base')}; hand-run "
+        f"benchmark {path.as_posix()}): the estimated view's prediction for the chosen "
+        "instance against the engine-reported cached tokens, later turns; beside it the "
+        "simulator's share for the same config, and the machine's mean load during replay.",
+        [
+            "policy",
+            "KV tokens/instance",
+            "turns",
+            "false-hit share (real)",
+            "false-hit tokens (real)",
+            "false-hit share (sim)",
+            "load1",
+        ],
+        rows,
+    )
