@@ -24,6 +24,7 @@ POLICY_MODULES = (
     "llmd_weighted",
     "dynamo_kv",  # also defines dynamo_lmetric
     "conditional_disagg",
+    "predicted_ttft",
 )
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -1,0 +1,286 @@
+"""Robustness sweep: our policies against every peer router on workloads no study names.
+
+Each scenario is a base run config plus overrides (generator preset and parameters, fleet size,
+hardware profile, public traces); every policy runs it with the same seeds (for traces, the same
+windows), in the simulator, in this process. Per scenario the best peer is the one with the
+lowest TTFT p90 (replicates pooled), and `unified` and `predicted_ttft` are paired against it
+(`analysis.paired`, 95% two-level bootstrap) on TTFT p90 and E2E p90.
+
+Scenarios are split in two: `tune` (the two workloads the studies name, on which the policy's
+design was looked at) and `held_out` (everything else: the result that counts). The policy's
+coefficients come from the engine profile alone (policy/predicted_ttft.py), never a workload.
+
+Runs are cached per (scenario, policy, seed) under --work, so the sweep can go in chunks:
+
+    flock /tmp/akvc_cpu.lock .venv/bin/python benchmarks/policy_robustness.py \\
+        --scenarios chat,heavy_tail --out results/bench/policy_robustness.json
+    .venv/bin/python benchmarks/policy_robustness.py --list
+    .venv/bin/python benchmarks/policy_robustness.py --analyse-only --md results/bench/robust.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.config import load_config
+from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.workload import load_workload
+
+REPO = Path(__file__).resolve().parents[1]
+AGENTIC = "config/runs/sim_h20_agentic.yaml"
+MOONCAKE = "config/runs/sim_mooncake.yaml"
+SHARED = REPO.parent / "shared" / "traces"
+GEN = "workload.generator"
+GP = f"{GEN}.params"
+
+PEERS = (
+    "sglang_cache_aware",
+    "dynamo_kv",
+    "llmd_weighted",
+    "consistent_hash",
+    "least_loaded",
+    "conditional_disagg",
+)
+OURS = ("unified", "predicted_ttft")
+SEEDS = (0, 1, 2, 3, 4)
+# A trace without windows replays the same requests whatever the seed: one replicate.
+REPLICATES = {"tracelab": 1}
+WINDOWS = ([0, 300], [600, 900], [1200, 1500], [1800, 2100], [2400, 2700])
+
+# name -> (group, base config, overrides). `tune`: the studies' own workloads.
+SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
+    "coding": ("tune", AGENTIC, []),
+    "long": ("tune", AGENTIC, [f"{GEN}.preset=agentic-long", f"{GEN}.sessions=50"]),
+    "chat": ("held_out", AGENTIC, [f"{GEN}.preset=chat", f"{GP}.session_rate_per_s=2.0"]),
+    "heavy_tail": ("held_out", AGENTIC, [f"{GEN}.preset=heavy-tail"]),
+    "short_ctx": (
+        "held_out",
+        AGENTIC,
+        [f"{GP}.first_turn_median_tokens=4000", f"{GP}.session_rate_per_s=1.5"],
+    ),
+    "low_reuse": ("held_out", AGENTIC, [f"{GP}.continue_prob=0.2", f"{GP}.session_rate_per_s=1.0"]),
+    "high_reuse": ("held_out", AGENTIC, [f"{GP}.continue_prob=0.8", f"{GEN}.sessions=100"]),
+    "low_load": ("held_out", AGENTIC, [f"{GP}.session_rate_per_s=0.125", f"{GEN}.sessions=80"]),
+    "saturated": (
+        "held_out",
+        AGENTIC,
+        [f"{GP}.session_rate_per_s=2.0", f"{GEN}.sessions=300"],
+    ),
+    "long_pauses": ("held_out", AGENTIC, [f"{GP}.tool_wait_median_s=30.0"]),
+    "long_outputs": ("held_out", AGENTIC, [f"{GP}.output_median_tokens=1500"]),
+    "many_turns": (
+        "held_out",
+        AGENTIC,
+        [f"{GP}.continue_prob=0.9", f"{GP}.max_turns=12", f"{GEN}.sessions=80"],
+    ),
+    "fleet4": (
+        "held_out",
+        AGENTIC,
+        ["fleet.instances=4", f"{GP}.session_rate_per_s=0.25", f"{GEN}.sessions=100"],
+    ),
+    "fleet16": (
+        "held_out",
+        AGENTIC,
+        ["fleet.instances=16", f"{GP}.session_rate_per_s=1.0", f"{GEN}.sessions=400"],
+    ),
+    "long_fleet16": (
+        "held_out",
+        AGENTIC,
+        [
+            "fleet.instances=16",
+            f"{GEN}.preset=agentic-long",
+            f"{GEN}.sessions=100",
+            f"{GP}.session_rate_per_s=0.2",
+        ],
+    ),
+    "h100_qwen": ("held_out", AGENTIC, ["fleet.hardware=h100", f"{GP}.session_rate_per_s=2.0"]),
+    "h100_llama8b": (
+        "held_out",
+        AGENTIC,
+        ["fleet.hardware=h100", "fleet.model=llama-3.1-8b", f"{GP}.session_rate_per_s=1.0"],
+    ),
+    "mooncake": (
+        "held_out",
+        MOONCAKE,
+        [f"workload.trace={SHARED}/mooncake_conversation_trace.jsonl"],
+    ),
+    "mooncake_fast": (
+        "held_out",
+        MOONCAKE,
+        [f"workload.trace={SHARED}/mooncake_conversation_trace.jsonl", "workload.rate_scale=0.7"],
+    ),
+    "tracelab": (
+        "held_out",
+        AGENTIC,
+        [
+            f"workload.trace={SHARED}/tracelab_multi_session_sample.csv",
+            "workload.generator=null",
+            "workload.time_scale=0.05",
+            "fleet.instances=2",
+        ],
+    ),
+}
+
+
+def replicate_sets(base: str, seed_i: int) -> list[str]:
+    """Seed i of a generated workload, window i of a trace (the pairs)."""
+    if base == MOONCAKE:
+        return [f"workload.window_s={json.dumps(WINDOWS[seed_i])}", f"seed={seed_i}"]
+    return [f"seed={seed_i}"]
+
+
+def policy_sets(policy: str, config_sets: list[str]) -> list[str]:
+    """Policy overrides; predicted_ttft is given the fleet's own profile (what it fits)."""
+    name, _, extra = policy.partition(":")
+    out = [f"policy.name={name}"] + [f"policy.params.{kv}" for kv in extra.split(",") if kv]
+    if name == "predicted_ttft":
+        cfg = load_config(REPO / AGENTIC, config_sets)
+        out += [
+            f"policy.params.hardware={cfg.fleet.hardware}",
+            f"policy.params.model={cfg.fleet.model}",
+            f"policy.params.max_num_batched_tokens={cfg.fleet.max_num_batched_tokens}",
+        ]
+    return out
+
+
+def run_one(scenario: str, policy: str, seed_i: int, work: Path) -> pl.DataFrame:
+    path = work / scenario / f"{policy.replace(':', '_').replace(',', '_')}_{seed_i}.parquet"
+    if path.exists():
+        return pl.read_parquet(path)
+    _, base, sets = SCENARIOS[scenario]
+    rep = replicate_sets(base, seed_i)
+    config = load_config(REPO / base, [*sets, *rep, *policy_sets(policy, [*sets, *rep])])
+    workload = load_workload(config.workload, config.seed)
+    fleet = SimFleet(config, workload, profile_for(config))
+    fleet.run()
+    rows = [r.to_dict() for r in fleet.records]
+    df = pl.DataFrame(
+        {
+            "request_id": [r["request_id"] for r in rows],
+            "ttft_s": [r["ttft_s"] for r in rows],
+            "tpot_s": [r["tpot_s"] for r in rows],
+            "e2e_s": [r["e2e_s"] for r in rows],
+            "error": [r["error"] or "" for r in rows],
+            "input_tokens": [r["input_tokens"] for r in rows],
+            "cached_tokens": [r["cached_tokens"] for r in rows],
+            "prefill_instance": [r["prefill_instance"] for r in rows],
+            "reason": [r["reason"] for r in rows],
+        },
+        schema_overrides={"ttft_s": pl.Float64, "tpot_s": pl.Float64, "e2e_s": pl.Float64},
+    ).with_columns(
+        pl.lit(policy).alias("policy"),
+        pl.lit(seed_i).alias("seed"),
+        pl.lit(config.fleet.instances).alias("instances"),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.write_parquet(path)
+    return df
+
+
+def p90(df: pl.DataFrame, col: str) -> float:
+    ok = df.filter(pl.col("error") == "")
+    return float(ok[col].quantile(0.9, "linear"))
+
+
+def analyse(scenario: str, df: pl.DataFrame, ours: list[str]) -> dict:
+    peers = [p for p in PEERS if p in set(df["policy"])]
+    ttft = {p: p90(df.filter(pl.col("policy") == p), "ttft_s") for p in df["policy"].unique()}
+    best = min(peers, key=lambda p: ttft[p])
+    out: dict = {
+        "scenario": scenario,
+        "group": SCENARIOS[scenario][0],
+        "best_peer": best,
+        "ttft_p90": ttft,
+        "errors": {
+            p: int(df.filter((pl.col("policy") == p) & (pl.col("error") != "")).height)
+            for p in ttft
+        },
+    }
+    for o in ours:
+        if o not in ttft:
+            continue
+        out[o] = {
+            m: paired_compare(df, best, o, m, by="policy").to_row() for m in ("ttft_p90", "e2e_p90")
+        }
+    return out
+
+
+def cell(r: dict) -> str:
+    s = f"{100 * r['rel_diff']:+.1f}% [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
+    return s + ("" if r["significant"] else " n.s.")
+
+
+def markdown(results: list[dict], ours: list[str]) -> str:
+    head = ["scenario", "group", "best peer", "peer TTFT p90 (s)"]
+    for o in ours:
+        head += [f"{o} TTFT p90 vs peer", f"{o} E2E p90 vs peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        row = [r["scenario"], r["group"], r["best_peer"], f"{r['ttft_p90'][r['best_peer']]:.2f}"]
+        for o in ours:
+            row += [cell(r[o]["ttft_p90"]), cell(r[o]["e2e_p90"])] if o in r else ["-", "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--scenarios", default="all", help="comma list, 'all', 'tune', 'held_out'")
+    ap.add_argument(
+        "--ours",
+        default=",".join(OURS),
+        help="our policies, comma list; 'name:key=value;...' sets parameters",
+    )
+    ap.add_argument("--seeds", type=int, default=len(SEEDS), help="replicates per policy")
+    ap.add_argument("--work", type=Path, default=REPO / "results" / "robustness")
+    ap.add_argument("--out", type=Path, default=None, help="JSON of every scenario's results")
+    ap.add_argument("--md", type=Path, default=None, help="the markdown table")
+    ap.add_argument("--analyse-only", action="store_true", help="only scenarios already run")
+    ap.add_argument("--list", action="store_true", help="list scenarios and exit")
+    a = ap.parse_args()
+    if a.list:
+        for k, (g, b, s) in SCENARIOS.items():
+            print(f"{k:14s} {g:9s} {b} {' '.join(s)}")
+        return 0
+    if a.scenarios in ("all", "tune", "held_out"):
+        names = [k for k, v in SCENARIOS.items() if a.scenarios in ("all", v[0])]
+    else:
+        names = a.scenarios.split(",")
+    ours = [o.replace(";", ",") for o in a.ours.split(",")]
+    results = []
+    for sc in names:
+        if a.analyse_only and not (a.work / sc).exists():
+            continue
+        t0 = time.perf_counter()
+        frames = [
+            run_one(sc, p, s, a.work)
+            for p in [*PEERS, *ours]
+            for s in range(REPLICATES.get(sc, a.seeds))
+            if not a.analyse_only or (a.work / sc).exists()
+        ]
+        df = pl.concat(frames, how="vertical_relaxed")
+        res = analyse(sc, df, ours)
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        results.append(res)
+        print(markdown([res], ours).splitlines()[-1], f"({res['wall_s']} s)", flush=True)
+    md = markdown(results, ours)
+    print(md)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(results, indent=1))
+    if a.md:
+        a.md.parent.mkdir(parents=True, exist_ok=True)
+        a.md.write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

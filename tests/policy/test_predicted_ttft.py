@@ -1,0 +1,78 @@
+"""predicted_ttft: the fit recovers a known step cost, and decisions follow the prediction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentic_kvc.policy import get_policy
+from agentic_kvc.policy.base import InstanceView
+from agentic_kvc.policy.predicted_ttft import fit_step_cost, fitted_cost, predict_ttft_s
+from agentic_kvc.sim.cost import AffineStepCost
+from tests.policy.policy_helpers import fleet, req
+
+H20 = ("h20", "qwen3-coder-30b-a3b")
+
+
+def test_fit_recovers_an_affine_step_cost() -> None:
+    truth = AffineStepCost(
+        overhead_s=0.01,
+        per_token_s=5e-5,
+        per_attn_pair_s=3e-9,
+        per_decode_seq_s=2e-4,
+        per_kv_token_s=1e-8,
+    )
+    got = fit_step_cost(truth)
+    for field in ("overhead_s", "per_token_s", "per_attn_pair_s", "per_decode_seq_s"):
+        assert getattr(got, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
+    assert got.per_kv_token_s == pytest.approx(truth.per_kv_token_s, rel=1e-6)
+
+
+def test_fitted_profile_is_close_to_the_profile_it_fits() -> None:
+    from agentic_kvc.sim.profiles import get_profile
+
+    prof, fit = get_profile(*H20).cost, fitted_cost(*H20)
+    for chunk, ctx, dec in [(8192, 0, 0), (4096, 30_000, 16), (512, 100_000, 48)]:
+        t = prof.step_s([(chunk, ctx)], dec, dec * 8000)
+        assert fit.step_s([(chunk, ctx)], dec, dec * 8000) == pytest.approx(t, rel=0.25)
+
+
+def test_prediction_counts_steps_tokens_and_attention() -> None:
+    cost = AffineStepCost(0.01, 1e-4, 1e-8, 1e-3, 0.0)
+    inst = InstanceView(index=0, pending_prefill_tokens=3000, decode_requests=2)
+    got = predict_ttft_s(
+        inst, uncached=6000, cached=1000, queued_context=500, cost=cost, budget=4096
+    )
+    steps = math.ceil(9000 / (4096 - 2))
+    want = steps * (0.01 + 2 * (1e-3 + 1e-4)) + 1e-4 * 9000
+    want += 1e-8 * (3000 * 500 + 6000 * (1000 + 3000))
+    assert got == pytest.approx(want)
+
+
+def test_goes_to_the_cache_while_its_queue_is_cheaper_than_recomputing() -> None:
+    policy = get_policy("predicted_ttft")
+    r = req(input_tokens=40_000)
+    view = fleet(3, cached={1: 36_000}, num_requests=[0, 1, 0], pending_prefill_tokens=[0, 0, 0])
+    d = policy.decide(r, view)
+    assert d.prefill == 1 and d.reason == "min_predicted_ttft"
+    assert set(d.scores) == {0, 1, 2} and d.scores[1] < d.scores[0]
+
+
+def test_leaves_the_cache_when_its_queue_costs_more_than_recomputing() -> None:
+    policy = get_policy("predicted_ttft")
+    r = req(input_tokens=20_000)
+    # Instance 1 holds 18k tokens but has 200k tokens of prefill queued: recomputing 20k on
+    # an idle instance is predicted sooner (the scores say by how much).
+    view = fleet(
+        3, cached={1: 18_000}, num_requests=[0, 6, 0], pending_prefill_tokens=[0, 200_000, 0]
+    )
+    d = policy.decide(r, view)
+    assert d.prefill in (0, 2)
+    assert d.scores[d.prefill] < d.scores[1]
+
+
+def test_decode_load_breaks_an_otherwise_equal_choice() -> None:
+    policy = get_policy("predicted_ttft")
+    view = fleet(2, decode_requests=[40, 0], decode_tokens=[40 * 20_000, 0])
+    assert policy.decide(req(input_tokens=8000), view).prefill == 1
