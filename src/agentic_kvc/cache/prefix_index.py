@@ -241,6 +241,22 @@ class EstimatedPrefixIndex:
         bs = request.block_size
         return [m * bs for m in self.matched_blocks(request.block_hashes, n_instances)]
 
+    def matched_tokens_at(self, request: RequestView, instance: int) -> int:
+        """`matched_tokens(request, instance + 1)[instance]`, probing that instance only."""
+        hashes = request.block_hashes
+        if not hashes or instance >= len(self._owner):
+            return 0
+        get, cutoff = self._owner[instance].get, self._cutoff()
+        lo, hi = 0, len(hashes)  # the same binary search: block lo-1 held, block hi absent
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            run = get(hashes[mid - 1])
+            if run is not None and run.t >= cutoff:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo * request.block_size
+
 
 class BlockIndex:
     """Block hash -> set of instances holding it, maintained explicitly per instance.

@@ -93,6 +93,18 @@ class FleetView:
             self._matched[request.request_id] = got
         return got
 
+    def cached_tokens_on(self, request: RequestView, index: int) -> int:
+        """`cached_tokens(request)[index]`, asking the cache view about that instance only
+        (when it can) if the whole list was not needed yet: a cache-blind policy's receipt
+        names the chosen instance's hit without probing the rest of a large fleet."""
+        got = self._matched.get(request.request_id)
+        if got is not None:
+            return got[index]
+        one = getattr(self.cache, "matched_tokens_at", None)
+        if one is None:
+            return self.cached_tokens(request)[index]
+        return min(one(request, index), max(request.input_tokens - 1, 0))
+
     def healthy(self) -> list[InstanceView]:
         return [i for i in self.instances if i.healthy]
 
@@ -127,8 +139,21 @@ class Decision:
             "prefill_instance": self.prefill,
             "decode_instance": self.decode,
             "predicted_cached_tokens": self.predicted_cached_tokens,
-            "scores": {str(k): v for k, v in self.scores.items()},
+            "scores": {_key(k): v for k, v in self.scores.items()},
         }
+
+
+_KEYS: list[str] = []
+
+
+def _key(k: int) -> str:
+    """str(k), one shared object per instance index: a fleet-scale run keeps a score per
+    instance in every record, and a fresh key string each would cost ~50 bytes apiece."""
+    if type(k) is int and 0 <= k < 1 << 16:
+        while k >= len(_KEYS):
+            _KEYS.append(str(len(_KEYS)))
+        return _KEYS[k]
+    return str(k)
 
 
 class NoParams(BaseModel):
@@ -145,6 +170,10 @@ class Policy(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = NoParams
     description: ClassVar[str] = ""
+    # False: the policy never asks `fleet.cached_tokens*` (not even for its receipt), so a
+    # backend may skip keeping the router's prefix index (the simulator then builds none;
+    # every built-in policy reads it, at least for the receipt's predicted hit).
+    uses_cache_view: ClassVar[bool] = True
 
     def __init__(self, params: BaseModel | None = None) -> None:
         self.params = params if params is not None else self.Params()

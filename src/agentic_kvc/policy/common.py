@@ -77,8 +77,9 @@ def route_class(request_class: str, disaggregated: bool) -> str:
 
 
 def colocated_candidates(fleet: FleetView) -> list[InstanceView]:
-    """Healthy instances that can run both phases of a request."""
-    return [i for i in fleet.instances if i.healthy and i.can_prefill and i.can_decode]
+    """Healthy instances that can run both phases of a request (`can_prefill and can_decode`,
+    inlined: this runs per request over the whole fleet)."""
+    return [i for i in fleet.instances if i.healthy and i.role != "decode" and i.role != "prefill"]
 
 
 def mean(values: Sequence[float]) -> float:
@@ -112,8 +113,8 @@ def argmin(
 ) -> InstanceView:
     if not candidates:
         raise NoHealthyInstance("no healthy instance can serve this request")
-    rr = tie.key(n)
-    return min(candidates, key=lambda i: (*key(i), rr(i)))
+    start = tie.counter % n if n else 0  # RoundRobinTie.key, inlined (per candidate)
+    return min(candidates, key=lambda i: (*key(i), (i.index - start) % n))
 
 
 def lmetric_score(inst: InstanceView, uncached: int) -> int:
@@ -129,11 +130,33 @@ def lmetric_pick(
     n: int,
 ) -> tuple[InstanceView, dict[int, int]]:
     """argmin LMetric score; ties by fewer uncached tokens, fewer requests, round-robin."""
-    scores = {i.index: lmetric_score(i, uncached[i.index]) for i in candidates}
-    best = argmin(
-        candidates, lambda i: (scores[i.index], uncached[i.index], i.num_requests), tie, n
+    scores = {
+        i.index: (i.pending_prefill_tokens + uncached[i.index]) * i.num_requests  # lmetric_score
+        for i in candidates
+    }
+    return _pick(candidates, scores, uncached, tie, n), scores
+
+
+def _pick(
+    candidates: Sequence[InstanceView],
+    scores: dict[int, int],
+    uncached: Sequence[int],
+    tie: RoundRobinTie,
+    n: int,
+) -> InstanceView:
+    """argmin(candidates, (score, uncached, requests), tie, n), its key in one lambda."""
+    if not candidates:
+        raise NoHealthyInstance("no healthy instance can serve this request")
+    start = tie.counter % n if n else 0
+    return min(
+        candidates,
+        key=lambda i: (
+            scores[i.index],
+            uncached[i.index],
+            i.num_requests,
+            (i.index - start) % n,
+        ),
     )
-    return best, scores
 
 
 def cache_lb_pick(
@@ -145,10 +168,7 @@ def cache_lb_pick(
     """Token-level load balance with cache credit (seed 002's `pick_by_score`): argmin of
     ongoing tokens plus this prompt's uncached tokens there; ties: uncached, requests, RR."""
     scores = {i.index: i.ongoing_tokens + uncached[i.index] for i in candidates}
-    best = argmin(
-        candidates, lambda i: (scores[i.index], uncached[i.index], i.num_requests), tie, n
-    )
-    return best, scores
+    return _pick(candidates, scores, uncached, tie, n), scores
 
 
 def least_decode_load(
@@ -198,7 +218,7 @@ class ColocatingPolicy(Policy):
             self.tie.advance()
 
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
-        cached = fleet.cached_tokens(request)
+        cached = _CachedOn(request, fleet)
         cands = colocated_candidates(fleet)
         if cands:
             inst, reason, scores = self.choose(request, fleet, cands)
@@ -237,6 +257,20 @@ class ColocatingPolicy(Policy):
             predicted_cached_tokens=hit,
             scores=scores,
         )
+
+
+class _CachedOn:
+    """`fleet.cached_tokens(request)`, read per instance: a policy whose choice ignores the
+    cache still names the chosen instance's predicted hit in its receipt, and that alone
+    should not probe every instance of a large fleet. Indexing only."""
+
+    __slots__ = ("fleet", "request")
+
+    def __init__(self, request: RequestView, fleet: FleetView) -> None:
+        self.request, self.fleet = request, fleet
+
+    def __getitem__(self, index: int) -> int:
+        return self.fleet.cached_tokens_on(self.request, index)
 
 
 def uncached_tokens(request: RequestView, cached: Sequence[int]) -> list[int]:

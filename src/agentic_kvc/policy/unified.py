@@ -96,11 +96,17 @@ class Unified(ColocatingPolicy):
             if ratio > p.affinity_ratio and loaded_ok:
                 # The receipt shows every candidate, so a reader sees what affinity beat.
                 n = max(request.input_tokens, 1)
-                scores: dict[int, Any] = {
-                    i.index: {"cache_ratio": cached[i.index] / n, "num_requests": i.num_requests}
-                    for i in candidates
-                }
-                scores[a.index]["avg_requests"] = avg
+                # Equal entries share one dict (most instances hold just the system prompt and
+                # run a few requests): a large fleet's receipts stay small in memory.
+                entries: dict[tuple[int, int], dict[str, Any]] = {}
+                scores: dict[int, Any] = {}
+                for i in candidates:
+                    key = (cached[i.index], i.num_requests)
+                    entry = entries.get(key)
+                    if entry is None:
+                        entry = entries[key] = {"cache_ratio": key[0] / n, "num_requests": key[1]}
+                    scores[i.index] = entry
+                scores[a.index] = {**scores[a.index], "avg_requests": avg}
                 return a, "affinity", scores
             if ratio > p.affinity_ratio:
                 reason = "lmetric_overloaded_affinity"

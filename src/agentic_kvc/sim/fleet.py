@@ -116,7 +116,9 @@ class SimFleet:
         ]
         self.policy = get_policy(config.policy.name, config.policy.params)
         roles = fc.roles
-        if config.policy.cache_view == "exact":
+        if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index
+            self.state = RouterState(fc.instances, roles, None)
+        elif config.policy.cache_view == "exact":
             self.state = RouterState(
                 fc.instances, roles, ExactCacheView(self.instances), record_on_route=False
             )
@@ -150,6 +152,9 @@ class SimFleet:
         self.records: list[RequestRecord] = []
         self.samples: list[InstanceSample] = []
         self.stats = SimStats()
+        # KV usage per instance as the last SCRAPE event read it (event number, time): a
+        # SAMPLE right after it at the same time reads the same values.
+        self._scraped: tuple[int, float, list[float]] | None = None
 
     # ---- event plumbing --------------------------------------------------------------
 
@@ -196,7 +201,7 @@ class SimFleet:
             elif kind == KV_LANDED:
                 self._kv_landed(*payload)
             elif kind == SCRAPE:
-                self._scrape(t)
+                self._scraped = (self.stats.events, t, self._scrape(t))
                 if self._outstanding:
                     self._push(t + self.scrape_s, SCRAPE, None)
             elif kind == SAMPLE:
@@ -454,21 +459,28 @@ class SimFleet:
 
     # ---- observation -----------------------------------------------------------------
 
-    def _scrape(self, t: float) -> None:
-        for inst in self.instances:
-            self.state.update_scrape(
-                inst.index, t, len(inst.running), len(inst.waiting), inst.kv_usage_at(t)
-            )
+    def _scrape(self, t: float) -> list[float]:
+        usage = [inst.kv_usage_at(t) for inst in self.instances]
+        update = self.state.update_scrape
+        for inst, kv in zip(self.instances, usage, strict=True):
+            update(inst.index, t, len(inst.running), len(inst.waiting), kv)
+        return usage
 
     def _sample(self, t: float) -> None:
-        for inst, view in zip(self.instances, self.state.instances, strict=True):
-            self.samples.append(
+        got = self._scraped
+        if got is not None and got[0] == self.stats.events - 1 and got[1] == t:
+            usage = got[2]  # nothing ran between that scrape and this sample
+        else:
+            usage = [inst.kv_usage_at(t) for inst in self.instances]
+        append = self.samples.append
+        for inst, view, kv in zip(self.instances, self.state.instances, usage, strict=True):
+            append(
                 InstanceSample(
                     t=t,
                     instance=inst.index,
                     running=len(inst.running),
                     waiting=len(inst.waiting),
-                    kv_usage=inst.kv_usage_at(t),
+                    kv_usage=kv,
                     prefix_cache_queries=float(inst.prefix_queries),
                     prefix_cache_hits=float(inst.prefix_hits),
                     external_prefix_cache_hits=float(inst.external_hits),
