@@ -237,6 +237,13 @@ class PDEncoderCache:
                 size = self.manager.cached()[(req_id, input_id)]
                 self.manager.deallocate(req_id, input_id, size)
 
+    def drop_reservations(self) -> int:
+        """The transport failed: data for reservations will not come; free them. Slots freed."""
+        freed = 0
+        for req_id, input_id in self.manager.preallocated():
+            freed += self.manager.depreallocate(req_id, input_id)
+        return freed
+
     def ready(self, req_id: str, input_id: int) -> bool:
         return self.manager.is_cached(req_id, input_id)
 
