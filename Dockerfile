@@ -1,0 +1,17 @@
+# A container that mirrors the make bootstrap (`make env model`), for reviewers who prefer one.
+# The tested path is make on the host (ARTIFACT.md); this file follows it step for step.
+#   docker build -t agentic-kvc .
+#   docker run --rm -it agentic-kvc make kick-the-tires
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update -qq \
+ && apt-get install -y -qq --no-install-recommends make git build-essential redis-server \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /agentic_kvc
+COPY . .
+# The same steps as the Makefile's $(STAMPS)/venv and $(STAMPS)/model targets, stamped, so
+# `make` inside the container finds the environment built.
+RUN make PYTHON=python3.11 env model
+
+CMD ["make", "help"]
