@@ -122,6 +122,7 @@ def _register_subcommands() -> None:
         ("agentic_kvc.instruments.cli", "cache_error"),
         ("agentic_kvc.instruments.cli", "routers"),
         ("agentic_kvc.instruments.cli", "instruments"),
+        ("agentic_kvc.lifecycle.cli", "lifecycle"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -1,0 +1,63 @@
+"""`akvc lifecycle`: the PD transfer lifecycle microbenchmark on real vLLM (CPU, NIXL)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def lifecycle() -> None:
+    """PD transfer lifecycle: per-phase timing of P -> D requests (docs/lifecycle.md)."""
+
+
+@lifecycle.command("run")
+@click.option(
+    "--grid",
+    "grid_name",
+    default="default",
+    show_default=True,
+    help="Named grid (lifecycle.runner.GRIDS): default (2x2x1, the report's subset), cpu "
+    "(the scaled CPU grid), smoke.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder (default results/lifecycle/<grid>).",
+)
+@click.option("--reps", type=int, default=None, help="Kept repetitions (overrides the grid's).")
+def run_cmd(grid_name: str, out: Path | None, reps: int | None) -> None:
+    """Start P and D (2 tiny-model vLLM instances), run the grid, write records + summary.csv.
+
+    Wrap it in `flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock` on a shared machine.
+    """
+    from dataclasses import replace
+
+    from agentic_kvc.analysis.studies.lifecycle import calibration, load_records
+    from agentic_kvc.lifecycle.runner import GRIDS, run_grid
+
+    if grid_name not in GRIDS:
+        raise click.BadParameter(f"unknown grid {grid_name!r}; known: {sorted(GRIDS)}")
+    grid = GRIDS[grid_name] if reps is None else replace(GRIDS[grid_name], reps=reps)
+    out = out or Path("results/lifecycle") / grid_name
+    meta = run_grid(grid, out, log=lambda m: click.echo(m, err=True))
+    cal = calibration(load_records(out), source=str(out))
+    (out / "calibration.json").write_text(json.dumps(cal, indent=1) + "\n")
+    click.echo(json.dumps({"out": str(out), "records": meta["records"], "wall_s": meta["wall_s"]}))
+
+
+@lifecycle.command("report")
+@click.argument("records_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--tables", type=click.Path(path_type=Path), default=None)
+@click.option("--figures", type=click.Path(path_type=Path), default=None)
+def report_cmd(records_dir: Path, tables: Path | None, figures: Path | None) -> None:
+    """Print (and with --tables write) the report section for a folder of records."""
+    from agentic_kvc.analysis.studies.lifecycle import analyse
+
+    section = analyse(records_dir, figures)
+    if tables:
+        section.write(tables)
+    click.echo(section.markdown())
