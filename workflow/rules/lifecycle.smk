@@ -52,3 +52,15 @@ rule lifecycle:
         " -p results_dir {params.results:q} -p lifecycle_grid cpu"
         " -p tables_dir {output.tables:q} -p figures_dir {output.figures:q}"
         " > {log:q} 2>&1"
+
+
+rule lifecycle_decider_sim:
+    """calibrated_split vs fixed split thresholds (256, 2048) in the simulator (~15 s CPU)."""
+    output:
+        f"{RESULTS}/lifecycle/decider_sim.jsonl",
+    log:
+        f"{RESULTS}/logs/lifecycle_decider_sim.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "akvc lifecycle decider-sim --out {output:q} > {log:q} 2>&1"

@@ -61,3 +61,22 @@ def report_cmd(records_dir: Path, tables: Path | None, figures: Path | None) -> 
     if tables:
         section.write(tables)
     click.echo(section.markdown())
+
+
+@lifecycle.command("decider-sim")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("results/lifecycle/decider_sim.jsonl"),
+    show_default=True,
+)
+@click.option("--rate", "rates", type=float, multiple=True, default=(0.25, 0.5, 1.0))
+@click.option("--seed", "seeds", type=int, multiple=True, default=(0, 1, 2))
+@click.option("--sessions", type=int, default=100, show_default=True)
+def decider_sim_cmd(out: Path, rates: tuple[float, ...], seeds: tuple[int, ...], sessions: int):
+    """Simulate calibrated_split vs fixed split thresholds (256, 2048) across session rates."""
+    from agentic_kvc.lifecycle.decider_sim import paired_table, run
+
+    rows = run(out, rates, seeds, sessions)
+    for line in paired_table(rows):
+        click.echo(" | ".join(line))

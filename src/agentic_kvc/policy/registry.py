@@ -25,6 +25,7 @@ POLICY_MODULES = (
     "dynamo_kv",  # also defines dynamo_lmetric
     "conditional_disagg",
     "predicted_ttft",
+    "calibrated_split",
 )
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -171,7 +171,7 @@ def kv_launch(
 
 
 # Policies whose decisions may put prefill and decode on different instances.
-OFFLOAD_POLICIES = frozenset(["elastic", "static_pd", "conditional_disagg"])
+OFFLOAD_POLICIES = frozenset(["elastic", "static_pd", "conditional_disagg", "calibrated_split"])
 
 
 def may_disaggregate(policy: str, params: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ bootstrap interval over the repetitions (same cell, same repetition: a pair).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -274,9 +275,46 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
         f"Phases sum to e2e with worst residual {worst:.1%}; at N={n_max} the transfer phase "
         f"takes {tr_big:.0f} ms vs {pf_big:.0f} ms of P prefill; {be}."
     )
+    _decider(s, recs, Path(records_dir), bool(cheaper))
     if figures_dir is not None:
         _figures(s, recs, cells, tf, Path(figures_dir))
     return s
+
+
+def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured: bool) -> None:
+    """The calibrated decider's idle-fleet break-even next to the measured one, and its
+    simulated comparison with fixed thresholds when `akvc lifecycle decider-sim` has run."""
+    from agentic_kvc.lifecycle.decider_sim import paired_table
+    from agentic_kvc.policy.calibrated_split import CalibratedSplitParams, break_even_new_tokens
+
+    cal = calibration(recs, str(records_dir))
+    if cal["transfer_alpha_ms"] is not None and cal["colo_ttft_ms_per_token"] is not None:
+        params = CalibratedSplitParams(
+            calibration_source=str(records_dir),
+            transfer_alpha_ms=max(cal["transfer_alpha_ms"], 0.0),
+            transfer_beta_ms_per_byte=max(cal["transfer_beta_ms_per_byte"], 0.0),
+            kv_bytes_per_token=cal["kv_bytes_per_token"] or 1024,
+            prefill_ms_per_token=max(cal["colo_ttft_ms_per_token"], 1e-6),
+        )
+        be = break_even_new_tokens(params)
+        s.note(
+            f"Calibrated decider (fitted from `{records_dir}`: transfer alpha "
+            f"{params.transfer_alpha_ms:.2f} ms, beta {params.transfer_beta_ms_per_byte:.3g} "
+            f"ms/byte, colocated {params.prefill_ms_per_token:.4f} ms/token): its idle-fleet "
+            f"break-even is {'never (no N)' if math.isinf(be) else f'N = {be:,.0f}'}, because P "
+            "holds the same prefix as D and so prefills as much; measured: "
+            + ("a break-even inside the grid." if measured else "no cell where the split wins.")
+            + " The decider splits only on queues (D's pending prefill vs P's)."
+        )
+    sim = records_dir.parent / "decider_sim.jsonl"
+    if sim.exists():
+        rows = [json.loads(x) for x in sim.read_text().splitlines() if x.strip()]
+        s.table(
+            f"Simulator (H20, agentic sessions; `{sim}`): TTFT p90 by session rate, mean over "
+            "seeds (share of requests split); calibrated - threshold per seed, mean [min, max].",
+            ["rate/s", "threshold 256", "threshold 2048", "calibrated", "cal - 256", "cal - 2048"],
+            paired_table(rows),
+        )
 
 
 def _figures(
