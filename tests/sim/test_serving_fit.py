@@ -87,8 +87,24 @@ def _fake_real_run(tmp_path: Path, instances: int, profile: EngineProfile, name:
     return run_dir
 
 
+# Step costs with every kind of term (the 2026-11-23 calibration's), fixed so that what this
+# test recovers does not move with each recalibration of the package's profile.
+KNOWN = {
+    "overhead_s": 1.69e-3,
+    "per_token_s": 0.0,
+    "per_attn_pair_s": 2.19e-8,
+    "per_prefill_seq_s": 1.281e-2,
+    "per_decode_seq_s": 0.0,
+    "per_kv_token_s": 5.0e-9,
+}
+
+
 def test_fit_recovers_known_scale_and_contended_slowdown(tmp_path: Path) -> None:
-    base = load_cpu_profile(serving_fit=False)
+    doc = json.loads(CPU_TINY_FILE.read_text())
+    doc["coefficients"] = KNOWN
+    doc.pop("serving_fit", None)
+    (tmp_path / "known.json").write_text(json.dumps(doc))
+    base = load_cpu_profile(tmp_path / "known.json", serving_fit=False)
     assert isinstance(base.cost, LinearStepCost)
     one = _fake_real_run(tmp_path, 1, apply_fit(base, 1.6, None), "one")
     two = _fake_real_run(tmp_path, 2, apply_fit(base, 1.6, (2.0, 1.5)), "two")
