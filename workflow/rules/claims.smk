@@ -4,38 +4,22 @@
 # experiments are in the plan. Each claim's spec is a param, so editing one claim reruns it alone.
 
 from agentic_kvc.artifact.registry import load_registry
+from agentic_kvc.artifact.targets import buildable, claim_inputs
 
 CLAIMS = {
     c.id: c for c in load_registry(Path(workflow.basedir, "artifact/claims.yaml")).claims
 }
-_PLANNED = {r.experiment for r in PLAN.runs}
+CLAIM_IDS = [cid for cid, c in CLAIMS.items() if buildable(c, PLAN)]
 _TO_RUN = set(RUN_IDS)
-
-
-def _buildable(claim):
-    return claim.kind == "finding" or all(e in _PLANNED for e in claim.experiments)
-
-
-CLAIM_IDS = [cid for cid, c in CLAIMS.items() if _buildable(c)]
-
-
-def claim_records(wildcards):
-    """A paired claim's run records (made here or archived); a finding claim's notebook."""
-    claim = CLAIMS[wildcards.claim_id]
-    if claim.kind == "finding":
-        return [f"{RESULTS}/notebooks/study_{claim.spec['study']}.ipynb"]
-    ids = dict.fromkeys(r.run_id for r in PLAN.runs if r.experiment in claim.experiments)
-    return [
-        f"{RESULTS}/runs/{r}/requests.jsonl" if r in _TO_RUN else f"{ARCHIVE}/{r}/requests.jsonl"
-        for r in ids
-    ]
 
 
 rule claim:
     """Rebuild one claim from its runs' raw records: results/claims/<id>.json."""
     input:
         plan=PLAN_FILE,
-        records=claim_records,
+        records=lambda wildcards: claim_inputs(
+            CLAIMS[wildcards.claim_id], PLAN, _TO_RUN, RESULTS, ARCHIVE
+        ),
     output:
         report(
             f"{RESULTS}/claims/{{claim_id}}.json",

@@ -1,10 +1,10 @@
 """Declared compute minutes of each claim against Snakemake's `benchmark:` records.
 
 A claim's measured time is the wall time of the jobs that made its runs (one record per real
-run, one per simulated batch) plus its own evaluation, from the records the last run left
-under results/benchmarks/. A claim measured at more than twice its declared minutes is flagged.
-Runs shared between claims count for each claim (what a reviewer rebuilding that claim alone
-pays).
+run or batch of real runs, one per simulated batch) plus its own evaluation, from the records
+the last run left under results/benchmarks/. A claim measured at more than twice its declared
+minutes is flagged. Runs shared between claims count for each claim (what a reviewer
+rebuilding that claim alone pays).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def _seconds(path: Path) -> float | None:
 
 def measure(registry: Registry, plan_path: Path, results: Path, sim_batch: int) -> list[Timing]:
     plan = read_plan(plan_path)
-    batch_of = {r.run_id: name for name, runs in plan.sim_batches(sim_batch).items() for r in runs}
+    batches = {**plan.sim_batches(sim_batch), **plan.real_batches()}
+    batch_of = {r.run_id: name for name, runs in batches.items() for r in runs}
     bench = results / "benchmarks"
     out = []
     for c in registry.claims:
