@@ -198,7 +198,9 @@ def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
         if grown == pytest.approx(moved) or time.monotonic() > deadline:
             break
         time.sleep(0.25)
-    assert len(recs) == 4 and all(r["error"] is None for r in recs.values()), records
+    # Name each request's error in full: a truncated records dump hid one under load.
+    errors = [(r["request_id"], r["error"], r["pd_fallback"]) for r in records if r["error"]]
+    assert len(recs) == 4 and not errors, errors
     for r in recs.values():
         assert r["route_class"] == "HEAVY_P2P" and r["reason"] == "heavy_offload"
         assert r["prefill_instance"] != r["decode_instance"] and r["pd_fallback"] is None
