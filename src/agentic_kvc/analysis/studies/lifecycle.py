@@ -306,6 +306,13 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
             + ("a break-even inside the grid." if measured else "no cell where the split wins.")
             + " The decider splits only on queues (D's pending prefill vs P's)."
         )
+    s.table(
+        "The seeds' grid at H20 scale in the simulator's cost model (Qwen3-Coder-30B-A3B profile, "
+        "8,192-token chunks, sim.kv_transfer_fixed_s 0.05 s, 200 Gbit/s): transfer of the N new "
+        "tokens vs their prefill after C cached tokens (ms).",
+        ["C", "N", "prefill", "transfer", "transfer > prefill"],
+        sim_h20_grid(),
+    )
     sim = records_dir.parent / "decider_sim.jsonl"
     if sim.exists():
         rows = [json.loads(x) for x in sim.read_text().splitlines() if x.strip()]
@@ -315,6 +322,31 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
             ["rate/s", "threshold 256", "threshold 2048", "calibrated", "cal - 256", "cal - 2048"],
             paired_table(rows),
         )
+
+
+def sim_h20_grid(
+    cs: tuple[int, ...] = (0, 16_384, 65_536), ns: tuple[int, ...] = (512, 4096, 32_768)
+) -> list[list[str]]:
+    """Transfer vs prefill per (C, N) from the simulator's own profile and transfer model."""
+    from agentic_kvc.config import SimConfig
+    from agentic_kvc.sim.profiles import get_profile
+
+    prof, sim = get_profile("h20", "qwen3-coder-30b-a3b"), SimConfig()
+    rows = []
+    for c in cs:
+        for n in ns:
+            done, pre_s = 0, 0.0
+            while done < n:  # chunked prefill: each chunk attends to everything before it
+                chunk = min(8192, n - done)
+                pre_s += prof.cost.step_s([(chunk, c + done)], 0, 0)
+                done += chunk
+            tr_s = sim.kv_transfer_fixed_s + n * prof.kv_bytes_per_token * 8 / (
+                sim.kv_transfer_gbps * 1e9
+            )
+            rows.append(
+                [str(c), str(n), f"{pre_s * 1e3:.0f}", f"{tr_s * 1e3:.0f}", str(tr_s > pre_s)]
+            )
+    return rows
 
 
 def _figures(
