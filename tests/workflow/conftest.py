@@ -1,4 +1,4 @@
-"""A throwaway copy of the pipeline (Snakefile, workflow/, config/, notebooks/, envs/)."""
+"""A throwaway copy of the pipeline (Snakefile, workflow/, config/, notebooks/, artifact/ ...)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PIPELINE_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "benchmarks")
+PIPELINE_PARTS = ("Snakefile", "workflow", "config", "notebooks", "envs", "benchmarks", "artifact")
 FAKE_AKVC = Path(__file__).with_name("fake_akvc.py")
 
 
