@@ -142,3 +142,24 @@ def test_every_policy_sees_health_in_its_fleet_view(name: str) -> None:
     state.set_healthy(2, False)
     with pytest.raises(NoHealthyInstance):
         policy.decide(RequestView("x", None, 0, 100, 16, (), 16), state.view(100.0))
+
+
+def test_readmission_does_not_cut_requests_in_flight(proxy_over, faults) -> None:
+    """A backend marked out (e.g. a probe timed out under load) and readmitted while it still
+    streams: the fresh pool must not close the connections of answers in progress."""
+    fb, _ = faults[1]
+    proxy, client = proxy_over([s.url for _, s in faults], policy="test_prefer_last")
+    body = {**BODY, "max_tokens": 12, "stream": True, "fake_token_delay_s": 0.25}
+    with client.stream("POST", "/v1/completions", json=body) as r:
+        assert r.headers["x-akvc-decode"] == "1"
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: {")
+        fb.healthy = False
+        _wait_for(lambda: not proxy.app.state.instances[1].healthy)
+        fb.healthy = True
+        _wait_for(lambda: proxy.app.state.instances[1].healthy)
+        text = "\n".join(lines)
+    assert text.rstrip().endswith("data: [DONE]") and '"error"' not in text
+    recs = records_of(proxy)
+    assert [r["error"] for r in recs] == [None] and recs[0]["output_tokens"] == 12
+    assert idle(proxy)

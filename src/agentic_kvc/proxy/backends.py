@@ -43,11 +43,14 @@ class BackendClient:
         self.pool = UpstreamPool(self.url, self.connect_timeout_s)
 
     async def reopen(self) -> None:
-        """Fresh pool after recovery; the old one is closed (its sockets are dead anyway)."""
+        """Fresh pool after recovery. The old one is retired, not closed: its idle sockets may
+        be dead (a restarted engine), but a backend marked out by a probe that merely timed out
+        under load may still be streaming answers, and closing those cut them (seen in the PD
+        tests on a loaded machine)."""
         old = self.pool
         self.open()
         if old is not None:
-            old.close()
+            old.retire()
 
     async def close(self) -> None:
         if self.pool is not None:

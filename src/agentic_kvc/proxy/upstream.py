@@ -377,6 +377,14 @@ class UpstreamPool:
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
 
+    def retire(self) -> None:
+        """Stop lending connections: close the idle ones now, each busy one when its response
+        is done. Requests in flight finish normally (only `close` cuts them)."""
+        self.closed = True
+        for conn in list(self._idle):
+            conn.close()
+        self._idle.clear()
+
     def close(self) -> None:
         """Close every connection, idle or busy (pending requests fail as dropped)."""
         self.closed = True
