@@ -137,12 +137,12 @@ def replicate_sets(base: str, seed_i: int) -> list[str]:
     return [f"seed={seed_i}"]
 
 
-def policy_sets(policy: str, config_sets: list[str]) -> list[str]:
+def policy_sets(policy: str, base: str, config_sets: list[str]) -> list[str]:
     """Policy overrides; predicted_ttft is given the fleet's own profile (what it fits)."""
     name, _, extra = policy.partition(":")
     out = [f"policy.name={name}"] + [f"policy.params.{kv}" for kv in extra.split(",") if kv]
     if name == "predicted_ttft":
-        cfg = load_config(REPO / AGENTIC, config_sets)
+        cfg = load_config(REPO / base, config_sets)
         out += [
             f"policy.params.hardware={cfg.fleet.hardware}",
             f"policy.params.model={cfg.fleet.model}",
@@ -157,7 +157,7 @@ def run_one(scenario: str, policy: str, seed_i: int, work: Path) -> pl.DataFrame
         return pl.read_parquet(path)
     _, base, sets = SCENARIOS[scenario]
     rep = replicate_sets(base, seed_i)
-    config = load_config(REPO / base, [*sets, *rep, *policy_sets(policy, [*sets, *rep])])
+    config = load_config(REPO / base, [*sets, *rep, *policy_sets(policy, base, [*sets, *rep])])
     workload = load_workload(config.workload, config.seed)
     fleet = SimFleet(config, workload, profile_for(config))
     fleet.run()
