@@ -83,7 +83,7 @@ class Grid:
 
 GRIDS: dict[str, Grid] = {
     # The default report's subset: 2 x 2 x 1 cells, 2 kept repetitions.
-    "default": Grid("default", [0, 1024], [256, 2048], [16], reps=2, warmup=1),
+    "default": Grid("default", [0, 1024], [256, 2048], [8], reps=2, warmup=1),
     "smoke": Grid("smoke", [0, 512], [256], [8], reps=1, warmup=1),
     # The scaled CPU grid (tiny model, 4k context): the example grid.
     "cpu": Grid("cpu", [0, 512, 1024, 2048], [128, 512, 1024, 2048], [1, 32, 128], reps=3),
