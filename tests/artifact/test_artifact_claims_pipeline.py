@@ -45,6 +45,12 @@ def test_claim_targets_rebuild_only_their_runs_then_do_nothing(pipeline: Path) -
         dry = snakemake(pipeline, "-n", "--cores", "1", f"claim_{cid}")
         assert dry.returncode == 0
         assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
+    # The evaluator's view: every claim output captioned with its id in the HTML report.
+    rep = snakemake(pipeline, "--cores", "1", "claims", "--report", "report.html")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    html = (pipeline / "report.html").read_text()
+    for cid in ("C1", "C2"):
+        assert f"Claim <strong>{cid}</strong>" in html
 
 
 @pytest.mark.slow  # about 1-2 min: five Snakemake calls

@@ -12,7 +12,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from agentic_kvc.artifact.manifest import write
+from agentic_kvc.artifact.manifest import MANIFEST, manifest_text
 
 
 def bundle(out: Path, commit: str, archive: Path, claims: Path, report: Path | None) -> int:
@@ -41,7 +41,9 @@ def bundle(out: Path, commit: str, archive: Path, claims: Path, report: Path | N
                 tf.add(claims, arcname="results/claims")
         if report is not None and report.is_file():
             (root / "report.html").write_bytes(report.read_bytes())
-        n = write(root)
+        text = manifest_text(root)
+        (root / MANIFEST).write_text(text)
+        n = text.count("\n")
         out.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(out, "w:gz") as tf:
             tf.add(root, arcname=root.name)
