@@ -26,11 +26,15 @@ EXAMPLES = int(os.environ.get("AKVC_FUZZ_EXAMPLES", "50"))
 
 
 class TolerantFake(FakeVLLM):
-    """Generates at most 8 tokens whatever was asked, so fuzzed max_tokens stay cheap."""
+    """Generates at most 8 tokens whatever was asked, so fuzzed max_tokens stay cheap, and
+    shrugs off fields the proxy passes through untouched (its own crash would be a 5xx that
+    is not the proxy's)."""
 
     async def _generate(self, path, body, send):  # type: ignore[no-untyped-def]
         if not isinstance(body.get("max_tokens"), int) or not 0 < body["max_tokens"] <= 8:
             body = {**body, "max_tokens": 8}
+        if not isinstance(body.get("stream_options"), dict | None):  # vLLM would answer 400
+            body = {**body, "stream_options": None}
         await super()._generate(path, body, send)
 
 
@@ -64,6 +68,7 @@ BAD = [
     ("max_tokens negative", b'{"prompt": [1], "max_tokens": -5}', 400),
     ("max_tokens a float", b'{"prompt": [1], "max_tokens": 2.5}', 400),
     ("not UTF-8", b'{"prompt": "\xff\xfe"}', 400),
+    ("stream_options a string", b'{"prompt": [1], "stream": true, "stream_options": "x"}', 400),
     ("deeply nested", b'{"prompt": [1], "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400),
 ]
 

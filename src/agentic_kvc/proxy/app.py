@@ -328,6 +328,9 @@ class ProxyApp:
         drop_usage = False
         if stream:
             opts = body.get("stream_options")
+            if opts is not None and not isinstance(opts, dict):  # found by fuzzing: was a 500
+                await self._reject(send, path, 400, "stream_options must be an object")
+                return
             if not (isinstance(opts, dict) and opts.get("include_usage")):
                 # Usage gives exact output and cached-token counts; the client did not ask
                 # for it, so its event is dropped again on the way back.
