@@ -1,0 +1,37 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (agentic_kvc)
+#     language: python
+#     name: akvc
+# ---
+
+# %% [markdown]
+# # EPD: encode / prefill-decode disaggregation (simulation)
+#
+# A report section from the records `python -m agentic_kvc.epd.bench` writes under
+# `results/epd/` (Snakemake rule `epd_bench`). The analysis lives in
+# `agentic_kvc.analysis.studies.epd`; docs/epd.md describes the model and its limits.
+
+# %% tags=["parameters"]
+results_dir = "results"
+archive_dir = "results/archive"
+plan_path = "results/work/plan.json"
+tables_dir = "results/tables/study_epd"
+figures_dir = "results/figures/study_epd"
+
+# %%
+from pathlib import Path
+
+from IPython.display import Markdown, display
+
+from agentic_kvc.analysis.studies import epd
+
+section = epd.analyse(Path(results_dir) / "epd")
+section.write(tables_dir)
+display(Markdown(section.markdown()))
