@@ -2,7 +2,7 @@
 
 Children are sent only after the turn that spawns them finished; siblings run side by side; the
 join turn waits for every subagent; subagent requests carry their parent session to the proxy.
-One engine and seven short requests: 28 s measured on the shared 2-core machine (2026-11-24),
+One engine and seven short requests: 28 and 34 s measured on the shared 2-core machine,
 within CI's allowance for real-engine tests, so not marked slow.
 """
 
