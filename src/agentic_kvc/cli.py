@@ -73,10 +73,9 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
     are validated before the first run starts. Consecutive real runs that launch the same
     engines share them: started once, prefix caches reset before each run.
     """
-    import functools
+    import contextlib
     import json
 
-    from agentic_kvc.backend import Backend
     from agentic_kvc.runs import execute
 
     configs = []
@@ -87,22 +86,15 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
         except (ValueError, TypeError) as exc:
             click.echo(f"error: spec {i + 1} {spec!r}: {exc}", err=True)
             sys.exit(2)
-    real: Backend | None = None
-    if any(cfg.backend == "vllm" for cfg in configs):
-        # Imported only here: simulated batches should not pay for the serving stack.
-        from agentic_kvc.serve.backend import FleetKeeper, run_vllm
+    with contextlib.ExitStack() as stack:
+        if any(cfg.backend == "vllm" for cfg in configs):
+            # Imported only here: simulated batches should not pay for the serving stack.
+            from agentic_kvc.serve.backend import shared_fleets
 
-        keeper = FleetKeeper()
-        real = functools.partial(run_vllm, keeper=keeper)
-    try:
+            stack.enter_context(shared_fleets())
         for i, cfg in enumerate(configs):
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
-            backend = real if cfg.backend == "vllm" else None
-            out = execute(cfg, results, backend=backend, log=lambda m: click.echo(m, err=True))
-            click.echo(str(out))
-    finally:
-        if real is not None:
-            keeper.close()
+            click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
 
 
 def _register_subcommands() -> None:

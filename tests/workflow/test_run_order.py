@@ -1,4 +1,5 @@
-"""Runs start by repeat, then in plan order, with one core: repeats interleave across variants."""
+"""Real runs start by repeat, one batch per repeat, with one core: repeats interleave across
+variants, and each variant takes each position within a repeat in turn."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ ORDER_CONFIG = {
         {
             "name": "interleaved",
             "base": "config/runs/sim_agentic.yaml",
-            # Real runs (the fake akvc serves any backend): one job each, so their order is
-            # Snakemake's to choose (simulated runs go in batches, in plan order).
+            # Real runs (the fake akvc serves any backend): one batch job per repeat, so the
+            # order of the batches is Snakemake's to choose (by priority).
             "set": {
                 "backend": "vllm",
                 "fleet.hardware": "cpu-tiny",
@@ -59,5 +60,8 @@ def test_runs_start_repeat_major(pipeline: Path) -> None:
     assert len(set(plan.to_run())) == 9  # every repeat is a distinct run
     ran = [plan.first(r) for r in calls.read_text().split()]
     assert [r.labels["repeat"] for r in ran] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    # One batch per repeat (one fleet), its variants' order rotated by the repeat index.
     policies = [r.policy for r in ran]
-    assert policies[:3] == ["unified", "round_robin", "lmetric"] == policies[3:6] == policies[6:]
+    assert policies[:3] == ["unified", "round_robin", "lmetric"]
+    assert policies[3:6] == ["round_robin", "lmetric", "unified"]
+    assert policies[6:] == ["lmetric", "unified", "round_robin"]

@@ -105,10 +105,11 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
     by_rule: dict[str, list] = {}
     for job in jobs:
         by_rule.setdefault(job.rule.name, []).append(job)
-    # Real runs are one akvc_run job each; simulated ones come in batch jobs (sim_batch_*).
+    # Simulated runs come in batch jobs (sim_batch_*), real runs with a repeat in one batch per
+    # repeat (real_batch_*), any other run is one akvc_run job.
     made: dict[str, object] = {j.wildcards["run_id"]: j for j in by_rule.get("akvc_run", [])}
     for name, batch_jobs in by_rule.items():
-        if name.startswith("sim_batch_"):
+        if name.startswith(("sim_batch_", "real_batch_")):
             for job in batch_jobs:
                 for out in map(str, job.output):
                     made.setdefault(Path(out).parent.name, job)
@@ -129,7 +130,8 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
         ("vllm", "cpu-tiny"),
     }
     assert sorted(j.wildcards["notebook"] for j in by_rule["notebook"]) == sorted(cfg["notebooks"])
-    assert {"latency_by_policy", "load_balance"} <= set(cfg["notebooks"])
+    studies = {r.study for r in plan.values() if r.study} | set(cfg["sections"])
+    assert {f"study_{s}" for s in studies} <= set(cfg["notebooks"])
     assert len(by_rule["render_report"]) == 1 and len(by_rule["plan"]) == 1
     # Only the cheap, offline benchmarks are part of `report`.
     in_report = {n for n, spec in cfg["bench"]["scripts"].items() if (spec or {}).get("in_report")}

@@ -169,14 +169,31 @@ def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0) -> None:
             time.sleep(0.5)
 
 
-def run_vllm(config: RunConfig, run_dir: Path, keeper: FleetKeeper | None = None) -> BackendResult:
+_SHARED: FleetKeeper | None = None  # set by `shared_fleets()`
+
+
+@contextlib.contextmanager
+def shared_fleets() -> Iterator[FleetKeeper]:
+    """Within this block, consecutive real runs of this process share their fleet when they
+    launch it identically (`akvc run-batch`); it is stopped when the block ends."""
+    global _SHARED
+    keeper, previous = FleetKeeper(), _SHARED
+    _SHARED = keeper
+    try:
+        yield keeper
+    finally:
+        _SHARED = previous
+        keeper.close()
+
+
+def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
     """Start fleet and proxy, replay the workload through the proxy, tear everything down
-    (with a `keeper`, the fleet may be the previous run's, reset, and stays up for the next).
+    (inside `shared_fleets()`, the fleet may be the previous run's, reset, and stays up).
 
     The machine's load is sampled from fleet start to teardown (`host_load`, with the replay
     as its own window): on a shared host it explains run-to-run differences."""
     with HostLoadSampler(HOST_LOAD_INTERVAL_S) as host:
-        result = _run_vllm(config, run_dir, host, keeper)
+        result = _run_vllm(config, run_dir, host, _SHARED)
         result.extra["host_load"] = host.stop()
     return result
 
