@@ -31,7 +31,7 @@ def test_batches_per_experiment_deduplicated_and_bounded(tmp_path: Path) -> None
     assert set(plan.to_run()) - set(batched) == {r.run_id for r in plan.runs if r.backend == "vllm"}
 
 
-def test_real_batches_one_per_repeat_with_rotated_order(tmp_path: Path) -> None:
+def test_real_batches_one_per_experiment_repeat_major_rotated(tmp_path: Path) -> None:
     (tmp_path / "real.yaml").write_text(
         yaml.safe_dump({"backend": "vllm", "workload": {"generator": {"sessions": 2}}})
     )
@@ -49,8 +49,10 @@ def test_real_batches_one_per_repeat_with_rotated_order(tmp_path: Path) -> None:
     ]
     plan = expand(experiments, tmp_path)
     batches = plan.real_batches()
-    assert list(batches) == ["real.r0", "real.r1", "real.r2", "real.r3"]
-    orders = [[r.policy for r in runs] for runs in batches.values()]
+    assert list(batches) == ["real"]
+    runs = batches["real"]
+    assert [r.labels["repeat"] for r in runs] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    orders = [[r.policy for r in runs[i : i + 3]] for i in range(0, 12, 3)]
     assert orders[0] == ["round_robin", "lmetric", "unified"]
     assert orders[1] == ["lmetric", "unified", "round_robin"]
     assert orders[2] == ["unified", "round_robin", "lmetric"]
@@ -58,7 +60,5 @@ def test_real_batches_one_per_repeat_with_rotated_order(tmp_path: Path) -> None:
     # Every variant takes every position once over the first three repeats.
     for pos in range(3):
         assert {o[pos] for o in orders[:3]} == {"round_robin", "lmetric", "unified"}
-    for rep, runs in enumerate(batches.values()):
-        assert {r.labels["repeat"] for r in runs} == {rep}
-    unbatched = {r.run_id for r in plan.runs} - {r.run_id for b in batches.values() for r in b}
+    unbatched = {r.run_id for r in plan.runs} - {r.run_id for r in runs}
     assert unbatched == {r.run_id for r in plan.runs if r.experiment == "single"}

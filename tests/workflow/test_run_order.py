@@ -1,5 +1,5 @@
-"""Real runs start by repeat, one batch per repeat, with one core: repeats interleave across
-variants, and each variant takes each position within a repeat in turn."""
+"""Real runs go by repeat, in one batch (one fleet): repeats interleave across variants, and
+each variant takes each position within a repeat in turn."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ ORDER_CONFIG = {
         {
             "name": "interleaved",
             "base": "config/runs/sim_agentic.yaml",
-            # Real runs (the fake akvc serves any backend): one batch job per repeat, so the
-            # order of the batches is Snakemake's to choose (by priority).
+            # Real runs (the fake akvc serves any backend): one batch job, in the plan's order.
             "set": {
                 "backend": "vllm",
                 "fleet.hardware": "cpu-tiny",
@@ -60,7 +59,7 @@ def test_runs_start_repeat_major(pipeline: Path) -> None:
     assert len(set(plan.to_run())) == 9  # every repeat is a distinct run
     ran = [plan.first(r) for r in calls.read_text().split()]
     assert [r.labels["repeat"] for r in ran] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    # One batch per repeat (one fleet), its variants' order rotated by the repeat index.
+    # One batch (one fleet), repeat by repeat, the variants' order rotated by the repeat index.
     policies = [r.policy for r in ran]
     assert policies[:3] == ["unified", "round_robin", "lmetric"]
     assert policies[3:6] == ["round_robin", "lmetric", "unified"]

@@ -40,6 +40,8 @@ rule notebook:
     conda:
         "../../envs/akvc.yaml"
     shell:
+        # A notebook that makes no figure still leaves its (empty) figures folder.
+        "mkdir -p {output.tables:q} {output.figures:q} && "
         "papermill --kernel python3 --no-progress-bar {input.notebook:q} {output.notebook:q}"
         " -p results_dir {params.results:q} -p archive_dir {params.archive:q}"
         " -p plan_path {input.plan:q}"

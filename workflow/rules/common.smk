@@ -34,7 +34,7 @@ def archived_records():
     return [f"{ARCHIVE}/{run_id}/requests.jsonl" for run_id in ARCHIVED_IDS]
 
 
-# Simulated runs are made in batches (one process each); real runs of one repeat of an
+# Simulated runs are made in batches (one process each); the repeated real runs of an
 # experiment too (one fleet for the batch); other real runs one job each.
 SIM_BATCHES = PLAN.sim_batches(config["sim_batch"])
 REAL_BATCHES = PLAN.real_batches()

@@ -1,8 +1,8 @@
-# Simulated runs: one job per batch of up to 12 (`akvc run-batch`), because a simulated run
+# Simulated runs: one job per batch of up to `sim_batch` (24) (`akvc run-batch`), because a simulated run
 # takes about as long as starting Python; deleting one simulated run's records redoes its
-# batch (seconds). Real runs with a `repeat`: one job per experiment and repeat (its variants
-# on one fleet, started once: about 30 s saved per run on 2 cores). Other real runs: one job
-# each, `akvc run BASE --set ... --results RESULTS`.
+# batch (seconds). Real runs with a `repeat`: one job per experiment, repeat by repeat on one
+# fleet started once (about 35 s saved per run on 2 cores; caches reset before each run).
+# Other real runs: one job each, `akvc run BASE --set ... --results RESULTS`.
 # The run_id already hashes the whole resolved config, so the config files are not inputs; a
 # run is redone when an output is missing (e.g. a deleted requests.jsonl) or, for simulated
 # runs, when the simulator's profile data change. `akvc run` itself clears an incomplete run

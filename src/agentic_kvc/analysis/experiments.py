@@ -86,21 +86,25 @@ class Plan:
         }
 
     def real_batches(self) -> dict[str, list[PlannedRun]]:
-        """Real-engine runs with a `repeat` label, one batch per experiment and repeat: the
-        variants of a repeat run back to back in one process, on one fleet (`akvc run-batch`
-        shares it and resets its caches), in an order rotated by the repeat index, so that
-        each variant runs first, second, ... in turn. Name: experiment.r<repeat>."""
+        """Real-engine runs with a `repeat` label, one batch per experiment: its runs go back
+        to back in one process, on one fleet (`akvc run-batch` shares it and resets its caches
+        before each run), repeat by repeat, the variants' order rotated by the repeat index so
+        that each variant runs first, second, ... in turn. Name: experiment."""
         seen: set[str] = set()
-        by_key: dict[tuple[str, int], list[PlannedRun]] = {}
+        by_key: dict[str, dict[int, list[PlannedRun]]] = {}
         for r in self.runs:
             if r.archived or r.backend == "sim" or "repeat" not in r.labels or r.run_id in seen:
                 continue
             seen.add(r.run_id)
-            by_key.setdefault((r.experiment, int(r.labels["repeat"])), []).append(r)
-        out = {}
-        for (exp, rep), runs in by_key.items():
-            k = rep % len(runs)
-            out[f"{exp}.r{rep}"] = runs[k:] + runs[:k]
+            rep = int(r.labels["repeat"])
+            by_key.setdefault(r.experiment, {}).setdefault(rep, []).append(r)
+        out: dict[str, list[PlannedRun]] = {}
+        for exp, by_rep in by_key.items():
+            out[exp] = []
+            for rep in sorted(by_rep):
+                runs = by_rep[rep]
+                k = rep % len(runs)
+                out[exp] += runs[k:] + runs[:k]
         return out
 
     def studies(self) -> list[str]:
