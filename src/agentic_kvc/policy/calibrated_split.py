@@ -28,6 +28,7 @@ from pydantic import Field
 
 from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, RequestView
 from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin
+from agentic_kvc.policy.conditional_disagg import decode_by_kv_cost
 from agentic_kvc.policy.registry import register
 
 
@@ -142,18 +143,7 @@ class CalibratedSplit(ColocatingPolicy):
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
         p: CalibratedSplitParams = self.params  # type: ignore[assignment]
         n = len(fleet.instances)
-        d_cands = fleet.decode_candidates()
-        if not d_cands:
-            raise NoHealthyInstance(f"{self.name}: no healthy instance can decode")
-        cached = fleet.cached_tokens(request)
-        bs = max(request.block_size, 1)
-        blocks = math.ceil(request.input_tokens / bs)
-        cost = {
-            i.index: max(i.pending_prefill_tokens / bs + blocks - cached[i.index] / bs, 0.0)
-            + i.decode_tokens / bs
-            for i in d_cands
-        }
-        d = argmin(d_cands, lambda i: (cost[i.index], i.num_requests), self.tie, n)
+        d, cached, cost = decode_by_kv_cost(self.name, self.tie, request, fleet)
         others = [i for i in fleet.prefill_candidates() if i.index != d.index]
         new_d = max(request.input_tokens - cached[d.index], 0)
         scores: dict[int, Any] = {k: {"kv_cost": v} for k, v in cost.items()}

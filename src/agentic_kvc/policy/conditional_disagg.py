@@ -17,10 +17,17 @@ locally, so for it the remote path is taken whatever the size.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import Field
 
-from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, RequestView
+from agentic_kvc.policy.base import (
+    Decision,
+    FleetView,
+    InstanceView,
+    NoHealthyInstance,
+    RequestView,
+)
 from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin
 from agentic_kvc.policy.registry import register
 
@@ -37,6 +44,27 @@ class ConditionalDisaggParams(StrictParams):
     )
 
 
+def decode_by_kv_cost(
+    name: str, tie: Any, request: RequestView, fleet: FleetView
+) -> tuple[InstanceView, dict[int, int], dict[int, float]]:
+    """The decode instance with the least KV work to take on (queued prefill, this prompt's
+    uncached blocks, its running decodes), every instance's cached prefix of the prompt, and
+    each decode candidate's KV cost in blocks."""
+    n = len(fleet.instances)
+    d_cands = fleet.decode_candidates()
+    if not d_cands:
+        raise NoHealthyInstance(f"{name}: no healthy instance can decode")
+    cached = fleet.cached_tokens(request)
+    bs = max(request.block_size, 1)
+    blocks = math.ceil(request.input_tokens / bs)
+    cost = {
+        i.index: max(i.pending_prefill_tokens / bs + blocks - cached[i.index] / bs, 0.0)
+        + i.decode_tokens / bs
+        for i in d_cands
+    }
+    return argmin(d_cands, lambda i: (cost[i.index], i.num_requests), tie, n), cached, cost
+
+
 @register
 class ConditionalDisagg(ColocatingPolicy):
     name = "conditional_disagg"
@@ -49,18 +77,7 @@ class ConditionalDisagg(ColocatingPolicy):
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
         p: ConditionalDisaggParams = self.params  # type: ignore[assignment]
         n = len(fleet.instances)
-        d_cands = fleet.decode_candidates()
-        if not d_cands:
-            raise NoHealthyInstance(f"{self.name}: no healthy instance can decode")
-        cached = fleet.cached_tokens(request)
-        bs = max(request.block_size, 1)
-        blocks = math.ceil(request.input_tokens / bs)
-        cost = {
-            i.index: max(i.pending_prefill_tokens / bs + blocks - cached[i.index] / bs, 0.0)
-            + i.decode_tokens / bs
-            for i in d_cands
-        }
-        d = argmin(d_cands, lambda i: (cost[i.index], i.num_requests), self.tie, n)
+        d, cached, cost = decode_by_kv_cost(self.name, self.tie, request, fleet)
         effective = max(request.input_tokens - cached[d.index], 0)
         raw = max(request.input_tokens, 1)
         others = [i for i in fleet.prefill_candidates() if i.index != d.index]
