@@ -9,8 +9,54 @@ import click
 
 from agentic_kvc.config import ConfigError, load_config
 
+# Subcommands that live with their concepts, imported only when called: importing all of them
+# costs ~2 s (jsonschema alone ~1.5 s), paid by every `akvc run-batch` job of the pipeline.
+# A module that is absent (an optional part not installed) drops its command.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "workload": ("agentic_kvc.workload.cli", "workload"),
+    "policies": ("agentic_kvc.policy.cli", "policies"),
+    "serve": ("agentic_kvc.serve.cli", "serve"),
+    "proxy": ("agentic_kvc.proxy.cli", "proxy"),
+    "replay": ("agentic_kvc.replay.cli", "replay"),
+    "calibrate": ("agentic_kvc.calibrate.cli", "calibrate"),
+    "model": ("agentic_kvc.serve.model_cli", "model"),
+    "artifact": ("agentic_kvc.artifact.cli", "artifact"),
+    "regret": ("agentic_kvc.instruments.cli", "regret"),
+    "cache-error": ("agentic_kvc.instruments.cli", "cache_error"),
+    "routers": ("agentic_kvc.instruments.cli", "routers"),
+    "instruments": ("agentic_kvc.instruments.cli", "instruments"),
+    "routers-real": ("agentic_kvc.instruments.routers_real", "routers_real"),
+    "lifecycle": ("agentic_kvc.lifecycle.cli", "lifecycle"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+def _load_lazy(name: str) -> click.Command | None:
+    import importlib
+
+    module, attr = LAZY_COMMANDS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None
+        raise
+    return getattr(mod, attr)
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            cmd = _load_lazy(cmd_name)
+            if cmd is None:
+                return None
+            self.add_command(cmd, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agentic-kvc")
 def main() -> None:
     """agentic_kvc: route multi-turn agentic requests across vLLM instances, real or simulated."""
@@ -96,36 +142,6 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
             click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
 
-
-def _register_subcommands() -> None:
-    """Attach the command groups that live with their concepts (missing ones are skipped)."""
-    import importlib
-
-    for module, attr in (
-        ("agentic_kvc.workload.cli", "workload"),
-        ("agentic_kvc.policy.cli", "policies"),
-        ("agentic_kvc.serve.cli", "serve"),
-        ("agentic_kvc.proxy.cli", "proxy"),
-        ("agentic_kvc.replay.cli", "replay"),
-        ("agentic_kvc.calibrate.cli", "calibrate"),
-        ("agentic_kvc.serve.model_cli", "model"),
-        ("agentic_kvc.artifact.cli", "artifact"),
-        ("agentic_kvc.instruments.cli", "regret"),
-        ("agentic_kvc.instruments.cli", "cache_error"),
-        ("agentic_kvc.instruments.cli", "routers"),
-        ("agentic_kvc.instruments.cli", "instruments"),
-        ("agentic_kvc.lifecycle.cli", "lifecycle"),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue
-            raise
-        main.add_command(getattr(mod, attr))
-
-
-_register_subcommands()
 
 if __name__ == "__main__":
     main()
