@@ -37,6 +37,7 @@ rule lifecycle:
     input:
         notebook=f"{RESULTS}/work/notebooks/study_lifecycle.ipynb",
         summary=rules.lifecycle_cpu_grid.output,
+        decider=f"{RESULTS}/lifecycle/decider_sim_requests.parquet",
     output:
         notebook=f"{RESULTS}/notebooks/study_lifecycle_cpu.ipynb",
         tables=directory(f"{RESULTS}/tables/study_lifecycle_cpu"),
@@ -55,12 +56,14 @@ rule lifecycle:
 
 
 rule lifecycle_decider_sim:
-    """calibrated_split vs fixed split thresholds (256, 2048) in the simulator (~15 s CPU)."""
+    """calibrated_split vs fixed split thresholds (256, 2048) in the simulator, 3 rates x 5
+    seeds (~20 s CPU): summary rows and every request's latencies (for paired intervals)."""
     output:
-        f"{RESULTS}/lifecycle/decider_sim.jsonl",
+        summary=f"{RESULTS}/lifecycle/decider_sim.jsonl",
+        requests=f"{RESULTS}/lifecycle/decider_sim_requests.parquet",
     log:
         f"{RESULTS}/logs/lifecycle_decider_sim.log",
     conda:
         "../../envs/akvc.yaml"
     shell:
-        "akvc lifecycle decider-sim --out {output:q} > {log:q} 2>&1"
+        "akvc lifecycle decider-sim --out {output.summary:q} > {log:q} 2>&1"

@@ -19,8 +19,8 @@ def lifecycle() -> None:
     "grid_name",
     default="default",
     show_default=True,
-    help="Named grid (lifecycle.runner.GRIDS): default (2x2x1, the report's subset), cpu "
-    "(the scaled CPU grid), smoke.",
+    help="Named grid (lifecycle.runner.GRIDS): default (3x3x2, the report's subset), cpu "
+    "(the scaled CPU grid, 63 cells), smoke.",
 )
 @click.option(
     "--out",
@@ -71,12 +71,20 @@ def report_cmd(records_dir: Path, tables: Path | None, figures: Path | None) -> 
     show_default=True,
 )
 @click.option("--rate", "rates", type=float, multiple=True, default=(0.25, 0.5, 1.0))
-@click.option("--seed", "seeds", type=int, multiple=True, default=(0, 1, 2))
+@click.option("--seed", "seeds", type=int, multiple=True, default=(0, 1, 2, 3, 4))
 @click.option("--sessions", type=int, default=100, show_default=True)
 def decider_sim_cmd(out: Path, rates: tuple[float, ...], seeds: tuple[int, ...], sessions: int):
-    """Simulate calibrated_split vs fixed split thresholds (256, 2048) across session rates."""
-    from agentic_kvc.lifecycle.decider_sim import paired_table, run
+    """Simulate calibrated_split vs fixed split thresholds (256, 2048) across session rates.
 
-    rows = run(out, rates, seeds, sessions)
-    for line in paired_table(rows):
+    Writes summary rows to OUT and every request's latencies next to it
+    (<stem>_requests.parquet); prints TTFT p90 per rate and calibrated vs each threshold with
+    its 95% paired interval over seeds (agentic_kvc.analysis.paired).
+    """
+    import polars as pl
+
+    from agentic_kvc.lifecycle.decider_sim import PAIRED_HEADER, paired_table, requests_path, run
+
+    run(out, rates, seeds, sessions)
+    click.echo(" | ".join(PAIRED_HEADER))
+    for line in paired_table(pl.read_parquet(requests_path(out))):
         click.echo(" | ".join(line))

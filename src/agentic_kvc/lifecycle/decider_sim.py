@@ -4,6 +4,10 @@
 thresholds) and `calibrated_split` with the simulator's own costs (`params_from_sim`: the
 H20 profile's prefill cost per token, `sim.kv_transfer_fixed_s`, `sim.kv_transfer_gbps`), each
 on the H20 agentic base run at several session rates and seeds. Deterministic for its inputs.
+
+Outputs: one summary row per (variant, rate, seed) in `out` (JSON lines) and every request's
+latencies in `requests_path(out)` (parquet), from which `paired_rows` compares calibrated with
+each threshold per rate with `analysis.paired` (seeds, then requests, resampled as pairs).
 """
 
 from __future__ import annotations
@@ -13,13 +17,33 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import polars as pl
 
+from agentic_kvc.analysis.paired import fmt_diff, paired_compare
 from agentic_kvc.config import load_config
 from agentic_kvc.metrics.summary import summarize
 from agentic_kvc.policy.calibrated_split import params_from_sim
 
 BASE = "config/runs/sim_h20_agentic.yaml"
+THRESHOLDS = ("threshold_256", "threshold_2048")
+CANDIDATE = "calibrated"
+# The request columns analysis.paired reads (plus the labels that select and pair runs).
+REQUEST_COLUMNS = (
+    "request_id",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "input_tokens",
+    "cached_tokens",
+    "prefill_instance",
+    "decode_instance",
+    "error",
+)
+
+
+def requests_path(out: Path) -> Path:
+    """Where `run` keeps the per-request latencies next to its summary rows."""
+    return out.with_name(out.stem + "_requests.parquet")
 
 
 def variants(cfg_sim: Any, hardware: str, model: str) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -27,20 +51,21 @@ def variants(cfg_sim: Any, hardware: str, model: str) -> dict[str, tuple[str, di
     return {
         "threshold_256": ("conditional_disagg", {"max_local_prefill_tokens": 256}),
         "threshold_2048": ("conditional_disagg", {"max_local_prefill_tokens": 2048}),
-        "calibrated": ("calibrated_split", cal),
+        CANDIDATE: ("calibrated_split", cal),
     }
 
 
 def run(
     out: Path,
     rates: Sequence[float] = (0.25, 0.5, 1.0),
-    seeds: Sequence[int] = (0, 1),
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
     sessions: int = 100,
     base: str = BASE,
 ) -> list[dict[str, Any]]:
     from agentic_kvc.sim.backend import prepare_sim, profile_for
 
     rows: list[dict[str, Any]] = []
+    req_rows: list[dict[str, Any]] = []
     for rate in rates:
         for seed in seeds:
             sets = [
@@ -72,25 +97,87 @@ def run(
                         "source": params.get("calibration_source"),
                     }
                 )
+                labels = {
+                    "variant": name,
+                    "rate": rate,
+                    "seed": seed,
+                    "instances": cfg.fleet.instances,
+                }
+                req_rows += [{**labels, **{k: r.get(k) for k in REQUEST_COLUMNS}} for r in recs]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    requests_frame(req_rows).write_parquet(requests_path(out))
     return rows
 
 
-def paired_table(rows: list[dict[str, Any]], metric: str = "ttft_p90_s") -> list[list[str]]:
-    """Per rate: each variant's mean metric and calibrated - threshold paired over seeds."""
+def requests_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    schema = {
+        "variant": pl.String,
+        "rate": pl.Float64,
+        "seed": pl.Int64,
+        "instances": pl.Int64,
+        "request_id": pl.String,
+        "ttft_s": pl.Float64,
+        "tpot_s": pl.Float64,
+        "e2e_s": pl.Float64,
+        "input_tokens": pl.Int64,
+        "cached_tokens": pl.Int64,
+        "prefill_instance": pl.Int64,
+        "decode_instance": pl.Int64,
+        "error": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def paired_rows(
+    requests: pl.DataFrame, metric: str = "ttft_p90", n_boot: int = 1000
+) -> list[dict[str, Any]]:
+    """Per rate and threshold: calibrated vs the threshold, paired over seeds (and requests)."""
     out = []
-    for rate in sorted({r["rate"] for r in rows}):
-        at = [r for r in rows if r["rate"] == rate]
-        by = {(r["variant"], r["seed"]): r for r in at}
-        seeds = sorted({r["seed"] for r in at})
-        line = [f"{rate}"]
-        for v in ("threshold_256", "threshold_2048", "calibrated"):
-            vals = [by[(v, s)][metric] for s in seeds if (v, s) in by]
-            shares = [by[(v, s)]["split_share"] for s in seeds if (v, s) in by]
-            line.append(f"{np.mean(vals):.2f} s ({np.mean(shares):.0%} split)")
-        for v in ("threshold_256", "threshold_2048"):
-            d = [by[("calibrated", s)][metric] - by[(v, s)][metric] for s in seeds]
-            line.append(f"{np.mean(d):+.2f} s [{min(d):+.2f}, {max(d):+.2f}]")
-        out.append(line)
+    for rate in sorted(requests.get_column("rate").unique().to_list()):
+        at = requests.filter(pl.col("rate") == rate)
+        for base in THRESHOLDS:
+            r = paired_compare(at, base, CANDIDATE, metric, n_boot=n_boot).to_row()
+            out.append({"rate": rate, **r})
     return out
+
+
+def split_shares(requests: pl.DataFrame) -> dict[tuple[float, str], float]:
+    """Share of requests split (prefill and decode on different instances), seeds pooled."""
+    df = requests.group_by("rate", "variant").agg(
+        (pl.col("prefill_instance") != pl.col("decode_instance")).mean().alias("share")
+    )
+    return {(r["rate"], r["variant"]): r["share"] for r in df.iter_rows(named=True)}
+
+
+def paired_table(
+    requests: pl.DataFrame, metric: str = "ttft_p90", pairs: list[dict[str, Any]] | None = None
+) -> list[list[str]]:
+    """Rows: rate, each variant's metric (seeds pooled) with its split share, and calibrated
+    vs each threshold as a relative difference with its 95% paired interval (`pairs`: the
+    `paired_rows` already computed for `metric`)."""
+    shares = split_shares(requests)
+    pairs = paired_rows(requests, metric) if pairs is None else pairs
+    lines = []
+    for rate in sorted({p["rate"] for p in pairs}):
+        at = [p for p in pairs if p["rate"] == rate]
+        vals = {p["baseline"]: p["baseline_value"] for p in at}
+        vals[CANDIDATE] = at[0]["candidate_value"]
+        line = [f"{rate}"]
+        for v in (*THRESHOLDS, CANDIDATE):
+            line.append(f"{vals[v]:.2f} s ({shares.get((rate, v), float('nan')):.0%} split)")
+        line += [fmt_diff(p) for p in at]
+        line.append(str(at[0]["n_pairs"]))
+        lines.append(line)
+    return lines
+
+
+PAIRED_HEADER = [
+    "rate/s",
+    "threshold 256",
+    "threshold 2048",
+    "calibrated",
+    "cal vs 256",
+    "cal vs 2048",
+    "seeds",
+]

@@ -8,7 +8,8 @@ the PD request (prefix + N fresh tokens) through P -> D with the proxy's request
 (`proxy.pd.prefill_body` / `decode_body`), then the same shape colocated on D (its own fresh
 N tokens, so neither request hits the other's blocks). Around each PD request D's
 `prompt_tokens_by_source` counters are read: local_cache_hit must grow by D's prefix hit, and
-external_kv_transfer by what D pulled. The first `warmup` repetitions are run and discarded.
+external_kv_transfer by what D pulled. The first `warmup` repetitions of each prompt shape
+(C, N) are run and discarded (at its first O; O only changes the decode that follows).
 
 The runner is the proxy here (t0, t1, tp, t9, t10 are its clock); engine points come from the
 wrapper connector's log (`lifecycle.connector`).
@@ -82,11 +83,14 @@ class Grid:
 
 
 GRIDS: dict[str, Grid] = {
-    # The default report's subset: 2 x 2 x 1 cells, 2 kept repetitions.
-    "default": Grid("default", [0, 1024], [256, 2048], [8], reps=2, warmup=1),
+    # The default report's subset: 3 x 3 x 2 cells, 2 kept repetitions, one warm-up per (C, N).
+    "default": Grid("default", [0, 512, 1024], [128, 512, 2048], [1, 8], reps=2, warmup=1),
     "smoke": Grid("smoke", [0, 512], [256], [8], reps=1, warmup=1),
-    # The scaled CPU grid (tiny model, 4k context): the example grid.
-    "cpu": Grid("cpu", [0, 512, 1024, 2048], [128, 512, 1024, 2048], [1, 32, 128], reps=3),
+    # The scaled CPU grid (tiny model, 4k context): the example grid, with six N (six
+    # transfer sizes, 128 KiB to 3 MiB) so the transfer fit has a range to fit.
+    "cpu": Grid(
+        "cpu", [0, 512, 1024, 2048], [128, 256, 512, 1024, 2048, 3072], [1, 32, 128], reps=3
+    ),
 }
 
 
@@ -328,7 +332,8 @@ def lifecycle_fleet(log_dir: Path, events_path: Path, block: int = 32) -> Iterat
         per_instance_env=env,
     )
     with fleet as f:
-        warm_nixl_pairs(f.urls, f.model_name)
+        # Only P -> D is measured: warm that pair's NIXL handshake, not D -> P as well.
+        warm_nixl_pairs(f.urls, f.model_name, roles=[None, "kv_consumer"])
         yield f
 
 
@@ -357,16 +362,20 @@ def run_grid(grid: Grid, out_dir: Path, block: int = 32, log: Any = print) -> di
                 meta["seeding"].append(seeded)
                 if not seeded["verified"]:
                     raise RuntimeError(f"D's prefix cache does not hold the C={c} prefix: {seeded}")
+                warmed: set[int] = set()
                 for cc, n, o in grid.cells():
                     if cc != c:
                         continue
-                    for rep in range(grid.warmup + grid.reps):
+                    # Warm-up per prompt shape (C, N): O only changes the decode that follows.
+                    warmup = 0 if n in warmed else grid.warmup
+                    warmed.add(n)
+                    for rep in range(warmup + grid.reps):
                         rec = measure_cell(
                             client, urls, model, prefix, n, o, rep, events_path, layers, block
                         )
-                        if rep < grid.warmup:
+                        if rep < warmup:
                             continue
-                        r = rep - grid.warmup
+                        r = rep - warmup
                         rec["config"]["rep"] = r
                         rec["seeding"] = seeded
                         path = out_dir / f"C{c}_N{n}_O{o}_rep{r}.json"

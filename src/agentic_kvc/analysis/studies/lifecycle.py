@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from agentic_kvc.analysis.studies.base import Section, md_table
 from agentic_kvc.lifecycle.protocol import PHASE_ORDER, RESIDUAL_LIMIT, LinearFit, linear_fit
@@ -284,7 +285,13 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
 def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured: bool) -> None:
     """The calibrated decider's idle-fleet break-even next to the measured one, and its
     simulated comparison with fixed thresholds when `akvc lifecycle decider-sim` has run."""
-    from agentic_kvc.lifecycle.decider_sim import paired_table
+    from agentic_kvc.analysis.paired import fmt_diff
+    from agentic_kvc.lifecycle.decider_sim import (
+        PAIRED_HEADER,
+        paired_rows,
+        paired_table,
+        requests_path,
+    )
     from agentic_kvc.policy.calibrated_split import CalibratedSplitParams, break_even_new_tokens
 
     cal = calibration(recs, str(records_dir))
@@ -313,15 +320,24 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
         ["C", "N", "prefill", "transfer", "transfer > prefill"],
         sim_h20_grid(),
     )
-    sim = records_dir.parent / "decider_sim.jsonl"
+    sim = requests_path(records_dir.parent / "decider_sim.jsonl")
     if sim.exists():
-        rows = [json.loads(x) for x in sim.read_text().splitlines() if x.strip()]
+        reqs = pl.read_parquet(sim)
+        pairs = paired_rows(reqs)
+        rows = paired_table(reqs, pairs=pairs)
         s.table(
-            f"Simulator (H20, agentic sessions; `{sim}`): TTFT p90 by session rate, mean over "
-            "seeds (share of requests split); calibrated - threshold per seed, mean [min, max].",
-            ["rate/s", "threshold 256", "threshold 2048", "calibrated", "cal - 256", "cal - 2048"],
-            paired_table(rows),
+            f"Simulator (H20, agentic sessions; `{sim}`): TTFT p90 by session rate over every "
+            "request of every seed (share of requests split); calibrated vs each fixed threshold "
+            "as the relative difference of TTFT p90 with its 95% paired bootstrap interval "
+            "(seeds, then requests; `analysis.paired`), n.s. when it contains 0.",
+            PAIRED_HEADER,
+            rows,
         )
+        for r in pairs:
+            s.findings.append(
+                f"Lifecycle decider (sim H20, {r['rate']} sessions/s, {r['n_pairs']} seeds): "
+                f"calibrated_split vs {r['baseline']} TTFT p90 {fmt_diff(r)}."
+            )
 
 
 def sim_h20_grid(
