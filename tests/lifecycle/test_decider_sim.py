@@ -47,3 +47,26 @@ def test_decider_sim_pairs_calibrated_with_each_threshold_over_seeds(tmp_path: P
     assert "| cal vs 256 | cal vs 2048 | seeds |" in s.markdown()
     found = [f for f in s.findings if f.startswith("Lifecycle decider")]
     assert len(found) == 2 and all("[" in f for f in found)
+
+
+def test_fit_quality_says_whether_the_transfer_fit_can_feed_the_decider() -> None:
+    sizes = [(n, n * 1024) for n in (128, 256, 512, 1024, 2048, 3072)]
+    rng = np.random.default_rng(0)
+
+    def recs(noise_ms: float, colo_ms: float) -> list[dict]:
+        out = []
+        for rep in range(3):
+            for n, b in sizes:
+                t = 0.5 + b / 1e6 + abs(rng.normal(0, noise_ms))
+                out.append(_record(0, n, rep, t, b, colo_ttft=colo_ms + 0.1 * n))
+        return out
+
+    clean = lifecycle.fit_quality(recs(0.01, 100.0))
+    assert clean is not None and clean["sizes"] == 6
+    assert clean["r2"] > 0.95 and clean["feeds_decider"]
+    # Noise of ~20 ms against a 20 ms colocated prefill: R^2 low, error above the 10% margin.
+    noisy = lifecycle.fit_quality(recs(20.0, 7.0))
+    assert noisy is not None and noisy["r2"] < 0.95 and not noisy["feeds_decider"]
+    assert noisy["p95_abs_residual_ms"] > 0.1 * noisy["colo_ttft_at_n_min_ms"]
+    # The same noise next to a 10 s colocated prefill cannot flip a decision.
+    assert lifecycle.fit_quality(recs(20.0, 10_000.0))["feeds_decider"]

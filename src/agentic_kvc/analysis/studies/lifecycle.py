@@ -78,6 +78,53 @@ def fit_transfer(recs: list[dict[str, Any]]) -> LinearFit | None:
     return linear_fit([b for b, _ in pts], [t for _, t in pts])
 
 
+def _transfer_points(recs: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    return [
+        (r["transfer_detail"]["bytes"], r["breakdown_ms"]["transfer"])
+        for r in recs
+        if r["transfer_detail"].get("bytes") and r["breakdown_ms"].get("transfer") is not None
+    ]
+
+
+def fit_quality(recs: list[dict[str, Any]], margin_ratio: float = 0.1) -> dict[str, Any] | None:
+    """How far the per-record transfer fit can be trusted, and whether that matters.
+
+    R^2 over records mixes the size trend with per-request noise (load, the poll that stamps
+    t6); the fit over per-size medians shows whether the trend itself is linear. What the
+    decider needs is smaller: its prediction error (95th percentile of |residual|) must stay
+    under its margin (`margin_ratio` of the colocated TTFT it is weighed against, here the
+    smallest N's), or an error could flip a decision.
+    """
+    tf, cf = fit_transfer(recs), fit_colo_prefill(recs)
+    if tf is None:
+        return None
+    pts = _transfer_points(recs)
+    res = np.array([t - tf.predict(b) for b, t in pts])
+    by_size: dict[float, list[float]] = {}
+    for b, t in pts:
+        by_size.setdefault(b, []).append(t)
+    sizes = sorted(by_size)
+    med = linear_fit(sizes, [float(np.median(by_size[b])) for b in sizes])
+    n_min = min(r["config"]["current_new_tokens"] for r in recs)
+    colo_min = cf.predict(n_min) if cf else float("nan")
+    p95 = float(np.quantile(np.abs(res), 0.95))
+    return {
+        "sizes": len(sizes),
+        "bytes_min": sizes[0],
+        "bytes_max": sizes[-1],
+        "r2": tf.r2,
+        "r2_medians": med.r2,
+        "rmse_ms": float(np.sqrt(np.mean(res**2))),
+        "p95_abs_residual_ms": p95,
+        "n_min": n_min,
+        "colo_ttft_at_n_min_ms": colo_min,
+        "margin_ratio": margin_ratio,
+        # The fit feeds the decider if it is linear by the design's bar, or if its error is
+        # below the decision margin at the cheapest colocated prefill in the grid.
+        "feeds_decider": bool(tf.r2 > 0.95 or p95 < margin_ratio * colo_min),
+    }
+
+
 def fit_colo_prefill(recs: list[dict[str, Any]]) -> LinearFit | None:
     """Colocated TTFT against new tokens: the prefill cost the split is weighed against."""
     pts = [
@@ -104,8 +151,10 @@ def calibration(recs: list[dict[str, Any]], source: str) -> dict[str, Any]:
         for r in recs
         if r["breakdown_ms"].get("transfer") is not None and r["breakdown_ms"].get("ttft")
     ]
+    fq = fit_quality(recs)
     return {
         "source": source,
+        "transfer_fit_quality": fq,
         "transfer_alpha_ms": tf.alpha if tf else None,
         "transfer_beta_ms_per_byte": tf.beta if tf else None,
         "transfer_r2": tf.r2 if tf else None,
@@ -163,6 +212,7 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     # 3. Linear fit.
     tf = fit_transfer(recs)
     c3 = bool(tf and tf.r2 > 0.95)
+    fq = fit_quality(recs)
     # 4. Bytes independent of C at fixed N.
     by_n: dict[int, dict[int, list[float]]] = {}
     for r in recs:
@@ -241,8 +291,11 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
         [
             "3 linear transfer model R^2 > 0.95",
             "met" if c3 else "not met",
-            (f"alpha {tf.alpha:.2f} ms, beta {tf.beta * 1e6:.3f} ms/MB, R^2 {tf.r2:.3f}, n {tf.n}")
-            if tf
+            (
+                f"alpha {tf.alpha:.2f} ms, beta {tf.beta * 1e6:.3f} ms/MB, R^2 {tf.r2:.3f}, "
+                f"n {tf.n} over {fq['sizes']} sizes (per-size medians: R^2 {_r2m(fq)})"
+            )
+            if tf and fq
             else "fewer than two distinct transfer sizes",
         ],
         [
@@ -262,10 +315,13 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
         "t6 is the worker poll that saw the reads done, so transfer includes up to one poll "
         "interval (NIXL's own telemetry duration is in transfer_detail.nixl_xfer_ms)."
     )
+    if fq:
+        s.note(fit_note(fq))
     s.findings = [
         f"Lifecycle: transfer model alpha {tf.alpha:.1f} ms + {tf.beta * 1e6:.2f} ms/MB "
-        f"(R^2 {tf.r2:.2f}, n {tf.n}) on CPU NIXL."
-        if tf
+        f"(R^2 {tf.r2:.2f}, n {tf.n}, {fq['sizes']} sizes; medians R^2 {_r2m(fq)}) on CPU NIXL; "
+        + ("good enough to feed the decider." if fq["feeds_decider"] else "not decider-grade.")
+        if tf and fq
         else "Lifecycle: transfer model not fitted (fewer than two sizes).",
         f"Lifecycle: criteria met {sum([c1, c2, c3, c4, c5])}/5 (breakdown {c1}, transfer>prefill "
         f"{c2}, R^2 {c3}, bytes-vs-C {c4}, break-even {c5}).",
@@ -280,6 +336,38 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     if figures_dir is not None:
         _figures(s, recs, cells, tf, Path(figures_dir))
     return s
+
+
+def _r2m(fq: dict[str, Any]) -> str:
+    # Two sizes give two medians, which a line always fits.
+    return f"{fq['r2_medians']:.3f}" if fq["sizes"] > 2 else "n/a with 2 sizes"
+
+
+def fit_note(fq: dict[str, Any]) -> str:
+    """The fit's quality in words: R^2, its error, and whether the decider can use it."""
+    colo = fq["colo_ttft_at_n_min_ms"]
+    share = fq["p95_abs_residual_ms"] / colo if colo and np.isfinite(colo) else float("nan")
+    verdict = (
+        "good enough to feed the decider"
+        + (
+            ""
+            if fq["r2"] > 0.95
+            else f": its error is below the decider's {fq['margin_ratio']:.0%} margin, so "
+            "the low R^2 (noise around a transfer that is small next to prefill) cannot flip "
+            "a decision"
+        )
+        if fq["feeds_decider"]
+        else "not good enough to feed the decider: its error exceeds the decider's "
+        f"{fq['margin_ratio']:.0%} margin at the smallest N"
+    )
+    return (
+        f"Transfer fit over {fq['sizes']} sizes ({fq['bytes_min'] / 1024:,.0f} KiB to "
+        f"{fq['bytes_max'] / 1024:,.0f} KiB): R^2 {fq['r2']:.3f} over records, "
+        f"{_r2m(fq)} over per-size medians; residual RMSE "
+        f"{fq['rmse_ms']:.2f} ms, 95th percentile |residual| {fq['p95_abs_residual_ms']:.2f} ms, "
+        f"{share:.1%} of the colocated TTFT at N={fq['n_min']} ({colo:.0f} ms). The fit is "
+        f"{verdict}."
+    )
 
 
 def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured: bool) -> None:
