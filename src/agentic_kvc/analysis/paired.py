@@ -22,6 +22,7 @@ level is coarse (5 seeds give few distinct resamples), which is why studies use 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -126,8 +127,25 @@ def _pairs(
 
 
 def _quantile(values: np.ndarray, q: float) -> float:
+    """np.quantile(values without NaN, q), method "linear", to the last bit, ~10x faster.
+
+    The bootstrap asks for ~10^5 quantiles per report; np.quantile's generality costs ~0.15 ms
+    a call. This is its arithmetic on the two order statistics around (n - 1) q, including its
+    lerp, which interpolates from the upper neighbour when the weight is >= 0.5.
+    """
     v = values[~np.isnan(values)]
-    return float(np.quantile(v, q)) if v.size else float("nan")
+    n = v.size
+    if n == 0:
+        return float("nan")
+    virtual = (n - 1) * q
+    if virtual >= n - 1:
+        return float(v.max())
+    lo = math.floor(virtual)
+    part = np.partition(v, (lo, lo + 1))
+    a, b = float(part[lo]), float(part[lo + 1])
+    t = virtual - lo
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def _hit_rate(a: dict[str, np.ndarray]) -> float:
