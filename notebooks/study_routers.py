@@ -18,6 +18,8 @@
 # `akvc instruments config/instruments.yaml` writes (Snakemake rule `instruments`). The
 # analysis lives in `agentic_kvc.analysis.studies.routers`; docs/instruments.md describes the
 # instrument and how to run it on any run directory (`akvc regret|cache-error|routers`).
+# The real-engine table (1 vs 2 proxies, `akvc routers-real`) is read from
+# `results/bench/routers_real.json` when that hand-run benchmark was run.
 
 # %% tags=["parameters"]
 results_dir = "results"
@@ -33,7 +35,10 @@ from IPython.display import Image, Markdown, display
 
 from agentic_kvc.analysis.studies import routers
 
-section = routers.analyse(Path(results_dir) / "instruments" / "routers.jsonl")
+section = routers.analyse(
+    Path(results_dir) / "instruments" / "routers.jsonl",
+    real=Path(results_dir) / "bench" / "routers_real.json",  # hand-run, when present
+)
 section.write(tables_dir)
 display(Markdown(section.markdown()))
 for figure in section.figures:

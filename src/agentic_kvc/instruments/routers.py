@@ -37,6 +37,16 @@ def _stable(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
+def pick_replica(spread: Spread, replicas: int, seed: int, request_id: str, session_id: str) -> int:
+    """The replica a request reaches; the real two-proxy run (routers_real.py) uses the same
+    choice, so a request goes to the same replica index in the simulator and on real engines."""
+    if replicas == 1:
+        return 0
+    if spread == "session":
+        return _stable(session_id) % replicas
+    return _stable(f"{seed}:{request_id}") % replicas
+
+
 class ReplicaStates:
     """R routers' states behind the one `state` the fleet talks to.
 
@@ -136,12 +146,7 @@ class RoutersFleet(SimFleet):
         self.replica_of: dict[str, int] = {}
 
     def _pick(self, req_id: str, session_id: str) -> int:
-        r = len(self.policies)
-        if r == 1:
-            return 0
-        if self.spread == "session":
-            return _stable(session_id) % r
-        return _stable(f"{self.config.seed}:{req_id}") % r
+        return pick_replica(self.spread, len(self.policies), self.config.seed, req_id, session_id)
 
     def _release(self, srun: SessionRun, k: int) -> None:
         req = srun.session.requests[k]

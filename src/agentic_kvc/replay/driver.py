@@ -199,6 +199,11 @@ class Replayer:
 
             await asyncio.gather(*(at_arrival(r) for r in session.requests))
 
+    def target_for(self, req: Request) -> str:
+        """Base URL `req` is sent to; a subclass may spread requests over several proxies
+        (instruments/routers_real.py)."""
+        return self.s.target
+
     async def _send(self, req: Request, arrival_s: float) -> None:
         ids = self.token_ids(req)
         body = completion_body(
@@ -210,7 +215,7 @@ class Replayer:
             headers["x-parent-session-id"] = parent
         try:
             out = await send_completion(
-                self._http, self.s.target + self.s.endpoint, body, headers, self.s.timeout_s
+                self._http, self.target_for(req) + self.s.endpoint, body, headers, self.s.timeout_s
             )
         finally:
             done = self._done.get(req.request_id)

@@ -1,14 +1,17 @@
 """Report section `routers`: several router replicas in front of one simulated fleet
-(instruments/routers.py), from results/instruments/routers.jsonl."""
+(instruments/routers.py), from results/instruments/routers.jsonl; and, when it was run, 1 vs
+2 real proxies in front of the same vLLM CPU engines (results/bench/routers_real.json, from
+`akvc routers-real`, instruments/routers_real.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.paired import fmt_diff
 from agentic_kvc.analysis.studies.base import Section, ms, num, pct
-from agentic_kvc.instruments.stats import paired_quantile_rel
+from agentic_kvc.instruments.stats import mean_ci, paired_quantile_rel
 from agentic_kvc.io import read_jsonl
 
 TITLE = "Instrument: several routers at once"
@@ -23,12 +26,19 @@ def _rel(point: float, lo: float, hi: float) -> str:
     return fmt_diff({"rel_diff": point, "ci_low": lo, "ci_high": hi, "significant": sig})
 
 
-def analyse(path: Path) -> Section:
+def analyse(path: Path, real: Path | None = None) -> Section:
     s = Section("routers", TITLE, QUESTION)
     rows: list[dict[str, Any]] = list(read_jsonl(path)) if path.is_file() else []
     if not rows:
         s.answer = f"No rows at {path}: run `akvc instruments config/instruments.yaml`."
         return s
+    _analyse_sim(s, rows)
+    if real is not None:
+        real_engines(s, real)
+    return s
+
+
+def _analyse_sim(s: Section, rows: list[dict[str, Any]]) -> None:
     s.note(
         "Method: the same simulated fleet and workload with R router replicas, each with its "
         "own policy object, in-flight accounting, session affinity and estimated prefix index "
@@ -91,4 +101,98 @@ def analyse(path: Path) -> Section:
         + ". "
         + (f"The largest TTFT p90 change at R={top} (random): {worst[1]}." if worst else "")
     )
-    return s
+
+
+def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, float]:
+    """`field` per request over the runs' repeats, keyed `repeat:request_id` (pairs the
+    same request of the same repeat between variants)."""
+    return {
+        f"{run['repeat']}:{rid}": v[field]
+        for run in runs
+        for rid, v in run["per_request"].items()
+        if v[field] is not None
+    }
+
+
+def _spread(values: list[float | None], fmt: Any) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "-"
+    mean = sum(vals) / len(vals)
+    return fmt(mean) if len(vals) == 1 else f"{fmt(mean)} ({fmt(min(vals))}-{fmt(max(vals))})"
+
+
+def real_engines(s: Section, path: Path) -> None:
+    """1 vs 2 real proxies in front of the same two vLLM CPU engines (`akvc routers-real`,
+    hand-run: it starts engines), beside the simulator's R = 1 / R = 2 of the same config."""
+    if not path.is_file():
+        s.note(
+            "Real engines (1 vs 2 proxies in front of the same 2 vLLM CPU instances): not run "
+            f"(`akvc routers-real` writes {path.as_posix()}; docs/instruments.md)."
+        )
+        return
+    data = json.loads(path.read_text())
+    runs: list[dict[str, Any]] = data["runs"]
+    sims = {(x["policy"], x["proxies"]): x for x in data.get("sim", [])}
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["policy"], run["proxies"]), []).append(run)
+    table = []
+    for (policy, r), group in sorted(groups.items()):
+        sim = sims.get((policy, r), {})
+        table.append(
+            [
+                policy,
+                str(r),
+                str(len(group)),
+                _spread([g["affinity_loss"] for g in group], pct),
+                pct(sim.get("affinity_loss")),
+                _spread([g["hit_rate"] for g in group], pct),
+                pct(sim.get("hit_rate")),
+                _spread([g["herding"] for g in group], num),
+                num(sim.get("herding")),
+                _spread([g["ttft_p90_s"] for g in group], ms),
+                ms(sim.get("ttft_p90_s")),
+                _spread([g["host_load1_mean"] for g in group], lambda x: f"{x:.1f}"),
+            ]
+        )
+        base = groups.get((policy, 1))
+        if r == 1 or not base:
+            continue
+        b_moved, c_moved = _pooled(base, "moved"), _pooled(group, "moved")
+        ids = sorted(set(b_moved) & set(c_moved))
+        d, lo, hi = mean_ci([c_moved[i] - b_moved[i] for i in ids])
+        aff = f"{d * 100:+.1f} pp [{lo * 100:+.1f}, {hi * 100:+.1f}]" + (
+            " n.s." if lo <= 0.0 <= hi else ""
+        )
+        point, tlo, thi, _n = paired_quantile_rel(_pooled(base, "ttft_s"), _pooled(group, "ttft_s"))
+        s.findings.append(
+            f"routers on real vLLM CPU, {policy}: {r} proxies vs 1 ({len(group)} runs each, "
+            f"random spread): affinity loss {aff} of later turns (simulator "
+            f"{pct(sims.get((policy, 1), {}).get('affinity_loss'))} -> "
+            f"{pct(sim.get('affinity_loss'))}); TTFT p90 {_rel(point, tlo, thi)}"
+        )
+    s.table(
+        f"Real engines: {data['sessions']} sessions ({data['requests']} requests) of "
+        f"{data.get('base_config', {}).get('workload', {}).get('generator', {}).get('preset')} "
+        "through 1 or 2 `akvc proxy` processes in front of the same 2 tiny-model vLLM CPU "
+        f"instances, each request to a seeded random proxy; mean over runs (min-max), "
+        f"interleaved, prefix caches reset between runs (hand-run `akvc routers-real`, "
+        f"{path.as_posix()}). Hit rate = engine-reported cached / prompt tokens. Beside each: "
+        "the simulator's R-replica run of the same config and request-to-replica choice.",
+        [
+            "policy",
+            "proxies",
+            "runs",
+            "affinity loss",
+            "(sim)",
+            "hit rate",
+            "(sim)",
+            "herding",
+            "(sim)",
+            "TTFT p90 (ms)",
+            "(sim)",
+            "load1",
+        ],
+        table,
+    )
