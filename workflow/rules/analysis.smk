@@ -3,17 +3,18 @@
 
 
 rule notebook_ipynb:
-    """Convert a jupytext percent-format notebook to .ipynb (unexecuted)."""
+    """Convert a jupytext percent-format notebook to .ipynb (unexecuted).
+
+    In Snakemake's own process: a `jupytext` process per notebook cost ~2 s of start-up each.
+    """
     input:
         "notebooks/{notebook}.py",
     output:
         f"{RESULTS}/work/notebooks/{{notebook}}.ipynb",
     log:
         f"{RESULTS}/logs/notebooks/{{notebook}}.jupytext.log",
-    conda:
-        "../../envs/akvc.yaml"
-    shell:
-        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
+    run:
+        jupytext_to_ipynb(input[0], output[0], log[0])
 
 
 rule notebook:
