@@ -29,9 +29,7 @@ figures_dir = "results/figures/study_cache_view"
 # %%
 from pathlib import Path
 
-from IPython.display import Image, Markdown, display
-
-from agentic_kvc.analysis.studies import cache_view
+from agentic_kvc.analysis.studies import cache_view, show
 
 section = cache_view.analyse(
     Path(results_dir) / "instruments" / "cache_view.jsonl",
@@ -40,9 +38,7 @@ section = cache_view.analyse(
     real=Path(results_dir) / "bench" / "cache_view_real.json",  # hand-run, when present
 )
 section.write(tables_dir)
-display(Markdown(section.markdown()))
-for figure in section.figures:
-    display(Image(filename=str(figure)))
+show(section)
 
 # %% [markdown]
 # The findings this section contributes to the report's summary:

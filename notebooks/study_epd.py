@@ -28,10 +28,8 @@ figures_dir = "results/figures/study_epd"
 # %%
 from pathlib import Path
 
-from IPython.display import Markdown, display
-
-from agentic_kvc.analysis.studies import epd
+from agentic_kvc.analysis.studies import epd, show
 
 section = epd.analyse(Path(results_dir) / "epd")
 section.write(tables_dir)
-display(Markdown(section.markdown()))
+show(section)

@@ -31,14 +31,10 @@ tables_dir = "results/tables/study_evolution"
 figures_dir = "results/figures/study_evolution"
 
 # %%
-from IPython.display import Image, Markdown, display
-
-from agentic_kvc.analysis.studies import run_study
+from agentic_kvc.analysis.studies import run_study, show
 
 section = run_study("evolution", results_dir, archive_dir, plan_path, tables_dir, figures_dir)
-display(Markdown(section.markdown()))
-for figure in section.figures:  # the section's links are relative to the repository root
-    display(Image(filename=str(figure)))
+show(section)
 
 # %% [markdown]
 # The findings this study contributes to the report's summary:

@@ -32,16 +32,12 @@ lifecycle_grid = "default"
 import json
 from pathlib import Path
 
-from IPython.display import Image, Markdown, display
-
-from agentic_kvc.analysis.studies import lifecycle
+from agentic_kvc.analysis.studies import lifecycle, show
 
 records = Path(results_dir) / "lifecycle" / lifecycle_grid
 section = lifecycle.analyse(records, Path(figures_dir))
 section.write(tables_dir)
-display(Markdown(section.markdown()))
-for figure in section.figures:
-    display(Image(filename=str(figure)))
+show(section)
 
 # %% [markdown]
 # The calibration the split decider reads (fitted transfer and colocated-prefill models, with

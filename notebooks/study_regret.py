@@ -29,15 +29,11 @@ figures_dir = "results/figures/study_regret"
 # %%
 from pathlib import Path
 
-from IPython.display import Image, Markdown, display
-
-from agentic_kvc.analysis.studies import regret
+from agentic_kvc.analysis.studies import regret, show
 
 section = regret.analyse(Path(results_dir) / "instruments" / "regret.jsonl")
 section.write(tables_dir)
-display(Markdown(section.markdown()))
-for figure in section.figures:
-    display(Image(filename=str(figure)))
+show(section)
 
 # %% [markdown]
 # The findings this section contributes to the report's summary:

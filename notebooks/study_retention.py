@@ -29,12 +29,10 @@ tables_dir = "results/tables/study_retention"
 figures_dir = "results/figures/study_retention"
 
 # %%
-from IPython.display import Markdown, display
-
-from agentic_kvc.analysis.studies import run_study
+from agentic_kvc.analysis.studies import run_study, show
 
 section = run_study("retention", results_dir, archive_dir, plan_path, tables_dir, figures_dir)
-display(Markdown(section.markdown()))
+show(section)
 
 # %% [markdown]
 # The findings this study contributes to the report's summary:

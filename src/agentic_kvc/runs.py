@@ -77,15 +77,19 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def hardware_info() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (None where it is not Linux or has none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return None
+
+
+def hardware_info() -> dict[str, Any]:
+    cpu = cpu_model() or platform.processor() or platform.machine()
     gpus: list[str] = []
     if shutil.which("nvidia-smi"):
         try:

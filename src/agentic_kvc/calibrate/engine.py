@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from agentic_kvc.runs import cpu_model
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
 from agentic_kvc.sim.profiles.models import get_model
 
@@ -250,17 +251,9 @@ async def decode_time_totals(client: httpx.AsyncClient, url: str) -> tuple[float
 
 
 def machine_facts() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "platform": platform.platform(),
-        "cpu": cpu,
+        "cpu": cpu_model() or "",
         "cores_visible": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "load_avg_at_start": list(os.getloadavg()),

@@ -12,17 +12,8 @@ from typing import Any
 import click
 import yaml
 
+from agentic_kvc.cli_options import key_values
 from agentic_kvc.config import ConfigError, FleetConfig, load_config
-
-
-def _kv(items: tuple[str, ...], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=what)
-        key, value = item.split("=", 1)
-        out[key] = value
-    return out
 
 
 def _per_instance(items: tuple[str, ...], n: int) -> list[list[str]] | None:
@@ -145,7 +136,7 @@ def vllm_cmd(
             fleet_cfg,
             device,
             extra_args=list(vllm_args),
-            extra_env=_kv(env, "--env"),
+            extra_env=key_values(env, "--env", as_yaml=False),
             per_instance_args=_per_instance(instance_args, fleet_cfg.instances),
         )
     except (ValueError, LaunchError) as exc:
@@ -158,7 +149,7 @@ def vllm_cmd(
     policy_name = policy or policy_name
     policy_params = {
         **policy_params,
-        **{k: yaml.safe_load(v) for k, v in _kv(params, "--param").items()},
+        **key_values(params, "--param"),
     }
     fleet = VllmFleet(plan, log_dir, startup_timeout)
     started: list[Any] = []

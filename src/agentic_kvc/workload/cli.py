@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from agentic_kvc.cli_options import key_values
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats import FORMATS, read_workload, write_native
 from agentic_kvc.workload.generator import PRESETS, synthesize
@@ -74,14 +74,8 @@ def workload() -> None:
 @_output_option("Native workload file to write (jsonl).")
 def synth_cmd(preset: str, sessions: int, seed: int, params: tuple[str, ...], output: Path) -> None:
     """Generate closed-loop agentic sessions and write them as a native workload file."""
-    overrides: dict[str, Any] = {}
-    for item in params:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            _fail(ValueError(f"--param {item!r}: expected KEY=VALUE"))
-        overrides[key] = yaml.safe_load(raw)
     try:
-        wl = synthesize(preset, sessions, seed, overrides)
+        wl = synthesize(preset, sessions, seed, key_values(params, "--param"))
     except ValueError as exc:
         _fail(exc)
     write_native(wl, output)

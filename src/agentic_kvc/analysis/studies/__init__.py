@@ -47,3 +47,13 @@ def run_study(
     section: Section = mod.analyse(data, figures, Path.cwd())
     section.write(tables_dir)
     return section
+
+
+def show(section: Section) -> None:
+    """Show a section in a notebook: its markdown, then its figures inline (the markdown's
+    links are relative to the repository root, which is not the notebook's folder)."""
+    from IPython.display import Image, Markdown, display  # only notebooks need IPython
+
+    display(Markdown(section.markdown()))
+    for figure in section.figures:
+        display(Image(filename=str(figure)))

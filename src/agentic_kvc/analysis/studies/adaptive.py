@@ -19,13 +19,12 @@ from agentic_kvc.analysis.studies.base import (
     compare,
     diff_cell,
     direction,
-    empty_section,
     finding_text,
     ms,
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
 from agentic_kvc.analysis.studies.figures import kv_usage_over_time
 
 NAME = "adaptive"
@@ -54,11 +53,10 @@ def with_design_class(df: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(pl.col("design_class").fill_null(pl.col("own_class")))
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty():
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     df = with_design_class(df)
     variants = ordered(sorted(set(df["variant"])), ORDER)
     overall = {r["variant"]: r for r in variant_summary(df).iter_rows(named=True)}

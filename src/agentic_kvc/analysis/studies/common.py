@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -10,10 +10,38 @@ from typing import Any
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.studies.base import md_table
+from agentic_kvc.analysis.studies.base import Section, StudyData, empty_section, md_table
 from agentic_kvc.analysis.tables import latency_summary, token_load_per_instance, token_load_summary
 
 THEIRS_FILE = Path(__file__).with_name("theirs.yaml")
+
+# What `run_study` calls: the study's records, the figures folder, the report root.
+Analyse = Callable[[StudyData, Path, Path | None], Section]
+# What a study writes: its new section, the requests, then as `Analyse` takes them.
+Body = Callable[[Section, pl.DataFrame, StudyData, Path, Path | None], Section]
+
+
+def study(
+    name: str, title: str, question: str, needs: Sequence[str] = ()
+) -> Callable[[Body], Analyse]:
+    """Make a study's `analyse(data, figures, root)` from its body, so that every study opens the
+    same way: with no complete runs, or without a column of `needs` (a matrix key the study
+    reads), its section says the data do not answer the question; otherwise the body fills a
+    new section, headed by the design documents' numbers for `name` (theirs.yaml) if any."""
+
+    def wrap(body: Body) -> Analyse:
+        def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
+            df = data.requests
+            if df.is_empty() or any(c not in df.columns for c in needs):
+                return empty_section(name, title, question)
+            return body(
+                Section(name, title, question, theirs=theirs_block(name)), df, data, figures, root
+            )
+
+        analyse.__doc__, analyse.__module__ = body.__doc__, body.__module__
+        return analyse
+
+    return wrap
 
 
 def variant_summary(df: pl.DataFrame, by: Sequence[str] = ("variant",)) -> pl.DataFrame:

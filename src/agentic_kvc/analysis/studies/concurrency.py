@@ -18,13 +18,12 @@ from agentic_kvc.analysis.studies.base import (
     compare,
     diff_cell,
     direction,
-    empty_section,
     finding_text,
     ms,
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
 
 NAME = "concurrency"
 TITLE = "6. Concurrency track: 64 and 128 sessions in flight"
@@ -37,11 +36,10 @@ BASELINE = "round_robin"
 ORDER = ("round_robin", "sglang_cache_aware", "lmetric", "unified")
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty() or CAP not in df.columns:
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION, needs=(CAP,))
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     df = df.with_columns(pl.col(CAP).cast(pl.Int64))
     summ = variant_summary(df, ("policy", CAP))
     rows, best = [], {}

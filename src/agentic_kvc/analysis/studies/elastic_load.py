@@ -17,12 +17,11 @@ from agentic_kvc.analysis.studies.base import (
     StudyData,
     compare,
     diff_cell,
-    empty_section,
     finding_text,
     ms,
     pct,
 )
-from agentic_kvc.analysis.studies.common import theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import study, variant_summary
 from agentic_kvc.analysis.studies.figures import lines
 
 NAME = "elastic_load"
@@ -82,11 +81,10 @@ def expectation(shares: list[tuple[float, float]]) -> str:
     return f"elastic {said}: the design's expectation does not hold ({'; '.join(failed)} fails)"
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty() or LOAD not in df.columns:
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION, needs=(LOAD,))
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     df = df.with_columns(pl.col(LOAD).cast(pl.Float64))
     loads = sorted(set(df[LOAD]))
     shares = offload_shares(df)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
     compare,
     diff_cell,
     direction,
-    empty_section,
     finding_text,
     ms,
     num,
     sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
 
 NAME = "evolution"
 TITLE = "1. Evolution of the routing design"
@@ -39,11 +40,10 @@ METRICS = ("ttft_p90", "e2e_p90", "token_max_over_min")
 CEILING_METRIC = "unified's TTFT p90"
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty():
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     summary = {r["variant"]: r for r in variant_summary(df).iter_rows(named=True)}
     variants = ordered(list(summary), ORDER)
     rows, cmp = [], {}

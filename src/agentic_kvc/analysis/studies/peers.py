@@ -18,14 +18,13 @@ from agentic_kvc.analysis.studies.base import (
     StudyData,
     compare,
     diff_cell,
-    empty_section,
     finding_text,
     md_table,
     ms,
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import study, variant_summary
 
 NAME = "peers"
 TITLE = "5. Every policy on several workloads"
@@ -148,11 +147,10 @@ def grid_figure(cells: list[dict], out: Path) -> Path:
     return out
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty():
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     workloads = [w for w in dict.fromkeys(df["variant"].to_list()) if w != GRID]
     facts = [workload_table(s, w, df.filter(pl.col("variant") == w)) for w in workloads]
     summary_rows = []

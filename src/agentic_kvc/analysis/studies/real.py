@@ -20,13 +20,12 @@ from agentic_kvc.analysis.studies.base import (
     StudyData,
     compare,
     diff_cell,
-    empty_section,
     finding_text,
     ms,
     num,
     pct,
 )
-from agentic_kvc.analysis.studies.common import ordered, theirs_block
+from agentic_kvc.analysis.studies.common import ordered, study
 from agentic_kvc.analysis.tables import latency_summary
 
 NAME = "real"
@@ -58,11 +57,10 @@ def _spread(values: list[float]) -> str:
     return f"{ms(sum(vals) / len(vals))} ({ms(min(vals))}-{ms(max(vals))})"
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty():
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     real = df.filter(pl.col("backend") != "sim")
     sim = df.filter(pl.col("backend") == "sim")
     if real.is_empty():

@@ -20,11 +20,10 @@ from agentic_kvc.analysis.studies.base import (
     compare,
     diff_cell,
     direction,
-    empty_section,
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import variant_summary
+from agentic_kvc.analysis.studies.common import study, variant_summary
 
 NAME = "retention"
 TITLE = "KV retention across tool pauses (simulator)"
@@ -40,14 +39,13 @@ def _pauses(tail: float) -> str:
     return "lognormal" if tail == 0 else f"lognormal + {tail:.0%} Pareto tail"
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty() or TTL not in df.columns or TAIL not in df.columns:
-        return empty_section(NAME, TITLE, QUESTION)
+@study(NAME, TITLE, QUESTION, needs=(TTL, TAIL))
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     df = df.with_columns(pl.col(TTL).cast(pl.Float64), pl.col(TAIL).cast(pl.Float64)).with_columns(
         pl.col(TTL).cast(pl.Utf8).alias("ttl")
     )
-    s = Section(NAME, TITLE, QUESTION)
     summ = variant_summary(df, (TAIL, TTL))
     rows, answers = [], []
     for tail in sorted(set(df[TAIL])):

@@ -18,13 +18,12 @@ from agentic_kvc.analysis.studies.base import (
     compare,
     diff_cell,
     direction,
-    empty_section,
     finding_text,
     ms,
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, theirs_block, variant_summary
+from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
 from agentic_kvc.analysis.studies.figures import kv_usage_over_time
 
 NAME = "static_pd"
@@ -54,11 +53,10 @@ def kv_wait(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def analyse(data: StudyData, figures: Path, root: Path | None = None) -> Section:
-    df = data.requests
-    if df.is_empty():
-        return empty_section(NAME, TITLE, QUESTION)
-    s = Section(NAME, TITLE, QUESTION, theirs=theirs_block(NAME))
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
     # The combined baselines are labelled by policy (experiment static_combined).
     df = df.with_columns(
         pl.when(pl.col("variant") == "combined")
