@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -33,6 +34,8 @@ from agentic_kvc.config import load_config
 from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
+from agentic_kvc.workload.generator import synthesize
+from agentic_kvc.workload.model import Block, Request, Session, Workload
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTIC = "config/runs/sim_h20_agentic.yaml"
@@ -127,6 +130,57 @@ SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
             "fleet.instances=2",
         ],
     ),
+    # Added for issue 18's robustness check: workloads that differ in kind from the above.
+    # A burst: sessions arrive at 8x the base rate for ~30 s, then the fleet drains.
+    "burst": ("held_out", AGENTIC, [f"{GP}.session_rate_per_s=4.0", f"{GEN}.sessions=120"]),
+    "fleet16_high": (
+        "held_out",
+        AGENTIC,
+        ["fleet.instances=16", f"{GP}.session_rate_per_s=2.0", f"{GEN}.sessions=400"],
+    ),
+    # `final`: frozen held-out set, run only after the policy change was frozen (never tuned on).
+    "fleet2": (
+        "final",
+        AGENTIC,
+        ["fleet.instances=2", f"{GP}.session_rate_per_s=0.125", f"{GEN}.sessions=60"],
+    ),
+    "subagents": (
+        "final",
+        AGENTIC,
+        [f"{GEN}.preset=agentic-subagents", f"{GP}.session_rate_per_s=0.25", f"{GEN}.sessions=100"],
+    ),
+    # Heavy-tailed tool pauses (30% from a Pareto tail) with a third of the default KV cache:
+    # sessions' prefixes are evicted during their pauses.
+    "pauses_small_kv": (
+        "final",
+        AGENTIC,
+        [
+            f"{GP}.tool_wait_tail_prob=0.3",
+            f"{GP}.tool_wait_median_s=10.0",
+            "fleet.kv_cache_tokens=100000",
+        ],
+    ),
+    "het_outputs": (
+        "final",
+        AGENTIC,
+        [f"{GP}.output_median_tokens=200", f"{GP}.output_sigma=1.6"],
+    ),
+    "chat_llama8b": (
+        "final",
+        AGENTIC,
+        [
+            f"{GEN}.preset=chat",
+            "fleet.hardware=h100",
+            "fleet.model=llama-3.1-8b",
+            f"{GP}.session_rate_per_s=3.0",
+        ],
+    ),
+    # Two tenants on one fleet: coding agents (the base config) plus a chat tenant (TENANTS).
+    "mixed_tenants": ("final", AGENTIC, [f"{GP}.session_rate_per_s=0.3", f"{GEN}.sessions=120"]),
+}
+# Scenario -> a second tenant generated beside the config's own: (preset, sessions, params).
+TENANTS: dict[str, tuple[str, int, dict]] = {
+    "mixed_tenants": ("chat", 300, {"session_rate_per_s": 1.0}),
 }
 
 
@@ -151,14 +205,43 @@ def policy_sets(policy: str, base: str, config_sets: list[str]) -> list[str]:
     return out
 
 
+def merge_tenant(a: Workload, b: Workload) -> Workload:
+    """`a` plus `b`, with b's session, request and block ids made distinct (a generator reuses
+    ids across presets, which would fake prefix sharing between tenants)."""
+    offset = 1 + max((bl.id for s in a.sessions for r in s.requests for bl in r.blocks), default=0)
+
+    def req(r: Request) -> Request:
+        return replace(
+            r,
+            request_id=f"b-{r.request_id}",
+            session_id=f"b-{r.session_id}",
+            blocks=tuple(Block(bl.id + offset, bl.tokens) for bl in r.blocks),
+            parent_id=None if r.parent_id is None else f"b-{r.parent_id}",
+            depends_on=tuple(f"b-{d}" for d in r.depends_on),
+        )
+
+    sessions = [
+        Session(
+            f"b-{s.session_id}",
+            [req(r) for r in s.requests],
+            None if s.parent_session_id is None else f"b-{s.parent_session_id}",
+        )
+        for s in b.sessions
+    ]
+    return Workload([*a.sessions, *sessions], meta={**a.meta, "tenant_b": b.meta})
+
+
 def run_one(scenario: str, policy: str, seed_i: int, work: Path) -> pl.DataFrame:
     path = work / scenario / f"{policy.replace(':', '_').replace(',', '_')}_{seed_i}.parquet"
-    if path.exists():
-        return pl.read_parquet(path)
+    if path.exists():  # labelled by the name asked for (a cached file may predate a rename)
+        return pl.read_parquet(path).with_columns(pl.lit(policy).alias("policy"))
     _, base, sets = SCENARIOS[scenario]
     rep = replicate_sets(base, seed_i)
     config = load_config(REPO / base, [*sets, *rep, *policy_sets(policy, base, [*sets, *rep])])
     workload = load_workload(config.workload, config.seed)
+    if scenario in TENANTS:
+        preset, n, params = TENANTS[scenario]
+        workload = merge_tenant(workload, synthesize(preset, n, config.seed, params))
     fleet = SimFleet(config, workload, profile_for(config))
     fleet.run()
     rows = [r.to_dict() for r in fleet.records]
@@ -213,6 +296,32 @@ def analyse(scenario: str, df: pl.DataFrame, ours: list[str]) -> dict:
     return out
 
 
+def goal_check(results: list[dict], ours: list[str]) -> dict:
+    """Issue 18's goal per policy of ours: the scenarios where it is significantly worse than
+    the best peer (TTFT p90 or E2E p90: interval above 0), and its largest significant TTFT p90
+    lead among scenarios where its E2E p90 is not significantly worse."""
+    out = {}
+    for o in ours:
+        rows = [r for r in results if o in r]
+        worse = [
+            r["scenario"]
+            for r in rows
+            if any(r[o][m]["ci_low"] > 0 for m in ("ttft_p90", "e2e_p90"))
+        ]
+        leads = [
+            (r[o]["ttft_p90"]["rel_diff"], r["scenario"])
+            for r in rows
+            if r[o]["ttft_p90"]["ci_high"] < 0 and r[o]["e2e_p90"]["ci_low"] <= 0
+        ]
+        best = min(leads) if leads else None
+        out[o] = {
+            "scenarios": len(rows),
+            "significantly_worse": worse,
+            "best_lead": None if best is None else {"scenario": best[1], "ttft_p90": best[0]},
+        }
+    return out
+
+
 def cell(r: dict) -> str:
     s = f"{100 * r['rel_diff']:+.1f}% [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
     return s + ("" if r["significant"] else " n.s.")
@@ -233,7 +342,9 @@ def markdown(results: list[dict], ours: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--scenarios", default="all", help="comma list, 'all', 'tune', 'held_out'")
+    ap.add_argument(
+        "--scenarios", default="all", help="comma list, 'all', 'tune', 'held_out', 'final'"
+    )
     ap.add_argument(
         "--ours",
         default=",".join(OURS),
@@ -250,7 +361,7 @@ def main() -> int:
         for k, (g, b, s) in SCENARIOS.items():
             print(f"{k:14s} {g:9s} {b} {' '.join(s)}")
         return 0
-    if a.scenarios in ("all", "tune", "held_out"):
+    if a.scenarios in ("all", "tune", "held_out", "final"):
         names = [k for k, v in SCENARIOS.items() if a.scenarios in ("all", v[0])]
     else:
         names = a.scenarios.split(",")
@@ -271,11 +382,21 @@ def main() -> int:
         res["wall_s"] = round(time.perf_counter() - t0, 1)
         results.append(res)
         print(markdown([res], ours).splitlines()[-1], f"({res['wall_s']} s)", flush=True)
+    order = {"tune": 0, "held_out": 1, "final": 2}
+    results.sort(key=lambda r: order[r["group"]])
     md = markdown(results, ours)
     print(md)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(results, indent=1))
+        doc = {
+            "benchmark": "policy_robustness",
+            "seeds": a.seeds,
+            "peers": list(PEERS),
+            "ours": ours,
+            "goal": goal_check(results, ours),
+            "scenarios": results,
+        }
+        a.out.write_text(json.dumps(doc, indent=1))
     if a.md:
         a.md.parent.mkdir(parents=True, exist_ok=True)
         a.md.write_text(md)

@@ -76,3 +76,41 @@ def test_decode_load_breaks_an_otherwise_equal_choice() -> None:
     policy = get_policy("predicted_ttft")
     view = fleet(2, decode_requests=[40, 0], decode_tokens=[40 * 20_000, 0])
     assert policy.decide(req(input_tokens=8000), view).prefill == 1
+
+
+def _chat_turn_view(home_cached: int) -> tuple:
+    """A session's later chat turn (2,400 tokens, 300 out): its home, instance 0, holds
+    `home_cached` tokens of it and runs 12 decodes; instance 1 is idle."""
+    r = req(input_tokens=2400, output_tokens=300, session="chat-1")
+    view = fleet(
+        2,
+        cached={0: home_cached} if home_cached else {},
+        affinity={"chat-1": 0},
+        decode_requests=[12, 0],
+        decode_tokens=[12 * 3000, 0],
+    )
+    return r, view
+
+
+def test_placement_keeps_a_later_turn_on_its_cache_where_always_moves_it() -> None:
+    # The decode term (300 tokens x the step with 12 more decodes) outweighs recomputing 2,200
+    # tokens: `always` leaves the cache; `placement` places a turn on its cache by TTFT alone.
+    r, view = _chat_turn_view(home_cached=2200)
+    assert get_policy("predicted_ttft", {"decode_term": "always"}).decide(r, view).prefill == 1
+    r, view = _chat_turn_view(home_cached=2200)
+    assert get_policy("predicted_ttft", {"decode_term": "placement"}).decide(r, view).prefill == 0
+
+
+def test_placement_still_balances_decodes_when_the_session_has_no_cache_of_its_own() -> None:
+    # Its cache was evicted (home holds no more than the other): a placement, decode term on.
+    r, view = _chat_turn_view(home_cached=0)
+    assert get_policy("predicted_ttft", {"decode_term": "placement"}).decide(r, view).prefill == 1
+    # A new session whose shared system prompt sits only on the decode-loaded instance.
+    policy = get_policy("predicted_ttft", {"decode_term": "placement"})
+    r = req(input_tokens=900, output_tokens=300, session="new", turn=0)
+    view = fleet(2, cached={0: 600}, decode_requests=[12, 0], decode_tokens=[36_000, 0])
+    assert policy.decide(r, view).prefill == 1
+    # Without the decode term the system prompt's hit wins: the piling the term prevents.
+    r = req(input_tokens=900, output_tokens=300, session="new", turn=0)
+    view = fleet(2, cached={0: 600}, decode_requests=[12, 0], decode_tokens=[36_000, 0])
+    assert get_policy("predicted_ttft", {"objective": "ttft"}).decide(r, view).prefill == 0

@@ -22,6 +22,9 @@ Goals and where they are stated:
 - sim_vs_vllm: simulated TTFT/E2E p50/p90 inside the real repeats' range (and within 15% of
   their mean where the script says), prefix-hit tokens exact (issue 16, item 5).
 - workload_load: reading and rebuilding the Mooncake trace, median < 5 s (issue 3).
+- policy_robustness: each policy of ours never significantly worse than the best peer (TTFT or
+  E2E p90) on any workload, and >= 20% lower TTFT p90 on one at E2E p90 not significantly
+  worse (issue 18; benchmarks/policy_robustness.py).
 """
 
 from __future__ import annotations
@@ -466,6 +469,43 @@ def _sim_vs_vllm(doc: dict[str, Any]) -> list[Fig]:
                 f"{int(sim_hits):,}; equal in {same} of {len(counters)} repeats",
                 "exact",
                 _verdict(bool(counters) and same == len(counters)),
+            )
+        )
+    return out
+
+
+@summariser("policy_robustness", "our policies against the best peer on every workload (sim)")
+def _policy_robustness(doc: dict[str, Any]) -> list[Fig]:
+    scenarios = _at(doc, "scenarios")
+    out = []
+    for o in _at(doc, "ours"):
+        rows = [r for r in scenarios if o in r]
+        worse = sorted(
+            r["scenario"]
+            for r in rows
+            if any(float(_at(r, o, m, "ci_low")) > 0 for m in ("ttft_p90", "e2e_p90"))
+        )
+        out.append(
+            Fig(
+                f"{o}: workloads significantly worse than the best peer (TTFT or E2E p90)",
+                f"{len(worse)} of {len(rows)}" + (f": {', '.join(worse)}" if worse else ""),
+                "none (issue 18)",
+                _verdict(bool(rows) and not worse),
+            )
+        )
+        leads = [
+            (float(_at(r, o, "ttft_p90", "rel_diff")), str(r["scenario"]))
+            for r in rows
+            if float(_at(r, o, "ttft_p90", "ci_high")) < 0
+            and float(_at(r, o, "e2e_p90", "ci_low")) <= 0
+        ]
+        best = min(leads) if leads else None
+        out.append(
+            Fig(
+                f"{o}: largest significant TTFT p90 lead, E2E p90 not significantly worse",
+                "none" if best is None else f"{_pct(best[0], sign=True)} ({best[1]})",
+                ">= 20% lower on one workload (issue 18)",
+                _verdict(best is not None and best[0] <= -0.2),
             )
         )
     return out

@@ -22,6 +22,19 @@ profile's own step cost (`sim/profiles`, the same one the simulator runs) to the
 engine's `max_num_batched_tokens`. On a fleet without a profile (a real CPU engine), name the
 calibrated `cpu-tiny`/`tiny` profile.
 
+Which requests add their own decode time (`decode_term: placement`, default): only one that
+holds no cache of its own, i.e. a new session or one whose cache is gone (its affinity
+instance holds no more of the prompt than the least-cached candidate, so a system prompt
+shared by every instance does not count). Such a request's placement decides where the
+session's decodes run, so it is balanced on decode load. A later turn whose prefix sits on its
+own instance is placed by predicted TTFT alone: a move would pay a certain recompute now (on
+its TTFT and, every later turn, the hit it forfeits if it moves again) to fix a decode
+imbalance that is transient (the running decodes finish) and that the next placements correct
+at no recompute. It still leaves when its instance's queue makes staying slower. With
+`always` (the first version) a chat turn's ~300-token decode on a busier batch outweighed
+recomputing its ~2k-token prefix, and sessions moved every few turns (chat: TTFT p90 +45% vs
+consistent_hash); docs/policies.md has the sweep.
+
 What it does not model: preemption when KV runs out, PD transfers (on a PD fleet the same
 prediction picks the prefill instance, as every colocating policy does), and queued requests'
 true contexts.
@@ -64,6 +77,13 @@ class PredictedTTFTParams(StrictParams):
         description="ttft: the predicted TTFT alone; ttft+decode: plus this request's decode "
         "time there (output tokens x the decode step with it added); ttft+stall: plus the stall "
         "its prefill causes the instance's decoding requests; all: both.",
+    )
+    decode_term: Literal["always", "placement"] = Field(
+        "placement",
+        description="Which requests add their decode time (objectives ttft+decode, all). "
+        "placement: only one that holds no cache of its own (a new session, or one whose cache "
+        "is gone); a session's later turn on its own cache is placed by TTFT (+stall) alone. "
+        "always: every request (the first version, which moved chat sessions off their cache).",
     )
 
 
@@ -145,6 +165,9 @@ class PredictedTTFT(ColocatingPolicy):
             )
             for i in candidates
         }
+        decode = p.objective in ("ttft+decode", "all") and (
+            p.decode_term == "always" or not _holds_own_cache(request, fleet, cached, candidates)
+        )
         for i in candidates:
             own = predict_ttft_s(
                 InstanceView(index=i.index),
@@ -156,7 +179,7 @@ class PredictedTTFT(ColocatingPolicy):
             )
             if p.objective in ("ttft+stall", "all"):
                 pred[i.index] += i.decode_requests * own
-            if p.objective in ("ttft+decode", "all"):
+            if decode:
                 step = (
                     cost.overhead_s
                     + (cost.per_decode_seq_s + cost.per_token_s) * (i.decode_requests + 1)
@@ -171,3 +194,15 @@ class PredictedTTFT(ColocatingPolicy):
         )
         scores = {k: round(v, 4) for k, v in pred.items()}
         return best, "min_predicted_ttft", scores
+
+
+def _holds_own_cache(
+    request: RequestView, fleet: FleetView, cached: list[int], candidates: Sequence[InstanceView]
+) -> bool:
+    """Whether the request's session has an affinity instance among the candidates that still
+    holds more of this prompt than the least-cached candidate: a cache of its own, not just a
+    prefix every instance shares (a system prompt)."""
+    home = fleet.affinity.get(request.session_id) if request.session_id else None
+    if home is None or home not in {i.index for i in candidates}:
+        return False
+    return cached[home] > min(cached[i.index] for i in candidates)
