@@ -27,6 +27,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "instruments": ("agentic_kvc.instruments.cli", "instruments"),
     "routers-real": ("agentic_kvc.instruments.routers_real", "routers_real"),
     "lifecycle": ("agentic_kvc.lifecycle.cli", "lifecycle"),
+    "epd": ("agentic_kvc.epd.cli", "epd"),
 }
 
 

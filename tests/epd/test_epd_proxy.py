@@ -7,6 +7,7 @@ import asyncio
 import httpx
 import pytest
 
+from agentic_kvc.epd.app import EPDApp
 from agentic_kvc.epd.proxy import EPDRouter, forward
 from agentic_kvc.proxy.fake_backend import FakeVLLM
 
@@ -57,3 +58,94 @@ def test_each_request_goes_to_one_e_then_one_pd_spread_over_instances(concurrent
 def test_router_needs_both_kinds() -> None:
     with pytest.raises(ValueError, match="at least one E and one PD"):
         EPDRouter([], ["http://pd0"])
+
+
+# -- the proxy served (epd/app.py): what `akvc epd proxy` runs ---------------------------------
+
+
+class _Logged:
+    """A fake instance that logs when each request starts and ends (order across instances)."""
+
+    def __init__(self, name: str, app, log: list) -> None:  # type: ignore[no-untyped-def]
+        self.name, self.app, self.log = name, app, log
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.log.append((self.name, "start"))
+            await self.app(scope, receive, send)
+            self.log.append((self.name, "end"))
+        else:
+            await self.app(scope, receive, send)
+
+
+class _Failing:
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b"encoder exploded"})
+
+
+def _serve(app: EPDApp, requests: list[dict], path: str = "/v1/chat/completions") -> list:
+    async def main() -> list:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://epd") as c:
+            out = await asyncio.gather(*(c.post(path, json=b) for b in requests))
+            health = (await c.get("/health")).json()
+        return [*out, health]
+
+    return asyncio.run(main())
+
+
+def _chat(stream: bool) -> dict:
+    msg = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    body = {"model": "fake-model", "messages": [msg], "max_tokens": 4, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def test_app_streams_pd_after_e_finished_over_several_instances() -> None:
+    log: list = []
+    fakes = {n: FakeVLLM(first_token_delay_s=0.02) for n in ("e0", "e1", "pd0", "pd1")}
+    hosts = _Hosts({f"http://{n}": _Logged(n, f, log) for n, f in fakes.items()})  # type: ignore[dict-item]
+    app = EPDApp(["http://e0", "http://e1"], ["http://pd0", "http://pd1"], transport=hosts)
+    *answers, health = _serve(app, [_chat(stream=True) for _ in range(6)])
+    for r in answers:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.text.rstrip().endswith("data: [DONE]") and '"usage"' in r.text
+    assert [len(fakes[n].requests) for n in ("e0", "e1", "pd0", "pd1")] == [3, 3, 3, 3]
+    for n in ("e0", "e1"):  # E answers whole, one token, no stream options
+        assert all(b["max_tokens"] == 1 and not b["stream"] for b in fakes[n].requests)
+        assert all("stream_options" not in b for b in fakes[n].requests)
+    for n in ("pd0", "pd1"):
+        assert all(b["stream"] and b["max_tokens"] == 4 for b in fakes[n].requests)
+    # Sequential: each request's PD leg starts only after some E leg ended, and the number of
+    # PD starts never exceeds the number of E ends so far.
+    ends = starts = 0
+    for name, what in log:
+        ends += name.startswith("e") and what == "end"
+        starts += name.startswith("pd") and what == "start"
+        assert starts <= ends
+    assert health["routed"] == 6 and set(health["load"].values()) == {0}
+
+
+def test_app_e_failure_is_502_naming_it_and_pd_is_not_asked() -> None:
+    pd = FakeVLLM()
+    hosts = _Hosts({"http://e0": _Failing(), "http://pd0": pd})  # type: ignore[dict-item]
+    app = EPDApp(["http://e0"], ["http://pd0"], transport=hosts)
+    bad, health = _serve(app, [_chat(stream=False)])
+    assert bad.status_code == 502
+    assert "encoder http://e0 answered 500: encoder exploded" in bad.json()["error"]["message"]
+    assert pd.requests == [] and set(health["load"].values()) == {0}
+
+
+def test_app_rejects_a_body_that_is_not_a_json_object() -> None:
+    app = EPDApp(["http://e0"], ["http://pd0"], transport=_Hosts({}))
+
+    async def main() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://epd") as c:
+            return await c.post("/v1/completions", content=b"[1, 2]")
+
+    r = asyncio.run(main())
+    assert r.status_code == 400 and "not a JSON object" in r.json()["error"]["message"]

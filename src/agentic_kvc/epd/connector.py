@@ -40,6 +40,17 @@ def decode_array(data: bytes) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+def pack_message(header: dict[str, Any], payload: bytes) -> bytes:
+    """A JSON header (4-byte big-endian length first) followed by raw payload bytes."""
+    head = json.dumps(header).encode()
+    return len(head).to_bytes(4, "big") + head + payload
+
+
+def unpack_message(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    n = int.from_bytes(raw[:4], "big")
+    return json.loads(raw[4 : 4 + n]), raw[4 + n :]
+
+
 class ECConnector(ABC):
     """One instance's endpoint. `name` is its address for the others (e.g. "e0", "pd1")."""
 
@@ -242,8 +253,7 @@ class RedisECConnector(ECConnector):
         self._call(self._redis.rpush, self._key("notice", notice.target), json.dumps(body))
 
     def _send_cache(self, pd: str, key: Key, payload: bytes) -> None:
-        header = json.dumps({"req_id": key[0], "input_id": key[1]}).encode()
-        msg = len(header).to_bytes(4, "big") + header + payload
+        msg = pack_message({"req_id": key[0], "input_id": key[1]}, payload)
         self._call(self._redis.rpush, self._key("cache", pd), msg)
 
     def _pop(self, kind: str, timeout_s: float) -> bytes | None:
@@ -262,6 +272,5 @@ class RedisECConnector(ECConnector):
         raw = self._pop("cache", timeout_s)
         if raw is None:
             return None
-        n = int.from_bytes(raw[:4], "big")
-        head = json.loads(raw[4 : 4 + n])
-        return (head["req_id"], int(head["input_id"])), raw[4 + n :]
+        head, payload = unpack_message(raw)
+        return (head["req_id"], int(head["input_id"])), payload

@@ -25,23 +25,12 @@ from dataclasses import dataclass, field
 from agentic_kvc.sim.profiles import op_rows
 from agentic_kvc.sim.profiles.gpu import OpStepCost
 from agentic_kvc.sim.profiles.hardware import HardwareSpec, get_hardware
-from agentic_kvc.sim.profiles.models import ModelShape
+from agentic_kvc.sim.profiles.models import get_model
 from agentic_kvc.sim.profiles.ops import Curve
 
 MS = 1e-3
-# Qwen2.5-VL-3B language model (public config.json): the H100 table's "qwen2.5-vl-3b" rows.
-QWEN25_VL_3B = ModelShape(
-    "qwen2.5-vl-3b",
-    "qwen2.5-vl-3b",
-    layers=36,
-    hidden=2048,
-    q_heads=16,
-    kv_heads=2,
-    head_dim=128,
-    vocab=151_936,
-    ffn=11_008,
-    tied_embeddings=True,
-)
+# Qwen2.5-VL-3B language model: its shape lives with the others in sim/profiles/models.py.
+QWEN25_VL_3B = get_model("qwen2.5-vl-3b")
 VIT_OPS = "qwen2.5-vl-3b-vit"
 VIT_DEPTH = 32  # Qwen2.5-VL vision tower blocks
 # A100-SXM4-80GB spec sheet: 312 TFLOP/s dense bf16, 2.04 TB/s HBM.

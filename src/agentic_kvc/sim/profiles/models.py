@@ -106,6 +106,20 @@ MODELS: dict[str, ModelShape] = {
             vocab=128_256,
             ffn=14_336,
         ),
+        # Qwen2.5-VL-3B's language model (public config.json); the EPD simulation's LM
+        # (epd/sim.py), costed by the H100 operator table's "qwen2.5-vl-3b" rows.
+        ModelShape(
+            "qwen2.5-vl-3b",
+            "qwen2.5-vl-3b",
+            layers=36,
+            hidden=2048,
+            q_heads=16,
+            kv_heads=2,
+            head_dim=128,
+            vocab=151_936,
+            ffn=11_008,
+            tied_embeddings=True,
+        ),
         # The locally built CPU model: its shape is read from the config the builder writes.
         ModelShape.from_hf_config("tiny", tiny_model_config()),
     )
