@@ -37,6 +37,8 @@ class FaultBackend(FakeVLLM):
 
     `status`: answer every generation request with this HTTP status (a JSON error body);
     `healthy`: /health and /metrics answer 503 when False;
+    `fail_checks`: the next N monitor checks fail (/metrics and then /health answer 503; each
+    failed /health counts one), as an engine too busy to answer them would;
     `first_token_delay_s` / `token_delay_s` (inherited): a slow engine.
     """
 
@@ -44,12 +46,15 @@ class FaultBackend(FakeVLLM):
         super().__init__(block_size=16)
         self.status = 200
         self.healthy = True
+        self.fail_checks = 0
         self.generate_calls = 0
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path = scope["path"]
-            if path in ("/health", "/metrics") and not self.healthy:
+            if path in ("/health", "/metrics") and (not self.healthy or self.fail_checks > 0):
+                if path == "/health" and self.fail_checks > 0:
+                    self.fail_checks -= 1
                 await _reply(send, 503, b"")
                 return
             if path.startswith("/v1/") and path.endswith("completions"):

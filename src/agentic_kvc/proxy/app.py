@@ -117,7 +117,7 @@ class ProxyApp:
         self.policy = get_policy(settings.policy, settings.params)
         n = len(settings.backends)
         self.backends = [
-            BackendClient(i, url, settings.connect_timeout_s)
+            BackendClient(i, url, settings.connect_timeout_s, settings.max_idle_connections)
             for i, url in enumerate(settings.backends)
         ]
         self.block_size = settings.block_size or DEFAULT_BLOCK_SIZE
@@ -144,6 +144,7 @@ class ProxyApp:
             settings.health_interval_s,
             on_health=lambda b, ok: self._set_health(b, ok, "health probe"),
             on_scrape=self._on_scrape,
+            failures_to_mark_out=settings.health_failures,
         )
         self.origin = settings.clock_origin if settings.clock_origin is not None else _clock()
         self.started = False
@@ -285,7 +286,9 @@ class ProxyApp:
                 continue
             try:
                 status, raw = await b.get("/v1/models", self.settings.connect_timeout_s)
-            except (*CONNECTION_ERRORS, TimeoutError) as exc:
+            except TimeoutError:
+                continue  # slow under load is not down: the monitor decides that (issue 15)
+            except CONNECTION_ERRORS as exc:
                 self._set_health(b, False, f"/v1/models: {type(exc).__name__}")
                 continue
             await _respond(send, status, raw)

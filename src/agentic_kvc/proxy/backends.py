@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentic_kvc.metrics.prometheus import EngineMetrics, parse_vllm_metrics
-from agentic_kvc.proxy.upstream import UpstreamPool
+from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE, UpstreamPool, UpstreamRefused
 
 log = logging.getLogger("agentic_kvc.proxy")
 
@@ -31,16 +31,19 @@ class BackendClient:
     index: int
     url: str  # base URL, no trailing slash
     connect_timeout_s: float = 3.0
+    max_idle: int = DEFAULT_MAX_IDLE  # idle keep-alive connections kept (upstream.UpstreamPool)
     pool: UpstreamPool | None = None
     healthy: bool = True
     last_error: str | None = None
+    refused: bool = False  # the last failed check could not even connect (nothing listens)
+    failed_checks: int = 0  # consecutive failed monitor checks (scrape, then /health)
     metrics: EngineMetrics | None = None
     scraped_at: float | None = None
     model_id: str | None = None
     model_root: str | None = None
 
     def open(self) -> None:
-        self.pool = UpstreamPool(self.url, self.connect_timeout_s)
+        self.pool = UpstreamPool(self.url, self.connect_timeout_s, self.max_idle)
 
     async def reopen(self) -> None:
         """Fresh pool after recovery. The old one is retired, not closed: its idle sockets may
@@ -66,7 +69,11 @@ class BackendClient:
             status, _ = await self.get("/health", timeout_s)
         except (TimeoutError, *CONNECTION_ERRORS) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self.refused = isinstance(exc, UpstreamRefused)
             return False
+        self.refused = False
+        if status != 200:
+            self.last_error = f"/health answered HTTP {status}"
         return status == 200
 
     async def scrape(self, timeout_s: float) -> EngineMetrics | None:
@@ -90,8 +97,12 @@ ScrapeCallback = Callable[[BackendClient, EngineMetrics], None]
 class BackendMonitor:
     """Background loop per backend: scrape a healthy one, probe an unhealthy one.
 
-    A scrape that cannot connect marks the backend unhealthy at once; an unhealthy backend is
-    probed on `/health` every `health_interval_s` and returns to service on the first 200.
+    A check fails when the scrape fails and a `/health` probe right after it fails too. A
+    backend is marked out after `failures_to_mark_out` consecutive failed checks, or at once
+    when the probe's connection is refused (nothing listens: the engine is gone). One timed-out
+    check is not enough: an engine busy under load answers its probes late, and marking it out
+    moved its traffic to the others and flapped it out and in (issue 15). An unhealthy backend
+    is probed on `/health` every `health_interval_s` and returns to service on the first 200.
     With scraping off (interval 0), healthy backends are only watched through request errors.
     """
 
@@ -102,7 +113,11 @@ class BackendMonitor:
         health_interval_s: float,
         on_health: HealthCallback,
         on_scrape: ScrapeCallback,
+        failures_to_mark_out: int = 3,
     ) -> None:
+        if failures_to_mark_out < 1:
+            raise ValueError(f"failures_to_mark_out must be >= 1, got {failures_to_mark_out}")
+        self.failures_to_mark_out = failures_to_mark_out
         self.backends = backends
         self.scrape_interval_s = scrape_interval_s
         self.health_interval_s = health_interval_s
@@ -141,10 +156,16 @@ class BackendMonitor:
                         continue
                     m = await b.scrape(timeout_s=max(self.scrape_interval_s, 1.0))
                     if m is not None:
+                        b.failed_checks = 0
                         self.on_scrape(b, m)
                     elif b.healthy and not await b.probe_health(probe_timeout):
-                        self.on_health(b, False)
-                        continue
+                        b.failed_checks += 1
+                        if b.refused or b.failed_checks >= self.failures_to_mark_out:
+                            b.failed_checks = 0
+                            self.on_health(b, False)
+                            continue
+                    else:
+                        b.failed_checks = 0  # alive, if slow to scrape
                     await self._sleep(b.index, self.scrape_interval_s)
                 else:
                     if await b.probe_health(probe_timeout):

@@ -110,6 +110,23 @@ def _peer(text: str) -> dict[str, str]:
     help="Seconds between /health probes of a backend that is out of service.",
 )
 @click.option(
+    "--health-failures",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Consecutive failed checks (a /metrics scrape and then a /health probe, both failing "
+    "or timing out) before a backend is marked out of service. A refused connection marks it "
+    "out at once; a backend slow under load is not marked out for one late answer.",
+)
+@click.option(
+    "--max-idle-connections",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Idle keep-alive connections kept per backend after a burst; more are closed when "
+    "their answer ends (busy connections are never capped).",
+)
+@click.option(
     "--timeout",
     "upstream_timeout",
     default=600.0,
@@ -186,6 +203,8 @@ def proxy(
     records: Path | None,
     scrape_interval: float,
     health_interval: float,
+    health_failures: int,
+    max_idle_connections: int,
     upstream_timeout: float,
     connect_timeout: float,
     tokenizer: Path | None,
@@ -219,6 +238,8 @@ def proxy(
             records=records,
             scrape_interval_s=scrape_interval,
             health_interval_s=health_interval,
+            health_failures=health_failures,
+            max_idle_connections=max_idle_connections,
             upstream_timeout_s=upstream_timeout,
             connect_timeout_s=connect_timeout,
             tokenizer=tokenizer,

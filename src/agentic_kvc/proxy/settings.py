@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentic_kvc.policy.base import Role
+from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE
 
 
 @dataclass(slots=True)
@@ -21,8 +22,13 @@ class ProxySettings:
     records: Path | None = None  # JSON lines, one RequestRecord per request
     scrape_interval_s: float = 1.0  # engine /metrics; 0 turns scraping off
     health_interval_s: float = 1.0  # /health probe period of an unhealthy backend
+    # Consecutive failed checks (scrape, then /health) before the monitor marks a backend out;
+    # a refused connection marks it out at once (proxy/backends.BackendMonitor).
+    health_failures: int = 3
     upstream_timeout_s: float = 600.0  # whole upstream exchange of one request
     connect_timeout_s: float = 3.0
+    # Idle keep-alive connections kept per backend after a burst (busy ones are not capped).
+    max_idle_connections: int = DEFAULT_MAX_IDLE
     tokenizer: Path | None = None  # dir or tokenizer.json; default: the backend's model dir
     block_size: int | None = None  # router hashing block size; default: the engine's
     roles: list[Role] | None = None  # per backend; default all "combined"
@@ -70,3 +76,7 @@ class ProxySettings:
             )
         if self.upstream_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if self.health_failures < 1:
+            raise ValueError(f"--health-failures {self.health_failures}: must be >= 1")
+        if self.max_idle_connections < 0:
+            raise ValueError(f"--max-idle-connections {self.max_idle_connections}: must be >= 0")
