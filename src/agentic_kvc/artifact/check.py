@@ -13,7 +13,13 @@ from pathlib import Path
 
 from agentic_kvc.analysis.studies.base import md_table
 from agentic_kvc.artifact.registry import Registry
-from agentic_kvc.artifact.verdict import NOT_REPRODUCED, PASSING, verdict
+from agentic_kvc.artifact.verdict import (
+    NOT_REPRODUCED,
+    PASSING,
+    fmt_interval,
+    fmt_value,
+    verdict,
+)
 
 NOT_BUILT = "not built"
 
@@ -29,17 +35,13 @@ class Row:
     reason: str
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
 def check(registry: Registry, claims_dir: Path, only: list[str] | None = None) -> list[Row]:
     rows = []
     for c in registry.claims:
         if only and c.id not in only:
             continue
         path = claims_dir / f"{c.id}.json"
-        ref = _pct(float(c.spec["reference"]))
+        ref = fmt_value(float(c.spec["reference"]), c.unit)
         if not path.is_file():
             rows.append(Row(c.id, c.tier, c.spec["study"], "-", ref, NOT_BUILT, str(path)))
             continue
@@ -51,8 +53,9 @@ def check(registry: Registry, claims_dir: Path, only: list[str] | None = None) -
             float(c.spec["reference"]),
             c.spec["direction"],
             c.spec["tolerance"],
+            c.unit,
         )
-        got = f"{_pct(o['value'])} [{o['ci_low'] * 100:+.1f}, {o['ci_high'] * 100:+.1f}]"
+        got = f"{fmt_value(o['value'], c.unit)} {fmt_interval(o['ci_low'], o['ci_high'], c.unit)}"
         rows.append(Row(c.id, c.tier, c.spec["study"], got, ref, v, reason))
     return rows
 

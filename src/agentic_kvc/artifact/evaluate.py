@@ -20,10 +20,15 @@ import polars as pl
 from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.analysis.studies.base import load_study
 from agentic_kvc.artifact.registry import Claim
-from agentic_kvc.artifact.verdict import verdict
+from agentic_kvc.artifact.verdict import UNITS, verdict
 from agentic_kvc.io import atomic_write_text
 
-_INTERVAL = re.compile(r"([+-]?\d+(?:\.\d+)?)% \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]")
+_NUM = r"([+-]?\d+(?:\.\d+)?)"
+# "-44.9% [-59.4, -30.7]" (relative) or "+554.9 ms [+532.1, +577.7]" (ms).
+_INTERVAL = {
+    unit: re.compile(rf"{_NUM}{re.escape(suffix)} \[{_NUM}, {_NUM}\]")
+    for unit, (_, suffix) in UNITS.items()
+}
 
 
 def _mask(df: pl.DataFrame, selector: dict[str, Any], claim: Claim, side: str) -> pl.Expr:
@@ -89,12 +94,15 @@ def _paired(
 def _finding(claim: Claim, results: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     path = results / "tables" / f"study_{claim.spec['study']}" / "findings.json"
     lines = json.loads(path.read_text())["findings"]
-    prefix = claim.spec["finding"]
+    prefix, unit = claim.spec["finding"], claim.unit
     line = next((x for x in lines if x.startswith(prefix)), None)
-    m = _INTERVAL.search(line or "")
+    # The first value with its interval in the claim's unit (a line may carry several).
+    m = _INTERVAL[unit].search(line or "")
     if m is None:
-        raise ValueError(f"{path}: no finding starting with {prefix!r} that carries an interval")
-    value, lo, hi = (float(g) / 100 for g in m.groups())
+        raise ValueError(
+            f"{path}: no finding starting with {prefix!r} that carries a {unit} interval"
+        )
+    value, lo, hi = (float(g) / UNITS[unit][0] for g in m.groups())
     return {"value": value, "ci_low": lo, "ci_high": hi, "finding": line}, {"source": str(path)}
 
 
@@ -112,11 +120,13 @@ def evaluate(claim: Claim, results: Path, archive: Path | None, plan: Path) -> d
         float(spec["reference"]),
         spec["direction"],
         spec["tolerance"],
+        claim.unit,
     )
     keys = ("statement", "study", "figure", "tier", "metric", "baseline", "candidate", "where")
     return {
         "id": claim.id,
         **{k: spec[k] for k in keys if k in spec},
+        "unit": claim.unit,
         "direction": spec["direction"],
         "reference": spec["reference"],
         "reference_interval": spec.get("reference_interval"),

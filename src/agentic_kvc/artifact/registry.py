@@ -45,6 +45,11 @@ class Claim:
         return str(self.spec["tier"])
 
     @property
+    def unit(self) -> str:
+        """What `reference` and the obtained value are: "relative" (default) or "ms"."""
+        return str(self.spec.get("unit", "relative"))
+
+    @property
     def statement(self) -> str:
         return str(self.spec["statement"])
 

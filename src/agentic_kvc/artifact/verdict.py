@@ -23,6 +23,20 @@ PASSING = (REPRODUCED, WITHIN, DIRECTION_ONLY)
 
 # Half of the last digit REPORT.md prints a relative difference with (-44.9%).
 PRECISION = 0.0005
+# What a claim's reference and obtained value are (its `unit`): a relative difference
+# (candidate / baseline - 1, printed in %), or a difference in milliseconds (a finding that
+# reports one, e.g. the lifecycle's PD - colocated TTFT): scale to print, suffix.
+UNITS = {"relative": (100.0, "%"), "ms": (1.0, " ms")}
+
+
+def fmt_value(x: float, unit: str = "relative") -> str:
+    scale, suffix = UNITS[unit]
+    return f"{x * scale:+.1f}{suffix}"
+
+
+def fmt_interval(lo: float, hi: float, unit: str = "relative") -> str:
+    scale = UNITS[unit][0]
+    return f"[{lo * scale:+.1f}, {hi * scale:+.1f}]"
 
 
 def interval_holds(direction: str, lo: float, hi: float) -> bool:
@@ -54,9 +68,10 @@ def verdict(
     reference: float,
     direction: str,
     tolerance: dict[str, Any],
+    unit: str = "relative",
 ) -> tuple[str, str]:
     """(verdict, one-line reason)."""
-    interval = f"[{lo * 100:+.1f}, {hi * 100:+.1f}]"
+    interval = fmt_interval(lo, hi, unit)
     if not interval_holds(direction, lo, hi):
         want = {"lower": "below 0", "higher": "above 0", "none": "containing 0"}[direction]
         return NOT_REPRODUCED, f"interval {interval} is not {want} (claimed: {direction})"
@@ -64,9 +79,12 @@ def verdict(
         return DIRECTION_ONLY, f"interval {interval} on the claimed side; only the sign is claimed"
     off = abs(obtained - reference)
     width = allowed(reference, tolerance)
-    gap = f"{obtained * 100:+.1f}% vs reference {reference * 100:+.1f}%"
-    if off <= PRECISION:
+    gap = f"{fmt_value(obtained, unit)} vs reference {fmt_value(reference, unit)}"
+    # Equal at the printed precision: 0.1 percentage point, or 0.1 ms.
+    if off <= (PRECISION if unit == "relative" else 0.05):
         return REPRODUCED, f"{gap}, interval {interval}"
+    scale, suffix = UNITS[unit]
+    points = " points" if unit == "relative" else suffix
     if off <= width:
-        return WITHIN, f"{gap}, within {width * 100:.1f} points"
-    return NOT_REPRODUCED, f"{gap}: off by more than {width * 100:.1f} points"
+        return WITHIN, f"{gap}, within {width * scale:.1f}{points}"
+    return NOT_REPRODUCED, f"{gap}: off by more than {width * scale:.1f}{points}"
