@@ -114,3 +114,27 @@ def test_placement_still_balances_decodes_when_the_session_has_no_cache_of_its_o
     r = req(input_tokens=900, output_tokens=300, session="new", turn=0)
     view = fleet(2, cached={0: 600}, decode_requests=[12, 0], decode_tokens=[36_000, 0])
     assert get_policy("predicted_ttft", {"objective": "ttft"}).decide(r, view).prefill == 0
+
+
+def test_recompute_stall_keeps_a_turn_off_a_busy_instance_that_would_recompute_it() -> None:
+    # Home (0) holds 30k of a 32k prompt behind a 60k-token queue; instance 1 is free of
+    # prefill but runs 40 decodes. For the request alone moving is faster (the queue costs
+    # more than recomputing 30k), but the recompute would stall instance 1's 40 decodes.
+    def view() -> tuple:
+        r = req(input_tokens=32_000, output_tokens=200, session="s1")
+        v = fleet(
+            2,
+            cached={0: 30_000},
+            affinity={"s1": 0},
+            pending_prefill_tokens=[60_000, 0],
+            decode_requests=[0, 40],
+            decode_tokens=[0, 40 * 8000],
+        )
+        return r, v
+
+    assert get_policy("predicted_ttft", {"recompute_stall": False}).decide(*view()).prefill == 1
+    assert get_policy("predicted_ttft").decide(*view()).prefill == 0
+    # With nothing decoding on the other instance, the recompute stalls nobody: it moves.
+    r, v = view()
+    v.instances[1].decode_requests = v.instances[1].decode_tokens = 0
+    assert get_policy("predicted_ttft").decide(r, v).prefill == 1
