@@ -46,7 +46,7 @@ from agentic_kvc.proxy.records import RecordSink
 from agentic_kvc.proxy.session import SOURCE_PREFIX, PrefixSessions, identify
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.proxy.stream import StreamTracker
-from agentic_kvc.proxy.upstream import UpstreamRefused, UpstreamResponse
+from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, UpstreamResponse
 
 log = logging.getLogger("agentic_kvc.proxy")
 
@@ -564,6 +564,15 @@ class ProxyApp:
         error: tuple[str, str, int] | None = None
         outcome = "ok"
         closed = False  # the client's response has ended
+
+        def on_client_gone(fut: asyncio.Future[Message]) -> None:
+            # Wake the relay now rather than at the engine's next chunk: a queued or stalled
+            # request may send none for a long time, and the engine frees the slot only when
+            # its connection closes.
+            if not fut.cancelled() and not closed:
+                resp.abandon()
+
+        client_gone.add_done_callback(on_client_gone)
         try:
             while chunk := await resp.next_chunk():
                 out, first = tracker.feed(chunk)
@@ -573,14 +582,16 @@ class ProxyApp:
                 if tracker.done:
                     # [DONE] ends the stream: end the client's response with it, rather than
                     # on one more wake-up when the engine's end of body arrives.
-                    await send({"type": "http.response.body", "body": out, "more_body": False})
                     closed = True
+                    await send({"type": "http.response.body", "body": out, "more_body": False})
                     break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if client_gone.done():
                     outcome = "client_gone"
                     break
+        except UpstreamAbandoned:
+            outcome = "client_gone"
         except TimeoutError:
             error = ("upstream timed out mid-stream", "timeout", 504)
         except CONNECTION_ERRORS as exc:

@@ -43,6 +43,11 @@ class UpstreamDropped(UpstreamError):
     """The connection ended before the response was complete."""
 
 
+class UpstreamAbandoned(Exception):
+    """The proxy gave up on a response because its client left: not the backend's fault, so
+    deliberately not an `UpstreamError`."""
+
+
 class _StaleConnection(Exception):
     """A reused keep-alive connection was closed by the server before any answer."""
 
@@ -128,6 +133,11 @@ class UpstreamResponse:
             conn.park()
         else:
             conn.close()
+
+    def abandon(self) -> None:
+        """Wake a reader waiting for the next chunk with `UpstreamAbandoned` (its client has
+        gone); the reader then closes the response."""
+        self._fail(UpstreamAbandoned("the client disconnected"))
 
     def close(self) -> None:
         """Drop the connection (a response abandoned half-read must not be reused)."""
