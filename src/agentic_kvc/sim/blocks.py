@@ -78,14 +78,22 @@ class BlockTable:
 
 
 class Hit:
-    """A prefix hit: chain positions [0, n) of `hashes`, in groups [a, b) held by one piece."""
+    """A prefix hit: chain positions [0, n) of `hashes`, in groups [a, b) held by one piece
+    (`pieces`: those pieces, found by the walk; None when the pool was in per-block mode)."""
 
-    __slots__ = ("groups", "hashes", "n")
+    __slots__ = ("groups", "hashes", "n", "pieces")
 
-    def __init__(self, hashes: Sequence[int], n: int, groups: list[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        hashes: Sequence[int],
+        n: int,
+        groups: list[tuple[int, int]],
+        pieces: list[Piece] | None = None,
+    ) -> None:
         self.hashes = hashes
         self.n = n
         self.groups = groups
+        self.pieces = pieces
 
 
 class BlockPool:
@@ -94,10 +102,19 @@ class BlockPool:
             raise ValueError(f"num_blocks and block_size must be >= 1: {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.cached: dict[int, Piece] = {}  # block hash -> the piece whose block is found by it
-        # Other pieces with a block of the same content (two requests prefilled it at once):
-        # vLLM keeps a hash cached while any block holds it, and so must we, or the
-        # prefix-closure below would break. Rare; every path that meets one goes block by block.
+        # Which hash is cached, and in which piece, two ways:
+        # - by piece (`_by_block` None, the normal case): `heads` maps the hash of each hashed
+        #   piece's first block to the piece. Hashes are chained, so a hash fixes its position
+        #   and every block before it; with every hash held by one block only, a cached chain
+        #   position right after a piece's end can only be another piece's first block, and
+        #   a lookup walks pieces (`_walk`), with no entry per block at all;
+        # - by block (`_by_block`: block hash -> the piece whose block is found by it), from
+        #   the moment a hash is held by two blocks (two requests prefilled it at once) until
+        #   no such hash is left. vLLM keeps a hash cached while any block holds it, and so
+        #   must we, or the prefix-closure below would break; `dups` lists the other pieces.
+        #   Rare; every path that meets one goes block by block.
+        self.heads: dict[int, Piece] = {}
+        self._by_block: dict[int, Piece] | None = None
         self.dups: dict[int, list[Piece]] = {}
         # The free queue. vLLM's starts with every block in id order and appends freed blocks
         # at its tail, so never-used blocks are always its head: they are kept as a count.
@@ -106,6 +123,32 @@ class BlockPool:
         self._queue.prev = self._queue.next = self._queue
         self._queued = 0  # blocks in the queued pieces
         self.evictions = 0  # cached blocks reused for other content
+
+    @property
+    def cached(self) -> dict[int, Piece]:
+        """Block hash -> the piece whose block is found by it (built on demand: for tests)."""
+        if self._by_block is not None:
+            return self._by_block
+        return {h: p for p in self.heads.values() if p.hashes for h in p.hashes}
+
+    def _to_blocks(self) -> None:
+        """Switch to the per-block map (a hash is about to be held twice)."""
+        by_block: dict[int, Piece] = {}
+        for p in self.heads.values():
+            assert p.hashes is not None
+            by_block.update(zip(p.hashes, repeat(p)))
+        self._by_block = by_block
+        self.heads = {}
+
+    def _to_pieces(self) -> None:
+        """Switch back to `heads` (no hash is held twice any more)."""
+        assert self._by_block is not None and not self.dups
+        heads: dict[int, Piece] = {}
+        for p in set(self._by_block.values()):
+            assert p.hashes
+            heads[p.hashes[0]] = p
+        self.heads = heads
+        self._by_block = None
 
     @property
     def num_free(self) -> int:
@@ -136,16 +179,51 @@ class BlockPool:
 
     # ---- lookups --------------------------------------------------------------------
 
+    def _walk(self, hashes: Sequence[int], n: int) -> tuple[int, list[Piece]]:
+        """By piece: the cached prefix of hashes[:n] and the pieces holding it, in order.
+
+        With no hash held twice, the cached block at the position where the prompt leaves a
+        piece (its end, or a branch point), if any, starts a piece: a block starting inside
+        one would repeat the hash of the block before it. Inside a piece, chained hashes agree
+        up to some position and differ after it, so its last position settles a full match in
+        one comparison and a partial one takes a binary search.
+        """
+        heads = self.heads
+        pieces: list[Piece] = []
+        j = 0
+        while j < n:
+            p = heads.get(hashes[j])
+            if p is None:
+                break
+            ph = p.hashes
+            assert ph is not None and p.lo == j
+            pieces.append(p)
+            e = min(p.hi, n)
+            if ph[e - 1 - j] != hashes[e - 1]:
+                lo, hi = j + 1, e - 1  # the answer: position lo-1 agrees, position lo does not
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if ph[mid - 1 - j] == hashes[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                e = lo  # a cached block there can only start a piece (a branch), as above
+            j = e
+        return j, pieces
+
     def count_hit(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
         """Length in blocks of the longest cached prefix of `hashes`.
 
         The cached set is prefix-closed: a block's ancestors are held by every request that
         holds it and are freed with it, after it (tail first), so no block outlives its parent
-        in the cache. "Block j is cached" is therefore monotone in j and a binary search finds
-        the same prefix as vLLM's block-by-block walk, in ~log2(n) probes.
+        in the cache. "Block j is cached" is therefore monotone in j: by piece, a walk over the
+        pieces holding the prefix; by block, a binary search finds the same prefix as vLLM's
+        block-by-block walk, in ~log2(n) probes.
         """
         n = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
-        cached = self.cached
+        cached = self._by_block
+        if cached is None:
+            return self._walk(hashes, n)[0]
         if n == 0 or hashes[0] not in cached:
             return 0
         if hashes[n - 1] in cached:
@@ -161,8 +239,12 @@ class BlockPool:
 
     def lookup(self, hashes: Sequence[int], max_blocks: int | None = None) -> Hit:
         """The longest cached prefix of `hashes` (at most `max_blocks`), by piece."""
+        cached, dups = self._by_block, self.dups
+        if cached is None:
+            n_max = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
+            n, pieces = self._walk(hashes, n_max)
+            return Hit(hashes, n, [(p.lo, min(p.hi, n)) for p in pieces], pieces)
         n = self.count_hit(hashes, max_blocks)
-        cached, dups = self.cached, self.dups
         groups: list[tuple[int, int]] = []
         j = n - 1
         while j >= 0:
@@ -181,7 +263,11 @@ class BlockPool:
 
     def evictable(self, hit: Hit) -> int:
         """Blocks of `hit` now in the free queue (taking them leaves that many fewer free)."""
-        cached, hashes = self.cached, hit.hashes
+        if hit.pieces is not None:
+            pieces = zip(hit.groups, hit.pieces, strict=True)
+            return sum(b - a for (a, b), p in pieces if p.ref == 0)
+        cached, hashes = self._by_block, hit.hashes
+        assert cached is not None
         return sum(b - a for a, b in hit.groups if cached[hashes[a]].ref == 0)
 
     # ---- a request's blocks ---------------------------------------------------------
@@ -189,9 +275,13 @@ class BlockPool:
     def take(self, table: BlockTable, hit: Hit) -> None:
         """Start an empty `table` with the blocks of `hit` (touching them: in use again)."""
         assert not len(table), "a prefix hit starts a request's blocks"
-        cached, hashes = self.cached, hit.hashes
-        for a, b in hit.groups:
-            p = cached[hashes[a]]  # looked up again: an earlier group's split may have moved it
+        cached, hashes = self._by_block, hit.hashes
+        # Between a lookup and its take the pool only frees blocks: no piece moved, no mode
+        # changed.
+        assert (hit.pieces is None) == (cached is not None)
+        for k, (a, b) in enumerate(hit.groups):
+            # By block, looked up again: an earlier group's split may have moved it.
+            p = hit.pieces[k] if hit.pieces is not None else cached[hashes[a]]  # type: ignore[index]
             if a != p.lo or b != p.hi:
                 p = self._carve(p, a, b)
             if p.ref == 0:
@@ -252,7 +342,25 @@ class BlockPool:
         else:
             p = Piece(hashes, start, full, 1, table)
             pieces.append(p)
-        cached = self.cached
+        cached = self._by_block
+        if cached is None:
+            # Prefix-closed: if the first new position is not cached, none after it is; and
+            # it could only be cached as a piece's first block (see `_walk`).
+            if hashes[0] not in self.heads:
+                if p.lo == start:
+                    self.heads[hashes[0]] = p
+                table.n_unhashed -= full - start
+                table.n_hashed = full
+                return
+            # A hash about to be held twice: per block from here. The switch maps what is
+            # cached now, so a grown piece's new positions are left out of it for a moment.
+            if p.lo != start:
+                del p.hashes[start - p.lo :]
+            self._to_blocks()
+            cached = self._by_block
+            assert cached is not None
+            if p.lo != start:
+                p.hashes.extend(hashes)
         if cached.keys().isdisjoint(hashes):
             cached.update(zip(hashes, repeat(p)))
         else:
@@ -279,9 +387,15 @@ class BlockPool:
 
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""
-        for p in {*self.cached.values(), *(p for ps in self.dups.values() for p in ps)}:
+        if self._by_block is None:
+            for p in self.heads.values():
+                p.hashes = None
+            self.heads = {}
+            return
+        for p in {*self._by_block.values(), *(p for ps in self.dups.values() for p in ps)}:
             p.hashes = None
-        self.cached.clear()
+        self._by_block = None
+        self.heads = {}
         self.dups.clear()
 
     # ---- internals ------------------------------------------------------------------
@@ -289,9 +403,15 @@ class BlockPool:
     def _uncache(self, p: Piece, lo: int, hi: int) -> None:
         """Positions [lo, hi) of piece p are reused: their hashes leave the cache."""
         assert p.hashes is not None
+        cached, dups = self._by_block, self.dups
+        if cached is None:
+            if lo == p.lo:
+                del self.heads[p.hashes[0]]
+            del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
+            self.evictions += hi - lo
+            return
         hashes = p.hashes[lo - p.lo : hi - p.lo]
-        del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
-        cached, dups = self.cached, self.dups
+        del p.hashes[lo - p.lo :]
         if not dups or dups.keys().isdisjoint(hashes):
             deque(map(cached.__delitem__, hashes), maxlen=0)
             self.evictions += hi - lo
@@ -308,6 +428,8 @@ class BlockPool:
                 others.remove(p)
             if not others:
                 del dups[h]
+        if not dups:
+            self._to_pieces()
 
     def _carve(self, p: Piece, a: int, b: int) -> Piece:
         """Split piece p so that positions [a, b) are one piece; returns that piece.
@@ -328,8 +450,16 @@ class BlockPool:
                 self._enqueue(part, before=after)
         else:
             p.children = parts
-        p.hashes = None  # the parts hold them now
-        cached, dups = self.cached, self.dups
+        cached, dups = self._by_block, self.dups
+        if cached is None:
+            heads = self.heads
+            del heads[p.hashes[0]]
+            for part in parts:
+                assert part.hashes is not None
+                heads[part.hashes[0]] = part
+            p.hashes = None  # the parts hold them now
+            return next(part for part in parts if part.lo == a)
+        p.hashes = None
         for part in parts:
             hashes = part.hashes
             assert hashes is not None
