@@ -16,3 +16,20 @@ rule epd_bench:
     shell:
         "python -m agentic_kvc.epd.bench --out {params.out:q} --hardware a100 --hardware h100"
         " > {log:q} 2>&1"
+
+
+# Not in the default report (four real vLLM engines, about 5 min of both cores): run it with
+# `snakemake --cores 1 epd_real`; the epd section then adds its "real CPU" rows.
+rule epd_real:
+    """Real default vs EPD on vLLM CPU (tiny BLIP-2, random weights); docs/epd.md."""
+    output:
+        f"{RESULTS}/epd_real/records.jsonl",
+        f"{RESULTS}/epd_real/summary.json",
+    params:
+        out=lambda wildcards, output: Path(output[0]).parent,
+    log:
+        f"{RESULTS}/logs/epd_real.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "python -m agentic_kvc.epd.real --out {params.out:q} --prompts 8 --repeats 3 > {log:q} 2>&1"

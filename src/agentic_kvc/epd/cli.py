@@ -58,7 +58,7 @@ def proxy(
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Rebuild even if OUT_DIR already holds a model.")
 def build_model(out_dir: Path, force: bool) -> None:
-    """Write a tiny PaliGemma-shaped vision-language model (config, tokenizer, processor
+    """Write a tiny BLIP-2-shaped vision-language model (config, tokenizer, processor
     configs) into OUT_DIR; serve it with `--load-format dummy`."""
     from agentic_kvc.epd.tiny_vlm import build_tiny_vlm
 

@@ -1,17 +1,17 @@
-"""A tiny PaliGemma-shaped vision-language model directory built locally, for real EPD on CPU.
+"""A tiny BLIP-2-shaped vision-language model directory built locally, for real EPD on CPU.
 
-Why PaliGemma and not Qwen2-VL: vLLM 0.32's Qwen2-VL / Qwen2.5-VL model modules import
-`transformers.models.qwen2_vl.image_processing_qwen2_vl`, which imports `torchvision` at module
-level; the CPU venv has no torchvision (the only wheels on hand are CUDA builds whose `_C.so`
-needs `libc10_cuda.so`, and without it `import torchvision` fails with `operator torchvision::nms
-does not exist`). PaliGemma (SigLIP vision tower + Gemma LM) imports cleanly: transformers falls
-back to `SiglipImageProcessorPil`. One image per prompt, a fixed number of image tokens
-((image_size / patch_size)^2), inserted by vLLM's processor before the text.
+Why BLIP-2 and not Qwen2-VL (the published benchmark's family): vLLM 0.32's Qwen2-VL /
+Qwen2.5-VL modules import `transformers.models.qwen2_vl.image_processing_qwen2_vl`, which imports
+`torchvision` at module level, and the CPU venv has no torchvision (the only wheels on hand are
+CUDA builds: their `_C.so` needs `libc10_cuda.so`, and without it `import torchvision` fails with
+`operator torchvision::nms does not exist`). The CLIP/SigLIP-tower models (LLaVA, PaliGemma)
+fail the same way at their first request: vLLM's `vision.get_vision_encoder_info` imports its
+Pixtral module, which imports torchvision. BLIP-2 (ViT + Q-Former + OPT) needs none of it:
+transformers falls back to `BlipImageProcessorPil`. One image per prompt becomes
+`num_query_tokens` (32) LM tokens; the ViT sees (image_size / patch_size)^2 = 1,024 patches.
 
 The tokenizer is the tiny Qwen2 one (`serve/tiny_model.py`, trained here from a seeded corpus)
-plus `<bos>`, `<image>`, `"\\n"` and PaliGemma's 1,152 `<locNNNN>`/`<segNNN>` tokens, which its HF
-processor would otherwise add at load time past the embedding table. Serve with
-`--load-format dummy` (deterministic random weights).
+plus `<bos>` and `<image>`. Serve with `--load-format dummy` (deterministic random weights).
 """
 
 from __future__ import annotations
@@ -24,30 +24,24 @@ from agentic_kvc.serve.tiny_model import CHAT_TEMPLATE, MAX_POSITIONS, build_tin
 
 IMAGE_SIZE = 448
 PATCH_SIZE = 14
-IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2  # 1,024 embeddings per image
+QUERY_TOKENS = 32  # LM tokens per image (the Q-Former's queries)
 TEXT_HIDDEN = 256
-
-
-def _extra_tokens() -> list[str]:
-    # The same list as transformers' PaliGemmaProcessor EXTRA_TOKENS, spelled out so the
-    # directory does not depend on a transformers import.
-    return [f"<loc{i:0>4}>" for i in range(1024)] + [f"<seg{i:0>3}>" for i in range(128)]
+VIT_HIDDEN = 384
 
 
 def model_config(vocab_size: int, image_token_id: int, bos_id: int, eos_id: int) -> dict:
     text = {
-        "model_type": "gemma",
+        "model_type": "opt",
         "hidden_size": TEXT_HIDDEN,
-        "intermediate_size": 512,
+        "word_embed_proj_dim": TEXT_HIDDEN,
+        "ffn_dim": 1024,
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
         "vocab_size": vocab_size,
         "max_position_embeddings": MAX_POSITIONS,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "hidden_activation": "gelu_pytorch_tanh",
+        "do_layer_norm_before": True,
+        "activation_function": "relu",
+        "enable_bias": True,
         "torch_dtype": "bfloat16",
         "bos_token_id": bos_id,
         "eos_token_id": eos_id,
@@ -56,29 +50,37 @@ def model_config(vocab_size: int, image_token_id: int, bos_id: int, eos_id: int)
     # The vision tower is the heavy part on purpose (4 layers, width 384, 1,024 patches): the
     # encoder stall EPD removes must be visible next to a 2-layer LM.
     vision = {
-        "model_type": "siglip_vision_model",
-        "hidden_size": 384,
-        "intermediate_size": 1536,
+        "model_type": "blip_2_vision_model",
+        "hidden_size": VIT_HIDDEN,
+        "intermediate_size": 4 * VIT_HIDDEN,
         "num_hidden_layers": 4,
         "num_attention_heads": 6,
         "image_size": IMAGE_SIZE,
         "patch_size": PATCH_SIZE,
-        "num_channels": 3,
-        "projection_dim": TEXT_HIDDEN,
-        "num_image_tokens": IMAGE_TOKENS,
-        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_act": "gelu",
         "layer_norm_eps": 1e-6,
-        "vision_use_head": False,
+        "qkv_bias": True,
+    }
+    qformer = {
+        "model_type": "blip_2_qformer",
+        "hidden_size": TEXT_HIDDEN,
+        "intermediate_size": 4 * TEXT_HIDDEN,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "cross_attention_frequency": 1,
+        "encoder_hidden_size": VIT_HIDDEN,
+        "vocab_size": 512,
+        "max_position_embeddings": 64,
+        "layer_norm_eps": 1e-12,
     }
     return {
-        "architectures": ["PaliGemmaForConditionalGeneration"],
-        "model_type": "paligemma",
+        "architectures": ["Blip2ForConditionalGeneration"],
+        "model_type": "blip-2",
+        "num_query_tokens": QUERY_TOKENS,
         "image_token_index": image_token_id,
-        "projection_dim": TEXT_HIDDEN,
-        "hidden_size": TEXT_HIDDEN,
-        "vocab_size": vocab_size,
         "text_config": text,
         "vision_config": vision,
+        "qformer_config": qformer,
         "torch_dtype": "bfloat16",
         "bos_token_id": bos_id,
         "eos_token_id": eos_id,
@@ -87,7 +89,7 @@ def model_config(vocab_size: int, image_token_id: int, bos_id: int, eos_id: int)
 
 
 def build_tiny_vlm(out_dir: Path, force: bool = False) -> Path:
-    """Write config, tokenizer and processor configs for the tiny PaliGemma into OUT_DIR."""
+    """Write config, tokenizer and processor configs for the tiny BLIP-2 into OUT_DIR."""
     from tokenizers import AddedToken, Tokenizer
 
     out_dir = Path(out_dir)
@@ -98,13 +100,9 @@ def build_tiny_vlm(out_dir: Path, force: bool = False) -> Path:
         base = build_tiny_model(Path(tmp) / "base")
         tok = Tokenizer.from_file(str(base / "tokenizer.json"))
     tok.add_special_tokens([AddedToken(t, special=True) for t in ("<bos>", "<image>")])
-    # "\n" as a token of its own: vLLM's PaliGemma processor looks it up by that spelling
-    # (byte-level BPE would spell it "Ċ").
-    extra = ["\n", *_extra_tokens()]
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in extra])
     tok.save(str(out_dir / "tokenizer.json"))
     vocab = tok.get_vocab_size()
-    ids = {t: tok.token_to_id(t) for t in ("<bos>", "<image>", "<|im_end|>", "\n")}
+    ids = {t: tok.token_to_id(t) for t in ("<bos>", "<image>", "<|im_end|>")}
     missing = [t for t, i in ids.items() if i is None]
     if missing:
         raise RuntimeError(f"tokenizer lacks {missing}")
@@ -115,29 +113,29 @@ def build_tiny_vlm(out_dir: Path, force: bool = False) -> Path:
         "bos_token": "<bos>",
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "image_token": "<image>",
         "chat_template": CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
     pre = {
-        "image_processor_type": "SiglipImageProcessor",
-        "processor_class": "PaliGemmaProcessor",
+        "image_processor_type": "BlipImageProcessor",
+        "processor_class": "Blip2Processor",
         "do_resize": True,
         "size": {"height": IMAGE_SIZE, "width": IMAGE_SIZE},
         "resample": 3,
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-        "image_seq_length": IMAGE_TOKENS,
+        "do_convert_rgb": True,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
     }
     (out_dir / "preprocessor_config.json").write_text(json.dumps(pre, indent=2) + "\n")
     (out_dir / "processor_config.json").write_text(
-        json.dumps({"processor_class": "PaliGemmaProcessor"}, indent=2) + "\n"
+        json.dumps(
+            {"processor_class": "Blip2Processor", "num_query_tokens": QUERY_TOKENS}, indent=2
+        )
+        + "\n"
     )
     bos, eos = ids["<bos>"], ids["<|im_end|>"]
     (out_dir / "generation_config.json").write_text(

@@ -51,7 +51,8 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.request import Request
 
-log = logging.getLogger(__name__)
+# Under vLLM's logger, so its handler prints these in the engine's log (tests read them there).
+log = logging.getLogger("vllm.agentic_kvc.ec_redis")
 CONNECTOR_NAME = "RedisECTransfer"
 MODULE_PATH = __name__
 
@@ -135,6 +136,7 @@ class RedisECTransfer(ECConnectorBase):
         except self._errors as exc:
             raise self._error(f"storing {mm_hash}", exc) from exc
         self.saved += 1
+        log.info("EC stored %s (%d bytes), %d so far", mm_hash, len(data), self.saved)
 
     # -- PD (consumer) scheduler -------------------------------------------------------------
     def has_cache_item(self, identifier: str) -> bool:
@@ -180,3 +182,4 @@ class RedisECTransfer(ECConnectorBase):
                 )
             encoder_cache[mm_hash] = decode_tensor(raw, device)
             self.loaded += 1
+            log.info("EC loaded %s (%d bytes), %d so far", mm_hash, len(raw), self.loaded)

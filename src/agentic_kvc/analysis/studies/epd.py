@@ -99,6 +99,7 @@ def analyse(folder: Path) -> Section:
         f"{worst_tpot:+.1f}% (steps no longer include the encoder); see the TTFT column for its "
         "cost. The size of the TPOT gain follows from the separate E device (method note)."
     )
+    add_real(s, folder.parent / "epd_real")
     theirs = [
         [
             str(n),
@@ -117,3 +118,69 @@ def analyse(folder: Path) -> Section:
         + md_table(["prompts", "mode", "median TPOT (ms)", "median TTFT (ms)", "req/s"], theirs)
     )
     return s
+
+
+def add_real(s: Section, folder: Path) -> None:
+    """ "Real CPU" rows (agentic_kvc.epd.real), when its records exist: not in the default
+    pipeline (four engines, about 5 min of both cores); `snakemake epd_real` makes them."""
+    summary_path, records_path = folder / "summary.json", folder / "records.jsonl"
+    if not summary_path.is_file() or not records_path.is_file():
+        s.note(
+            "Real CPU rows: not in this run (four vLLM engines, about 5 min of both cores); "
+            "`snakemake epd_real` or `python -m agentic_kvc.epd.real --out results/epd_real`."
+        )
+        return
+    summary = json.loads(summary_path.read_text())
+    recs = [r for r in read_jsonl(records_path) if "error" not in r]
+    host = summary["host_load"]
+    rows = []
+    for r in summary["rows"]:
+        win = host.get(f"r{r['repeat']}-{r['mode']}") or {}
+        load1 = (win.get("load1") or {}).get("mean")
+        busy = (win.get("overall") or {}).get("busy")
+        rows.append(
+            [
+                "real CPU",
+                str(r["repeat"]),
+                r["mode"],
+                f"{r['req_s']:.2f}",
+                f"{r['out_tok_s']:.0f}",
+                f"{r['median_ttft_ms']:.0f}",
+                f"{r['median_tpot_ms']:.1f}",
+                f"{r['p99_itl_ms']:.0f}",
+                "-" if load1 is None else f"{load1:.1f}",
+                "-" if busy is None else f"{busy * 100:.0f}%",
+            ]
+        )
+    s.table(
+        f"Real CPU (vLLM 0.32 CPU, tiny BLIP-2 with random weights, {summary['prompts']} "
+        f"prompts at t=0 per run, {summary['max_tokens']} output tokens each, runs interleaved; "
+        "default = two ordinary instances, EPD = E + PD via Redis; one core each):",
+        [
+            "setup",
+            "repeat",
+            "mode",
+            "req/s",
+            "out tok/s",
+            "med TTFT (ms)",
+            "med TPOT (ms)",
+            "p99 ITL (ms)",
+            "host load1",
+            "host busy",
+        ],
+        rows,
+    )
+    key = {(r["mode"], r["repeat"], r["index"]): r for r in recs}
+    pairs = [(x, key[("epd", rep, i)]) for (m, rep, i), x in key.items() if m == "default"]
+    pairs = [(x, y) for x, y in pairs if y is not None]
+    if len(pairs) < 4:
+        return
+    for metric in ("tpot_s", "ttft_s"):
+        d = paired_median_rel(
+            np.array([x[metric] for x, _ in pairs]), np.array([y[metric] for _, y in pairs])
+        )
+        s.findings.append(
+            f"epd, real CPU: EPD vs default median {metric[:-2].upper()} {fmt_diff(d)} "
+            f"(paired by image over {len(pairs)} requests, "
+            f"{summary['repeats']} interleaved runs per mode)"
+        )
