@@ -105,7 +105,9 @@ test-fast: $(STAMPS)/jupyter  ## no real engines, nothing slow
 # The reliability and security suite (docs/reliability.md), slow cases included: engine kill
 # and restart, 1,000 concurrent streams, longer fuzzing. About 6 min on 2 cores.
 test-reliability: $(STAMPS)/model $(STAMPS)/system  ## faults, bad input, integrity, security (slow ones too)
-	AKVC_FUZZ_EXAMPLES=$${AKVC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -m reliability $(PYTEST_ARGS)
+	AKVC_FUZZ_EXAMPLES=$${AKVC_FUZZ_EXAMPLES:-300} \
+	AKVC_RELIABILITY_REPORT=$${AKVC_RELIABILITY_REPORT:-results/reliability/report.md} \
+	$(BIN)/python -m pytest -m reliability $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv  ## ruff and snakemake --lint
 	$(BIN)/ruff check src tests workflow notebooks benchmarks

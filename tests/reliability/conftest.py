@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
+from agentic_kvc.proxy.app import ProxyApp
 from agentic_kvc.proxy.fake_backend import FakeVLLM
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 from agentic_kvc.proxy.settings import ProxySettings
+
+from . import report as _report
 
 HERE = Path(__file__).parent
 
@@ -30,6 +34,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.reliability)
+
+
+# ---- the suite's report (report.py): faults injected, bad inputs tried, requests lost ----
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _count_proxy_requests() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProxyApp, "_generate", _report.count_requests(ProxyApp._generate))
+        yield
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        name = report.nodeid.split("::")[-1].split("[")[0]
+        _report.LEDGER.outcome(name, report.outcome)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _report.LEDGER.outcomes:
+        return
+    terminalreporter.write_sep("=", "reliability report")
+    for line in _report.LEDGER.lines():
+        terminalreporter.write_line(line)
+    target = os.environ.get("AKVC_RELIABILITY_REPORT")
+    if target:
+        _report.write(target)
+        terminalreporter.write_line(f"(written to {target})")
 
 
 class FaultBackend(FakeVLLM):
