@@ -149,15 +149,19 @@ SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
         AGENTIC,
         [f"{GEN}.preset=agentic-subagents", f"{GP}.session_rate_per_s=0.25", f"{GEN}.sessions=100"],
     ),
-    # Heavy-tailed tool pauses (30% from a Pareto tail) with a third of the default KV cache:
-    # sessions' prefixes are evicted during their pauses.
+    # Heavy-tailed tool pauses (30% from a Pareto tail) with half the default KV cache:
+    # sessions' prefixes are evicted during their pauses. Contexts are capped at 100k so that
+    # a request fits the cache (at 100k KV and 200k contexts conditional_disagg's run grew
+    # past 20 GB: the simulator does not bound a request larger than the KV cache).
     "pauses_small_kv": (
         "final",
         AGENTIC,
         [
             f"{GP}.tool_wait_tail_prob=0.3",
             f"{GP}.tool_wait_median_s=10.0",
-            "fleet.kv_cache_tokens=100000",
+            f"{GP}.max_context_tokens=100000",
+            f"{GP}.first_turn_max_tokens=60000",
+            "fleet.kv_cache_tokens=150000",
         ],
     ),
     "het_outputs": (
