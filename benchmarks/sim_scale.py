@@ -63,10 +63,11 @@ def run_point(sets: list[str]) -> dict:
     workload = load_workload(config.workload, config.seed)
     gen_s = time.perf_counter() - t0
     profile = profile_for(config)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     fleet = SimFleet(config, workload, profile)
     stats = fleet.run()
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     return {
         "sessions": len(workload.sessions),
         "requests": len(workload),
@@ -76,6 +77,10 @@ def run_point(sets: list[str]) -> dict:
         "wall_s": wall,
         "workload_generation_s": gen_s,
         "speedup": stats.sim_s / wall if wall > 0 else None,
+        # CPU seconds of the same span: on a shared host the wall time includes waiting for
+        # the core, so this is the steadier figure (read both).
+        "cpu_s": cpu,
+        "cpu_speedup": stats.sim_s / cpu if cpu > 0 else None,
         "events": stats.events,
         "engine_steps": stats.steps,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -83,6 +88,8 @@ def run_point(sets: list[str]) -> dict:
 
 
 def main() -> int:
+    from agentic_kvc.serve.hostload import read_loadavg
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("results/bench/sim_scale.json"))
     ap.add_argument("--instances", default="8,32,128,512,1024", help="comma-separated sizes")
@@ -114,6 +121,7 @@ def main() -> int:
                     rows.append(row)
                     continue
                 cmd = [sys.executable, __file__, "--point", json.dumps(sets)]
+                row["load_start"] = read_loadavg()
                 t0 = time.perf_counter()
                 try:
                     out = subprocess.run(
@@ -127,9 +135,12 @@ def main() -> int:
                     row["error"] = exc.stderr.strip().splitlines()[-1:]
                     skip = True
                 row["process_s"] = time.perf_counter() - t0
+                row["load_end"] = read_loadavg()
                 rows.append(row)
                 done = (
                     f"{row['speedup']:8.0f}x  {row['wall_s']:7.1f} wall s  "
+                    f"{row['cpu_speedup']:8.0f}x cpu  "
+                    f"load1 {(row['load_start'] or {}).get('load1')}  "
                     f"{row['peak_rss_mb']:6.0f} MB  {row['requests']} requests"
                     if "speedup" in row
                     else json.dumps({k: row[k] for k in ("timeout_s", "error") if k in row})

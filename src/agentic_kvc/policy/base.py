@@ -89,7 +89,7 @@ class FleetView:
             n = len(self.instances)
             raw = self.cache.matched_tokens(request, n) if self.cache is not None else [0] * n
             cap = max(request.input_tokens - 1, 0)
-            got = [min(x, cap) for x in raw]
+            got = [x if x < cap else cap for x in raw]  # min(), without a call per instance
             self._matched[request.request_id] = got
         return got
 

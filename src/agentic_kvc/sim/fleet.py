@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.config import RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView
@@ -27,7 +27,7 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq
-from agentic_kvc.workload.model import Request, Session, Workload, live_dependencies
+from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import engine_block_hashes
 
 # Event kinds, in the order they run at equal times.
@@ -70,6 +70,9 @@ class SessionRun:
     # A subagent runs inside its parent's slot (a capped parent waiting on its subagents
     # would otherwise deadlock), so only top-level sessions take one.
     takes_slot: bool = True
+    # The last released prompt's content blocks and engine block hashes (the next turn's
+    # prompt extends it: its shared blocks keep their hashes).
+    last_prompt: tuple[tuple[Block, ...], list[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -123,9 +126,11 @@ class SimFleet:
                 fc.instances, roles, ExactCacheView(self.instances), record_on_route=False
             )
         else:
-            # The proxy sizes its estimate by the engines' KV blocks (cache_config_info).
+            # The proxy sizes its estimate by the engines' KV blocks (cache_config_info). The
+            # proxy's `EstimatedPrefixIndex`, kept by chain segments: the same answers for
+            # chained hashes (as `engine_block_hashes` are), no dict entry per block.
             self.state = RouterState(
-                fc.instances, roles, EstimatedPrefixIndex(fc.instances, self.num_blocks)
+                fc.instances, roles, ChainedPrefixIndex(fc.instances, self.num_blocks)
             )
         self.scrape_s = config.sim.scrape_interval_s
         self.sample_s = config.sim.sample_interval_s
@@ -230,6 +235,7 @@ class SimFleet:
                 self._push(max(req.arrival_s, self._now), RELEASE, (srun, k))
 
     def _session_end(self, srun: SessionRun) -> None:
+        srun.last_prompt = None
         if not srun.takes_slot:
             return
         self._slots_used -= 1
@@ -307,7 +313,7 @@ class SimFleet:
             )
             self._request_done(srun, k)
             return
-        hashes = engine_block_hashes(req, self.bs)
+        hashes = self._prompt_hashes(srun, req)
         sid = req.session_id
         view = RequestView(
             req.request_id,
@@ -350,6 +356,24 @@ class SimFleet:
                 seq.retain_after = k + 1 < len(srun.session.requests)
             flight.decode_seq = seq
             self._submit(self.instances[decision.decode], seq)
+
+    def _prompt_hashes(self, srun: SessionRun, req: Request) -> list[int]:
+        """`engine_block_hashes(req)`, extending the session's previous prompt's: engine
+        blocks inside the content blocks the two share (same ids and sizes) hash the same."""
+        bs = self.bs
+        last = srun.last_prompt
+        k = 0
+        if last is not None:
+            blocks, prev = last
+            shared = 0
+            for a, b in zip(blocks, req.blocks, strict=False):  # up to the shorter
+                if a.id != b.id or a.tokens != b.tokens:
+                    break
+                shared += a.tokens
+            k = min(shared // bs, len(prev))
+        hashes = prev[:k] + engine_block_hashes(req, bs, k) if k else engine_block_hashes(req, bs)
+        srun.last_prompt = (req.blocks, hashes)
+        return hashes
 
     def _submit(self, inst: Instance, seq: Seq) -> None:
         inst.submit(seq)

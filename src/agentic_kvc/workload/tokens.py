@@ -166,13 +166,17 @@ def chain_states(blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
     return bases, states
 
 
-def engine_block_hashes(request: Request | Sequence[Block], block_size: int) -> list[int]:
+def engine_block_hashes(
+    request: Request | Sequence[Block], block_size: int, start: int = 0
+) -> list[int]:
     """One chained 64-bit hash per FULL engine block of `block_size` tokens.
 
     Hash j stands for the synthesized tokens [0, (j + 1) * block_size): two requests get equal
     hash j exactly when those tokens are equal (up to 64-bit collisions). A trailing partial
     engine block gets no hash, as in vLLM. Costs one Python step per content block and one
-    vectorised step per engine block (no token is made).
+    vectorised step per engine block (no token is made). `start`: hashes of engine blocks
+    `start` onwards only (a caller that has the earlier ones, e.g. from the session's
+    previous turn, extends them).
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -185,7 +189,7 @@ def engine_block_hashes(request: Request | Sequence[Block], block_size: int) -> 
     if total < block_size:
         return []
     bases, _ = chain_states(blocks)
-    ends = np.arange(block_size, total + 1, block_size, dtype=np.int64)
+    ends = np.arange(block_size * (start + 1), total + 1, block_size, dtype=np.int64)
     # The content block an engine block ends in: the first m with cum[m] >= end.
     m = np.searchsorted(cum, ends, side="left")
     k = (ends - (cum - sizes)[m]).astype(np.uint64)

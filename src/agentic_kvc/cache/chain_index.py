@@ -1,0 +1,284 @@
+"""The router's estimated prefix index kept as segments of chains, for the simulator.
+
+Answers exactly what `prefix_index.EstimatedPrefixIndex` answers (per-instance LRU of block
+hashes, tail first within a routed prompt, a capacity in blocks and an optional TTL) when block
+hashes are *chained*: the hash of block j fixes blocks 0..j (and so its position), as vLLM's
+and the proxy's hashes do and the simulator's `engine_block_hashes` do. Then:
+
+- a later `record` that shares blocks 0..k-1 with an earlier one takes exactly that prefix
+  from it, so what an earlier record still holds is one contiguous *segment* [a, end) of its
+  prompt: its head was taken by later records, its tail by LRU eviction;
+- no hash is held by two segments, so the held block at the position right after a segment
+  ends, if any, starts another segment, and a prompt's held prefix is found by walking
+  segments from `heads` (hash of a segment's first block -> its run), comparing one hash per
+  segment (chained hashes agree up to a point and differ after it; a partial segment takes a
+  binary search).
+
+So `record`, eviction and matching cost O(segments touched) Python steps and no dict entry
+per block (the per-hash `EstimatedPrefixIndex` updates one entry per recorded block and
+deletes one per evicted block: issue 16's largest cost on long prompts). The recorded hash
+lists are kept by reference (the simulator never mutates them). `tests/cache/
+test_chain_index.py` holds it to `EstimatedPrefixIndex` on random chained workloads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from agentic_kvc.policy.base import RequestView
+
+
+class _Run:
+    """One `record` call: chain positions [a, end) of `hashes` are still held by it."""
+
+    __slots__ = ("a", "end", "hashes", "off", "t")
+
+    def __init__(self, hashes: Sequence[int], t: float) -> None:
+        self.hashes = hashes
+        self.off = 0  # chain position of hashes[0] (compaction drops a dead head)
+        self.a = 0
+        self.end = len(hashes)
+        self.t = t
+
+
+class ChainedPrefixIndex:
+    """`EstimatedPrefixIndex`'s answers, by segments; block hashes must be chained."""
+
+    def __init__(
+        self,
+        n_instances: int,
+        capacity_blocks: int | None = None,
+        ttl_s: float | None = None,
+    ) -> None:
+        if n_instances < 0:
+            raise ValueError(f"n_instances must be >= 0, got {n_instances}")
+        if capacity_blocks is not None and capacity_blocks < 1:
+            raise ValueError(f"capacity_blocks must be >= 1 or None, got {capacity_blocks}")
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
+        self.capacity_blocks = capacity_blocks
+        self.ttl_s = ttl_s
+        # Per instance: hash of a live segment's first block -> its run; the runs, oldest
+        # first (dead ones linger until they reach the front or a compaction); blocks held;
+        # and hashes referenced by the runs (to bound memory).
+        self._heads: list[dict[int, _Run]] = [{} for _ in range(n_instances)]
+        self._runs: list[deque[_Run]] = [deque() for _ in range(n_instances)]
+        self._size = [0] * n_instances
+        self._refs = [0] * n_instances
+        self._now = float("-inf")
+
+    @property
+    def n_instances(self) -> int:
+        return len(self._heads)
+
+    def _ensure(self, instance: int) -> dict[int, _Run]:
+        if instance < 0:
+            raise IndexError(f"instance index must be >= 0, got {instance}")
+        while instance >= len(self._heads):
+            self._heads.append({})
+            self._runs.append(deque())
+            self._size.append(0)
+            self._refs.append(0)
+        return self._heads[instance]
+
+    def advance(self, now: float) -> None:
+        """Move the index clock (for TTL) without recording anything; time never goes back."""
+        if now > self._now:
+            self._now = now
+
+    def _cutoff(self) -> float:
+        return float("-inf") if self.ttl_s is None else self._now - self.ttl_s
+
+    @staticmethod
+    def _held(
+        heads: dict[int, _Run], hashes: Sequence[int], n: int, cutoff: float, guess: int = 0
+    ) -> int:
+        """Blocks of hashes[:n] held (runs touched before `cutoff` count as expired).
+
+        A walk over segments: one starts at position j; the prompt agrees with it up to its
+        end or up to a point m found by binary search (chained hashes agree, then differ);
+        the held block at m, if any, can only start a segment (a block starting inside one
+        would repeat the hash of the block before it), a branch taken by another record.
+        `guess`: a likely m (the previous instance's answer: instances that hold part of a
+        prompt mostly hold the same part, a shared system prompt), tried first.
+        """
+        j = 0
+        while j < n:
+            r = heads.get(hashes[j])
+            if r is None or r.t < cutoff:
+                break
+            e = r.end if r.end < n else n
+            hs, off = r.hashes, r.off
+            if hs[e - 1 - off] != hashes[e - 1]:
+                lo, hi = j + 1, e - 1  # the answer: block lo-1 agrees, block lo does not
+                if lo < guess < hi:
+                    if hs[guess - 1 - off] != hashes[guess - 1]:
+                        hi = guess - 1
+                    elif hs[guess - off] != hashes[guess]:
+                        lo = hi = guess
+                    else:
+                        lo = guess + 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if hs[mid - 1 - off] == hashes[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                e = lo
+            j = e
+        return j
+
+    @staticmethod
+    def _segments(heads: dict[int, _Run], hashes: Sequence[int], n: int) -> list[tuple[_Run, int]]:
+        """The runs `_held` walks through for hashes[:n], expired ones included, in order,
+        each with the position where the prompt leaves it."""
+        out: list[tuple[_Run, int]] = []
+        j = 0
+        while j < n:
+            r = heads.get(hashes[j])
+            if r is None:
+                break
+            e = min(r.end, n)
+            hs, off = r.hashes, r.off
+            if hs[e - 1 - off] != hashes[e - 1]:
+                lo, hi = j + 1, e - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if hs[mid - 1 - off] == hashes[mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                e = lo
+            out.append((r, e))
+            j = e
+        return out
+
+    def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
+        """The router sent a prompt with these full blocks to `instance` at time `now`."""
+        self.advance(now)
+        heads = self._ensure(instance)
+        n = len(block_hashes)
+        if n:
+            # Held blocks (expired or not: a record refreshes them) move to the new run.
+            m = 0
+            for r, e in self._segments(heads, block_hashes, n):
+                hs, off = r.hashes, r.off
+                del heads[hs[r.a - off]]  # its head [a, e) goes to the new run
+                if e < r.end:
+                    r.a = e
+                    heads[hs[e - off]] = r
+                else:
+                    r.a = r.end
+                m = e
+            run = _Run(block_hashes, self._now)
+            heads[block_hashes[0]] = run
+            self._runs[instance].append(run)
+            self._size[instance] += n - m
+            self._refs[instance] += n
+        self._evict(instance)
+
+    def _evict(self, instance: int) -> None:
+        heads, runs = self._heads[instance], self._runs[instance]
+        cap = self.capacity_blocks
+        if cap is not None:
+            excess = self._size[instance] - cap
+            while excess > 0:  # runs[0] is the oldest: drop least recently used first
+                r = runs[0]
+                k = min(excess, r.end - r.a)
+                if k > 0:
+                    if k == r.end - r.a:
+                        del heads[r.hashes[r.a - r.off]]
+                    r.end -= k
+                    excess -= k
+                    self._size[instance] -= k
+                if r.end <= r.a:
+                    self._pop(instance)
+        cutoff = self._cutoff()
+        while runs and runs[0].t < cutoff:
+            r = runs[0]
+            if r.end > r.a:
+                del heads[r.hashes[r.a - r.off]]
+                self._size[instance] -= r.end - r.a
+                r.end = r.a
+            self._pop(instance)
+        while runs and runs[0].end <= runs[0].a:
+            self._pop(instance)
+        if self._refs[instance] > 4 * self._size[instance] + 4096:
+            self._compact(instance)
+
+    def _pop(self, instance: int) -> None:
+        r = self._runs[instance].popleft()
+        self._refs[instance] -= len(r.hashes)
+
+    def _compact(self, instance: int) -> None:
+        """Drop dead runs and the dead heads and tails of live ones (memory stays
+        proportional to what the index holds)."""
+        live: deque[_Run] = deque()
+        for r in self._runs[instance]:
+            if r.end > r.a:
+                if r.a > r.off or r.end - r.off < len(r.hashes):
+                    r.hashes = list(r.hashes[r.a - r.off : r.end - r.off])
+                    r.off = r.a
+                live.append(r)
+        self._runs[instance] = live
+        self._refs[instance] = sum(len(r.hashes) for r in live)
+
+    def lru(self, instance: int) -> list[tuple[int, float]]:
+        """(hash, last touch time) of every block held, least recently used first."""
+        self._ensure(instance)
+        return [
+            (r.hashes[j - r.off], r.t)
+            for r in self._runs[instance]
+            for j in range(r.end - 1, r.a - 1, -1)
+        ]
+
+    def clear(self, instance: int) -> None:
+        """Forget everything about an instance (restarted, or its cache was reset)."""
+        self._ensure(instance).clear()
+        self._runs[instance].clear()
+        self._size[instance] = self._refs[instance] = 0
+
+    def blocks(self, instance: int) -> int:
+        """Blocks currently believed cached on `instance` (TTL-expired ones excluded)."""
+        self._ensure(instance)
+        self._evict(instance)
+        return self._size[instance]
+
+    def matched_blocks(self, block_hashes: Sequence[int], n_instances: int) -> list[int]:
+        nb = len(block_hashes)
+        out = [0] * n_instances
+        if nb == 0:
+            return out
+        cutoff = self._cutoff()
+        first = block_hashes[0]
+        held = self._held
+        guess, g1, g0 = 0, None, None  # a likely answer m, block_hashes[m - 1], [m]
+        for i, heads in enumerate(self._heads[:n_instances]):
+            r = heads.get(first)
+            if r is None:  # the common case: this instance never saw the prompt's head
+                continue
+            # Inlined `_held` for its commonest answer: the segment at the head (it starts at
+            # 0, so its hashes start there too) agrees up to `guess` and no branch starts there.
+            if guess and guess < r.end and r.t >= cutoff:
+                hs = r.hashes
+                if hs[guess - 1] == g1 and hs[guess] != g0 and g0 not in heads:
+                    out[i] = guess
+                    continue
+            out[i] = m = held(heads, block_hashes, nb, cutoff, guess)
+            if 0 < m < nb:
+                guess, g1, g0 = m, block_hashes[m - 1], block_hashes[m]
+        return out
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
+        bs = request.block_size
+        return [m * bs for m in self.matched_blocks(request.block_hashes, n_instances)]
+
+    def matched_tokens_at(self, request: RequestView, instance: int) -> int:
+        """`matched_tokens(request, instance + 1)[instance]`, probing that instance only."""
+        hashes = request.block_hashes
+        if not hashes or instance >= len(self._heads):
+            return 0
+        return self._held(self._heads[instance], hashes, len(hashes), self._cutoff()) * (
+            request.block_size
+        )

@@ -1,0 +1,80 @@
+"""`ChainedPrefixIndex` (segments of chains) answers what `EstimatedPrefixIndex` answers.
+
+Random workloads of chained prompts (paths in a small tree of blocks, so prompts share heads
+at every depth, as a session's turns and a shared system prompt do), several instances, a
+capacity and a TTL: after every record, the same held blocks in the same LRU order with the
+same touch times, and the same matches for every prompt, on every instance.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
+from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
+from agentic_kvc.policy import RequestView
+
+paths = st.lists(st.integers(0, 2), min_size=0, max_size=14)  # a path in a small tree
+
+
+def block_hashes(path: list[int], _bs: int = 1) -> list[int]:
+    """Chained keys: key j stands for the whole path up to j, its length included (the
+    router's polynomial hash is not usable here: a leading token 0 adds nothing to it)."""
+    return [hash(tuple(path[: j + 1])) for j in range(len(path))]
+
+
+def rv(hashes: list[int]) -> RequestView:
+    return RequestView("r", "s", 1, len(hashes), 1, block_hashes=hashes, block_size=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.integers(0, 2), paths, st.floats(0, 5)), max_size=40),
+    probes=st.lists(paths, min_size=1, max_size=4),
+    cap=st.none() | st.integers(1, 24),
+    ttl=st.none() | st.floats(1, 20),
+)
+def test_segments_answer_as_the_per_hash_index(ops, probes, cap, ttl) -> None:
+    ref = EstimatedPrefixIndex(3, capacity_blocks=cap, ttl_s=ttl)
+    new = ChainedPrefixIndex(3, capacity_blocks=cap, ttl_s=ttl)
+    keys = [block_hashes(p, 1) for p in probes]
+    now = 0.0
+    for inst, path, dt in ops:
+        now += dt
+        hashes = block_hashes(path, 1)
+        ref.record(inst, hashes, now)
+        new.record(inst, hashes, now)
+        assert new.lru(inst) == ref.lru(inst)
+        for k in [hashes, *keys]:
+            assert new.matched_blocks(k, 3) == ref.matched_blocks(k, 3)
+            assert new.matched_tokens_at(rv(k), inst) == ref.matched_tokens_at(rv(k), inst)
+    now += 3
+    ref.advance(now)
+    new.advance(now)
+    for k in keys:
+        assert new.matched_tokens(rv(k), 4) == ref.matched_tokens(rv(k), 4)
+    for inst in range(3):
+        assert new.blocks(inst) == ref.blocks(inst)
+        assert new.lru(inst) == ref.lru(inst)
+
+
+def test_memory_stays_proportional_to_what_is_held() -> None:
+    idx = ChainedPrefixIndex(1, capacity_blocks=500)
+    prompt = block_hashes(list(range(3000)), 1)
+    for t in range(60):  # growing turns of one session, and a capacity well below them
+        idx.record(0, prompt[: 1000 + 30 * t], now=t)
+    assert idx.blocks(0) == 500
+    assert idx._refs[0] <= 4 * 500 + 4096
+    assert len(idx._heads[0]) == 1
+    assert [h for h, _t in idx.lru(0)] == list(reversed(prompt[:500]))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="capacity_blocks"):
+        ChainedPrefixIndex(1, capacity_blocks=0)
+    with pytest.raises(ValueError, match="ttl_s"):
+        ChainedPrefixIndex(1, ttl_s=0)
+    with pytest.raises(IndexError):
+        ChainedPrefixIndex(1).record(-1, [], now=0)
