@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from agentic_kvc.proxy.pd import _PREFILL_DROP
+
 
 @dataclass
 class EPDRouter:
@@ -65,7 +67,8 @@ def route_bodies(
     rid = body.get("request_id") or f"epd-{uuid.uuid4().hex}"
     params = {"request_id": rid, "encoder": e, "pd": pd}
     e_body = {**body, "max_tokens": 1, "stream": False, "ec_transfer_params": params}
-    e_body.pop("stream_options", None)  # E answers whole; a stream option on it is a 400
+    for key in _PREFILL_DROP:  # E answers one token, whole: what a PD prefill leg drops
+        e_body.pop(key, None)
     pd_body = {**body, "ec_transfer_params": params}
     return params, e_body, pd_body
 
