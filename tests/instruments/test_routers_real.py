@@ -2,8 +2,8 @@
 
 The quick tests need no engines: the replayer's proxy choice is the simulator's replica
 choice, the variant order rotates, and the report section renders the bench file or says
-"not run". The real run (a 4-session workload, unified, 1 and 2 proxies, one fleet start) is
-marked slow: about 1.5-2 min on the shared 2-core machine. Run it with
+"not run". The real run (6 sessions, 16 requests, unified, 1 and 2 proxies, one fleet
+start) is marked slow: about 1.5-2 min on the shared 2-core machine. Run it with
 
     flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock .venv/bin/python -m pytest -m slow \
         tests/instruments/test_routers_real.py
@@ -94,7 +94,7 @@ def test_section_says_not_run_without_the_bench_file(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_two_real_proxies_share_the_fleet(tiny_model, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("AKVC_TINY_MODEL", str(tiny_model))
-    config = _config(4)
+    config = _config(6)  # 16 requests, two sessions of 6 turns
     out = tmp_path / "routers_real.json"
     data = run_bench(config, ["unified"], [1, 2], 1, tmp_path / "runs", out, log=lambda _m: None)
     workload = load_workload(config.workload, config.seed)
