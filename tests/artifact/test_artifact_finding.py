@@ -85,6 +85,9 @@ def test_a_line_without_an_interval_in_the_claims_unit_is_an_error(results: Path
         evaluate(_claim("C3", "Lifecycle: PD - colocated", 5.5, "higher"), results, None, results)
     with pytest.raises(ValueError, match="no finding starting with"):
         evaluate(_claim("C4", "no such line", 0.1, "higher"), results, None, results)
+    # A section that has not run: an error naming the file, which the CLI reports cleanly.
+    with pytest.raises(ValueError, match=r"study_demo/findings\.json: no such file"):
+        evaluate(_claim("C5", "x", 0.1, "higher"), results / "elsewhere", None, results)
 
 
 def test_ms_tolerance_and_precision_are_in_ms() -> None:

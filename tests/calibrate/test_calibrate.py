@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.calibrate.engine import Measurement, Plan, fit, refit
+from agentic_kvc.calibrate.engine import QUICK_PLAN, Measurement, Plan, fit, refit
 from agentic_kvc.sim.profiles import load_cpu_profile
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost
 
@@ -126,16 +126,8 @@ def test_fitted_cost_round_trips_through_a_profile_file(tmp_path: Path) -> None:
 def test_calibrate_against_the_real_cpu_engine(tmp_path: Path, tiny_model: Path) -> None:
     from agentic_kvc.calibrate.engine import calibrate
 
-    plan = Plan(
-        prefill_lengths=(64, 1024, 3072),
-        prefill_reps=1,
-        decode_batches=(1, 8),
-        decode_contexts=(256, 2048),
-        decode_tokens=24,
-        warmup=1,
-    )
     out = tmp_path / "cpu-tiny.json"
-    doc = calibrate(out, tmp_path / "logs", plan)
+    doc = calibrate(out, tmp_path / "logs", QUICK_PLAN)
     prof = load_cpu_profile(out)
     assert doc["vllm_version"] and doc["machine"]["cpu"] is not None
     assert prof.kv_capacity_tokens == doc["engine"]["num_gpu_blocks"] * doc["engine"]["block_size"]

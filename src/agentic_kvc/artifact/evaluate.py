@@ -93,6 +93,8 @@ def _paired(
 
 def _finding(claim: Claim, results: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     path = results / "tables" / f"study_{claim.spec['study']}" / "findings.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (the section's notebook has not run)")
     lines = json.loads(path.read_text())["findings"]
     prefix, unit = claim.spec["finding"], claim.unit
     line = next((x for x in lines if x.startswith(prefix)), None)

@@ -75,7 +75,7 @@ def calibrate(
     replays of a calibration workload, whose TTFT/E2E quantiles the simulator is then fitted
     to (scales on the probe fit, and a slowdown for fleets with no spare CPU core).
     """
-    from agentic_kvc.calibrate.engine import Plan
+    from agentic_kvc.calibrate.engine import QUICK_PLAN, Plan
     from agentic_kvc.calibrate.engine import calibrate as run_calibration
     from agentic_kvc.calibrate.engine import refit as refit_file
 
@@ -89,18 +89,7 @@ def calibrate(
         click.echo("its serving fit (if any) is dropped: redo it with --serving or --fit-runs")
         return
 
-    plan = (
-        Plan(
-            prefill_lengths=(64, 1024, 3072),
-            prefill_reps=1,
-            decode_batches=(1, 8),
-            decode_contexts=(256, 2048),
-            decode_tokens=24,
-            warmup=1,
-        )
-        if quick
-        else Plan()
-    )
+    plan = QUICK_PLAN if quick else Plan()
     with tempfile.TemporaryDirectory(prefix="akvc-calibrate-") as tmp:
         doc = run_calibration(
             out, log_dir or Path(tmp), plan, block_size, seed, lambda m: click.echo(m, err=True)

@@ -67,6 +67,17 @@ class Plan:
     warmup: int = 3
 
 
+# `akvc calibrate --quick` and the real-engine test: fewer probes, a rougher fit.
+QUICK_PLAN = Plan(
+    prefill_lengths=(64, 1024, 3072),
+    prefill_reps=1,
+    decode_batches=(1, 8),
+    decode_contexts=(256, 2048),
+    decode_tokens=24,
+    warmup=1,
+)
+
+
 @dataclass
 class Fit:
     cost: LinearStepCost

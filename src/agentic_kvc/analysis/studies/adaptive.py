@@ -24,7 +24,13 @@ from agentic_kvc.analysis.studies.base import (
     pct,
     sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
+from agentic_kvc.analysis.studies.common import (
+    latency_cells,
+    latency_header,
+    ordered,
+    study,
+    variant_summary,
+)
 from agentic_kvc.analysis.studies.figures import kv_usage_over_time
 
 NAME = "adaptive"
@@ -68,22 +74,18 @@ def analyse(
             "variant",
             "requests",
             "errors",
-            "TTFT p50 (ms)",
-            "TTFT p90 (ms)",
-            "vs A",
-            "E2E p90 (s)",
-            "vs A",
+            *latency_header("vs A"),
         ],
         [
             [
                 v,
                 str(overall[v]["requests"]),
                 pct(overall[v]["error_rate"]),
-                ms(overall[v]["ttft_s_p50"]),
-                ms(overall[v]["ttft_s_p90"]),
-                diff_cell(cmp_all.get(v)),
-                sec(overall[v]["e2e_s_p90"]),
-                diff_cell(compare(df, A, v, "e2e_p90") if v != A else None),
+                *latency_cells(
+                    overall[v],
+                    cmp_all.get(v),
+                    compare(df, A, v, "e2e_p90") if v != A else None,
+                ),
             ]
             for v in variants
         ],

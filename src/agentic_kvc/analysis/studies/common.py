@@ -10,7 +10,16 @@ from typing import Any
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.studies.base import Section, StudyData, empty_section, md_table
+from agentic_kvc.analysis.paired import PairedResult
+from agentic_kvc.analysis.studies.base import (
+    Section,
+    StudyData,
+    diff_cell,
+    empty_section,
+    md_table,
+    ms,
+    sec,
+)
 from agentic_kvc.analysis.tables import latency_summary, token_load_per_instance, token_load_summary
 
 THEIRS_FILE = Path(__file__).with_name("theirs.yaml")
@@ -52,6 +61,25 @@ def variant_summary(df: pl.DataFrame, by: Sequence[str] = ("variant",)) -> pl.Da
     )
     imb = load.group_by(list(by)).agg(pl.col("max_over_min").mean().alias("token_max_over_min"))
     return lat.join(imb, on=list(by), how="left").sort(list(by))
+
+
+def latency_header(ttft_vs: str, e2e_vs: str | None = None) -> list[str]:
+    """The columns `latency_cells` fills, each difference headed by what it is against."""
+    return ["TTFT p50 (ms)", "TTFT p90 (ms)", ttft_vs, "E2E p90 (s)", e2e_vs or ttft_vs]
+
+
+def latency_cells(
+    row: dict[str, Any], ttft: PairedResult | None, e2e: PairedResult | None
+) -> list[str]:
+    """A `variant_summary` row's TTFT p50 and p90 and E2E p90, with the paired differences of
+    TTFT p90 and E2E p90 (none for the baseline itself)."""
+    return [
+        ms(row["ttft_s_p50"]),
+        ms(row["ttft_s_p90"]),
+        diff_cell(ttft),
+        sec(row["e2e_s_p90"]),
+        diff_cell(e2e),
+    ]
 
 
 def ordered(values: Sequence[str], first: Sequence[str]) -> list[str]:

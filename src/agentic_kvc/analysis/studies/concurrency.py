@@ -16,14 +16,17 @@ from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
     compare,
-    diff_cell,
     direction,
     finding_text,
-    ms,
     pct,
-    sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
+from agentic_kvc.analysis.studies.common import (
+    latency_cells,
+    latency_header,
+    ordered,
+    study,
+    variant_summary,
+)
 
 NAME = "concurrency"
 TITLE = "6. Concurrency track: 64 and 128 sessions in flight"
@@ -57,11 +60,7 @@ def analyse(
                     str(cap),
                     p,
                     str(r["requests"]),
-                    ms(r["ttft_s_p50"]),
-                    ms(r["ttft_s_p90"]),
-                    diff_cell(c),
-                    sec(r["e2e_s_p90"]),
-                    diff_cell(c_e),
+                    *latency_cells(r, c, c_e),
                     pct(r["prefix_hit_rate"]),
                 ]
             )
@@ -76,11 +75,7 @@ def analyse(
             "in flight",
             "policy",
             "requests",
-            "TTFT p50 (ms)",
-            "TTFT p90 (ms)",
-            "vs RR",
-            "E2E p90 (s)",
-            "vs RR",
+            *latency_header("vs RR"),
             "hit rate",
         ],
         rows,

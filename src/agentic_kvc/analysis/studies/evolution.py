@@ -15,9 +15,14 @@ from agentic_kvc.analysis.studies.base import (
     finding_text,
     ms,
     num,
-    sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
+from agentic_kvc.analysis.studies.common import (
+    latency_cells,
+    latency_header,
+    ordered,
+    study,
+    variant_summary,
+)
 
 NAME = "evolution"
 TITLE = "1. Evolution of the routing design"
@@ -55,11 +60,7 @@ def analyse(
             [
                 v,
                 str(r["requests"]),
-                ms(r["ttft_s_p50"]),
-                ms(r["ttft_s_p90"]),
-                diff_cell(c["ttft_p90"]),
-                sec(r["e2e_s_p90"]),
-                diff_cell(c["e2e_p90"]),
+                *latency_cells(r, c["ttft_p90"], c["e2e_p90"]),
                 num(r["token_max_over_min"]),
                 diff_cell(c["token_max_over_min"]),
             ]
@@ -72,11 +73,7 @@ def analyse(
         [
             "variant",
             "requests",
-            "TTFT p50 (ms)",
-            "TTFT p90 (ms)",
-            "vs RR",
-            "E2E p90 (s)",
-            "vs RR",
+            *latency_header("vs RR"),
             "tok max/min",
             "vs RR",
         ],

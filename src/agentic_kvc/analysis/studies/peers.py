@@ -22,9 +22,13 @@ from agentic_kvc.analysis.studies.base import (
     md_table,
     ms,
     pct,
-    sec,
 )
-from agentic_kvc.analysis.studies.common import study, variant_summary
+from agentic_kvc.analysis.studies.common import (
+    latency_cells,
+    latency_header,
+    study,
+    variant_summary,
+)
 
 NAME = "peers"
 TITLE = "5. Every policy on several workloads"
@@ -63,11 +67,7 @@ def workload_table(s: Section, workload: str, df: pl.DataFrame) -> dict:
         rows.append(
             [
                 p,
-                ms(r["ttft_s_p50"]),
-                ms(r["ttft_s_p90"]),
-                diff_cell(c),
-                sec(r["e2e_s_p90"]),
-                diff_cell(c_e),
+                *latency_cells(r, c, c_e),
                 pct(r["prefix_hit_rate"]),
             ]
         )
@@ -76,11 +76,7 @@ def workload_table(s: Section, workload: str, df: pl.DataFrame) -> dict:
         "over the same replicates (95% interval).",
         [
             "policy",
-            "TTFT p50 (ms)",
-            "TTFT p90 (ms)",
-            "vs best",
-            "E2E p90 (s)",
-            "vs best",
+            *latency_header("vs best"),
             "hit rate",
         ],
         rows,

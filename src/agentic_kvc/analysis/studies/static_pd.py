@@ -16,14 +16,17 @@ from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
     compare,
-    diff_cell,
     direction,
     finding_text,
-    ms,
     pct,
-    sec,
 )
-from agentic_kvc.analysis.studies.common import ordered, study, variant_summary
+from agentic_kvc.analysis.studies.common import (
+    latency_cells,
+    latency_header,
+    ordered,
+    study,
+    variant_summary,
+)
 from agentic_kvc.analysis.studies.figures import kv_usage_over_time
 
 NAME = "static_pd"
@@ -94,11 +97,7 @@ def analyse(
             [
                 v,
                 str(r["requests"]),
-                ms(r["ttft_s_p50"]),
-                ms(r["ttft_s_p90"]),
-                diff_cell(c_t),
-                sec(r["e2e_s_p90"]),
-                diff_cell(c_e),
+                *latency_cells(r, c_t, c_e),
                 pct(wait.get(v, {}).get("kv_wait_share")),
                 pct(peak.get(v, {}).get("mean")),
                 pct(peak.get(v, {}).get("peak")),
@@ -111,11 +110,7 @@ def analyse(
         [
             "variant",
             "requests",
-            "TTFT p50 (ms)",
-            "TTFT p90 (ms)",
-            "TTFT p90 vs combined",
-            "E2E p90 (s)",
-            "E2E p90 vs combined",
+            *latency_header("TTFT p90 vs combined", "E2E p90 vs combined"),
             "KV wait share of TTFT",
             "KV usage mean",
             "KV usage peak",
