@@ -144,7 +144,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, raw = item.split("=", 1)
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"--set {item!r}: empty key component")
-    return key.split("."), yaml.safe_load(raw) if raw != "" else ""
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as exc:  # e.g. a control character or a tab (found by hypothesis)
+        raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
+    return key.split("."), value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
