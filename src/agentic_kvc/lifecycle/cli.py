@@ -34,10 +34,18 @@ def run_cmd(grid_name: str, out: Path | None, reps: int | None) -> None:
 
     Wrap it in `flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock` on a shared machine.
     """
+    import signal
     from dataclasses import replace
 
     from agentic_kvc.analysis.studies.lifecycle import calibration, load_records
     from agentic_kvc.lifecycle.runner import GRIDS, run_grid
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # Snakemake and timeout stop a job with SIGTERM: unwind as on Ctrl-C, so the fleet's
+    # context manager stops both engines instead of leaving them running.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     if grid_name not in GRIDS:
         raise click.BadParameter(f"unknown grid {grid_name!r}; known: {sorted(GRIDS)}")

@@ -34,6 +34,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
     NixlConnector as _VllmNixlConnector,
 )
 
+from agentic_kvc.lifecycle.pinning import repin_worker
+
 LOG_ENV = "AKVC_LIFECYCLE_LOG"
 _lock = threading.Lock()
 
@@ -88,6 +90,8 @@ class NixlConnector(_VllmNixlConnector):
         self._akvc_posted: set[str] = set()
         self._akvc_call_ns = 0
         if self.connector_worker is not None:
+            # vLLM pinned this thread to the machine's last core: back to the instance's own.
+            _emit("repinned", None, "worker", None, cores=repin_worker())
             self._wrap_worker(self.connector_worker)
 
     # ---- scheduler side -------------------------------------------------------------------
