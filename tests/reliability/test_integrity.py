@@ -51,13 +51,14 @@ def test_interrupted_run_is_incomplete_ignored_and_redone(tmp_path: Path, sig: i
         assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
         assert time.monotonic() < deadline, "the run never started"
         time.sleep(0.02)
-    time.sleep(0.3)
+    time.sleep(0.1)  # the replay takes about 1 s after the manifest
     proc.send_signal(sig)
     assert proc.wait(timeout=30) != 0
-    # Marked incomplete: analysis does not see it, and Snakemake's outputs are missing.
+    # Marked incomplete, so analysis does not see it. (Not "no requests.jsonl": a kill that
+    # lands late, on a loaded machine, can find it written and the manifest not yet flipped;
+    # seen in `make test-reliability` 2026-11-24. Still incomplete, still ignored and redone.)
     assert run_dir.is_dir() and not is_complete(run_dir)
     assert json.loads((run_dir / "manifest.json").read_text())["complete"] is False
-    assert not (run_dir / "requests.jsonl").exists()
     assert complete_runs(results) == [] and find_runs(results) == []
     # The next run clears it and redoes it.
     again = subprocess.run(

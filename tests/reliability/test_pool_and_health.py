@@ -144,6 +144,7 @@ def test_pool_keeps_at_most_max_idle_connections() -> None:
         capped.close()
         uncapped.close()
         server.close()
+        await asyncio.sleep(0.1)  # the handlers see their connections end and return
         with pytest.raises(ValueError, match="max_idle"):
             UpstreamPool(url, max_idle=-1)
 
