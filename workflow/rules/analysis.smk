@@ -22,8 +22,8 @@ rule notebook:
     input:
         notebook=rules.notebook_ipynb.output,
         plan=PLAN_FILE,
-        records=run_outputs("requests.jsonl") + archived_records(),
-        samples=run_outputs("instances.jsonl"),
+        records=lambda wildcards: runs_read_by(wildcards.notebook, "requests.jsonl"),
+        samples=lambda wildcards: runs_read_by(wildcards.notebook, "instances.jsonl"),
         # A section's own data (config notebook_inputs), e.g. a microbenchmark's summary.
         extra=lambda wildcards: config["notebook_inputs"].get(wildcards.notebook, []),
     output:

@@ -34,6 +34,15 @@ def archived_records():
     return [f"{ARCHIVE}/{run_id}/requests.jsonl" for run_id in ARCHIVED_IDS]
 
 
+def runs_read_by(notebook, name):
+    """The run files a notebook reads: none for a section of `sections:` (it reads only its
+    own data, `notebook_inputs`), so that its claim (`claim_<id>`) makes no experiment run."""
+    if notebook.removeprefix("study_") in config.get("sections", []):
+        return []
+    extra = archived_records() if name == "requests.jsonl" else []
+    return run_outputs(name) + extra
+
+
 # Simulated runs are made in batches (one process each); the repeated real runs of an
 # experiment too (one fleet for the batch); other real runs one job each.
 SIM_BATCHES = PLAN.sim_batches(config["sim_batch"])
