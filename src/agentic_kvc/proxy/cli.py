@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
-import yaml
 
-
-def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--param")
-        key, raw = item.split("=", 1)
-        params[key] = yaml.safe_load(raw) if raw else ""
-    return params
+from agentic_kvc.cli_options import key_values
 
 
 def _peer(text: str) -> dict[str, str]:
@@ -225,7 +215,7 @@ def proxy(
     from agentic_kvc.proxy.server import run_proxy
     from agentic_kvc.proxy.settings import ProxySettings
 
-    parsed = _parse_params(params)
+    parsed = key_values(params, "--param")
     try:
         validate_policy(policy, parsed)
         settings = ProxySettings(
