@@ -6,6 +6,7 @@ directory and renamed into place (rename is atomic on POSIX within one filesyste
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -62,3 +63,12 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from exc
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks (traces and archives can be large)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agentic_kvc.io import sha256_file
 from agentic_kvc.workload import fetch
 from agentic_kvc.workload.fetch import PublicTrace, TraceFetchError, fetch_trace
 
@@ -44,7 +45,7 @@ def test_recorded_checksums_match_shared_copies(shared_traces: Path) -> None:
     for spec in fetch.PUBLIC_TRACES.values():
         local = shared_traces / spec.file_name
         if local.is_file():
-            assert fetch.sha256_of(local) == spec.sha256
+            assert sha256_file(local) == spec.sha256
 
 
 def test_download_from_url_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

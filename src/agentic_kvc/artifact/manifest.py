@@ -6,9 +6,10 @@ checks it without this package); MACHINE.md beside it describes the machine the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from agentic_kvc.io import sha256_file
 
 MANIFEST = "MANIFEST.sha256"
 MACHINE = "MACHINE.md"
@@ -23,16 +24,10 @@ def _files(archive: Path) -> list[Path]:
     )
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def manifest_text(archive: Path) -> str:
-    return "".join(f"{sha256(p)}  {p.relative_to(archive).as_posix()}\n" for p in _files(archive))
+    return "".join(
+        f"{sha256_file(p)}  {p.relative_to(archive).as_posix()}\n" for p in _files(archive)
+    )
 
 
 def describe(archive: Path) -> str:
@@ -89,7 +84,7 @@ def verify(archive: Path) -> list[str]:
     for name, digest in listed.items():
         if name not in present:
             problems.append(f"{name}: listed in {MANIFEST} but missing")
-        elif sha256(present[name]) != digest:
+        elif sha256_file(present[name]) != digest:
             problems.append(f"{name}: SHA-256 differs from {MANIFEST}")
     problems += [f"{name}: not listed in {MANIFEST}" for name in present if name not in listed]
     return problems

@@ -9,13 +9,14 @@ rule `fetch_trace` (workflow/rules/workloads.smk) puts them under results/traces
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from agentic_kvc.io import sha256_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +67,6 @@ class TraceFetchError(RuntimeError):
     pass
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def local_dirs(extra: list[str | Path] | None = None) -> list[Path]:
     dirs = [Path(d) for d in (extra or []) if d]
     env = os.environ.get("AKVC_TRACES_DIR")
@@ -108,7 +101,7 @@ def fetch_trace(name: str, out: Path, local: list[str | Path] | None = None) -> 
             with urllib.request.urlopen(spec.url, timeout=60) as resp, tmp.open("wb") as fh:
                 shutil.copyfileobj(resp, fh)
             source = spec.url
-        got = sha256_of(tmp)
+        got = sha256_file(tmp)
         if got != spec.sha256:
             raise TraceFetchError(
                 f"trace {name!r} from {source}: sha256 {got} does not match the recorded "
