@@ -29,10 +29,10 @@ def _rel(point: float, lo: float, hi: float) -> str:
 def analyse(path: Path, real: Path | None = None) -> Section:
     s = Section("routers", TITLE, QUESTION)
     rows: list[dict[str, Any]] = list(read_jsonl(path)) if path.is_file() else []
-    if not rows:
+    if rows:
+        _analyse_sim(s, rows)
+    else:
         s.answer = f"No rows at {path}: run `akvc instruments config/instruments.yaml`."
-        return s
-    _analyse_sim(s, rows)
     if real is not None:
         real_engines(s, real)
     return s
