@@ -1,6 +1,6 @@
 # The PD transfer lifecycle microbenchmark (docs/lifecycle.md): real vLLM on CPU, P and D with
 # the logging NIXL connector. The default report runs a small subset (rule lifecycle_default,
-# about 2 min with engine start-up); `snakemake --cores 1 lifecycle` runs the full CPU grid and
+# 3x3x2 cells, ~75 s with engine start-up); `snakemake --cores 1 lifecycle` runs the full CPU grid and
 # its notebook. Both start real engines: on a shared machine run them one at a time.
 
 
