@@ -1,26 +1,27 @@
-# Notebooks: jupytext percent .py -> .ipynb -> papermill with parameters -> executed notebook,
+# Notebooks: jupytext percent .py -> papermill with parameters -> executed notebook,
 # plus the tables (CSV/JSON) and figures (PNG) each notebook writes.
 
 
 rule notebook_ipynb:
-    """Convert a jupytext percent-format notebook to .ipynb (unexecuted).
-
-    In Snakemake's own process: a `jupytext` process per notebook cost ~2 s of start-up each.
-    """
+    """Convert a jupytext percent-format notebook to .ipynb (unexecuted), for rules that run
+    papermill on the file itself (the full lifecycle grid)."""
     input:
         "notebooks/{notebook}.py",
     output:
         f"{RESULTS}/work/notebooks/{{notebook}}.ipynb",
     log:
         f"{RESULTS}/logs/notebooks/{{notebook}}.jupytext.log",
-    run:
-        jupytext_to_ipynb(input[0], output[0], log[0])
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
 
 
 rule notebook:
-    """Execute one analysis notebook over every complete planned run."""
+    """Execute one analysis notebook over every complete planned run (jupytext + papermill in
+    one process: workflow/scripts/run_notebook.py)."""
     input:
-        notebook=rules.notebook_ipynb.output,
+        notebook="notebooks/{notebook}.py",
         plan=PLAN_FILE,
         records=lambda wildcards: runs_read_by(wildcards.notebook, "requests.jsonl"),
         samples=lambda wildcards: runs_read_by(wildcards.notebook, "instances.jsonl"),
@@ -43,7 +44,7 @@ rule notebook:
     shell:
         # A notebook that makes no figure still leaves its (empty) figures folder.
         "mkdir -p {output.tables:q} {output.figures:q} && "
-        "papermill --kernel python3 --no-progress-bar {input.notebook:q} {output.notebook:q}"
+        "python workflow/scripts/run_notebook.py {input.notebook:q} {output.notebook:q}"
         " -p results_dir {params.results:q} -p archive_dir {params.archive:q}"
         " -p plan_path {input.plan:q}"
         " -p tables_dir {output.tables:q} -p figures_dir {output.figures:q}"

@@ -115,10 +115,3 @@ def sim_profile_files(run):
     tables = Path(workflow.basedir, SIM_PROFILE_DIR).glob("*.csv")
     return sorted(str(SIM_PROFILE_DIR / p.name) for p in tables)
 
-
-def jupytext_to_ipynb(source, target, log):
-    """A jupytext percent .py notebook as an unexecuted .ipynb (in this process: no start-up)."""
-    import jupytext
-
-    jupytext.write(jupytext.read(source), target)
-    Path(log).write_text(f"jupytext {source} -> {target}\n")
