@@ -42,10 +42,10 @@ def test_epd_pd_uses_e_embeddings_and_answers_like_a_default_instance(tmp_path: 
         bodies = [real.chat_body(img, "what is this?", 12) for img in images]
         via_epd = [_text(setup.epd_url, b) for b in bodies]
         direct = [_text(setup.default_urls[0], b) for b in bodies]
-        # Greedy, same dummy weights: PD fed E's embeddings answers exactly as an instance that
-        # encoded the image itself (bf16 -> float32 -> bf16 is exact), and the two images differ.
+        # Greedy, same dummy weights: PD fed E's embeddings answers as an instance that encoded
+        # the image itself. Weak on its own: the random-weight model's tokens may decode to ""
+        # (seen 2026-11-24), hence the log checks below.
         assert via_epd == direct
-        assert via_epd[0] != via_epd[1]
         # ... and PD did use E's embeddings: E stored each image once, PD loaded each once.
         stored = re.findall(r"EC stored (\w+)", e_log.read_text())
         loaded = re.findall(r"EC loaded (\w+)", pd_log.read_text())
