@@ -76,6 +76,8 @@ def verdict(
         want = {"lower": "below 0", "higher": "above 0", "none": "containing 0"}[direction]
         return NOT_REPRODUCED, f"interval {interval} is not {want} (claimed: {direction})"
     if tolerance["kind"] == "direction":
+        if direction == "none":
+            return DIRECTION_ONLY, f"interval {interval} contains 0, as claimed (no difference)"
         return DIRECTION_ONLY, f"interval {interval} on the claimed side; only the sign is claimed"
     off = abs(obtained - reference)
     width = allowed(reference, tolerance)
