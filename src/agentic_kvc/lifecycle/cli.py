@@ -20,7 +20,8 @@ def lifecycle() -> None:
     default="default",
     show_default=True,
     help="Named grid (lifecycle.runner.GRIDS): default (3x3x2, the report's subset), cpu "
-    "(the scaled CPU grid, 63 cells), smoke.",
+    "(the scaled CPU grid, 63 cells), gpu (the seeds' grid: 168 cells x 5 repetitions on "
+    "Qwen3-Coder-30B-A3B, CUDA), smoke.",
 )
 @click.option(
     "--out",
@@ -29,8 +30,14 @@ def lifecycle() -> None:
     help="Output folder (default results/lifecycle/<grid>).",
 )
 @click.option("--reps", type=int, default=None, help="Kept repetitions (overrides the grid's).")
-def run_cmd(grid_name: str, out: Path | None, reps: int | None) -> None:
-    """Start P and D (2 tiny-model vLLM instances), run the grid, write records + summary.csv.
+@click.option(
+    "--model",
+    default=None,
+    help="Model name, path or hub id (overrides the grid's: tiny on CPU, the seeds' model "
+    "for gpu).",
+)
+def run_cmd(grid_name: str, out: Path | None, reps: int | None, model: str | None) -> None:
+    """Start P and D (2 vLLM instances of the grid's model), run it, write records + summary.csv.
 
     Wrap it in `flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock` on a shared machine.
     """
@@ -50,6 +57,8 @@ def run_cmd(grid_name: str, out: Path | None, reps: int | None) -> None:
     if grid_name not in GRIDS:
         raise click.BadParameter(f"unknown grid {grid_name!r}; known: {sorted(GRIDS)}")
     grid = GRIDS[grid_name] if reps is None else replace(GRIDS[grid_name], reps=reps)
+    if model is not None:
+        grid = replace(grid, model=model)
     out = out or Path("results/lifecycle") / grid_name
     meta = run_grid(grid, out, log=lambda m: click.echo(m, err=True))
     cal = calibration(load_records(out), source=str(out))

@@ -73,6 +73,9 @@ class Grid:
     reps: int = 3
     warmup: int = 1
     max_model_len: int = 4096
+    # The engines: the tiny random-weight model on CPU unless the grid names a real model.
+    model: str = "tiny"
+    device: str = "cpu"
 
     def cells(self) -> Iterator[tuple[int, int, int]]:
         for c in self.cs:
@@ -90,6 +93,20 @@ GRIDS: dict[str, Grid] = {
     # transfer sizes, 128 KiB to 3 MiB) so the transfer fit has a range to fit.
     "cpu": Grid(
         "cpu", [0, 512, 1024, 2048], [128, 256, 512, 1024, 2048, 3072], [1, 32, 128], reps=3
+    ),
+    # The seeds' GPU grid (design 004: C up to 100k, N 512 .. 32k, O up to 512, 5 repetitions;
+    # N 1k added between 512 and 2k), on the seeds' model. C + N stays within the design's
+    # 132k (k = 1024), so every one of the 6 x 7 x 4 = 168 cells runs. Not run here (CPU).
+    "gpu": Grid(
+        "gpu",
+        [0, 4096, 16_384, 32_768, 65_536, 102_400],
+        [512, 1024, 2048, 4096, 8192, 16_384, 32_768],
+        [1, 32, 128, 512],
+        reps=5,
+        warmup=1,
+        max_model_len=102_400 + 32_768 + 512,
+        model="Qwen/Qwen3-Coder-30B-A3B-Instruct",
+        device="cuda",
     ),
 }
 
@@ -306,8 +323,11 @@ def write_summary(out_dir: Path) -> Path:
 
 
 @contextmanager
-def lifecycle_fleet(log_dir: Path, events_path: Path, block: int = 32) -> Iterator[Any]:
-    """P (instance 0) and D (instance 1), kv_both, the logging connector, one core each."""
+def lifecycle_fleet(
+    log_dir: Path, events_path: Path, block: int = 32, model: str = "tiny", device: str = "cpu"
+) -> Iterator[Any]:
+    """P (instance 0) and D (instance 1), kv_both, the logging connector, one core (or GPU)
+    each."""
     from agentic_kvc.config import FleetConfig
     from agentic_kvc.serve.kv_connectors import kv_launch, warm_nixl_pairs
     from agentic_kvc.serve.launcher import VllmFleet
@@ -322,11 +342,11 @@ def lifecycle_fleet(log_dir: Path, events_path: Path, block: int = 32) -> Iterat
         inst[k + 1] = json.dumps(cfg)
         args.append(inst)
     env = [{**e, LOG_ENV: str(events_path)} for e in kv.env]
-    fleet_cfg = FleetConfig(instances=2, model="tiny", block_size=block, max_num_seqs=8)
+    fleet_cfg = FleetConfig(instances=2, model=model, block_size=block, max_num_seqs=8)
     fleet = VllmFleet.from_config(
         fleet_cfg,
         log_dir,
-        device="cpu",
+        device=device,
         startup_timeout_s=400,
         per_instance_args=args,
         per_instance_env=env,
@@ -350,7 +370,7 @@ def run_grid(grid: Grid, out_dir: Path, block: int = 32, log: Any = print) -> di
     events_path.unlink(missing_ok=True)
     t_start = time.monotonic()
     meta: dict[str, Any] = {"grid": asdict(grid), "seeding": [], "records": 0}
-    with lifecycle_fleet(out_dir / "logs", events_path, block) as fleet:
+    with lifecycle_fleet(out_dir / "logs", events_path, block, grid.model, grid.device) as fleet:
         meta["startup_s"] = fleet.startup_s
         meta["fleet_ready_s"] = round(time.monotonic() - t_start, 2)
         urls, model = fleet.urls, fleet.model_name
