@@ -383,6 +383,7 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
     from agentic_kvc.policy.calibrated_split import CalibratedSplitParams, break_even_new_tokens
 
     cal = calibration(recs, str(records_dir))
+    params = None
     if cal["transfer_alpha_ms"] is not None and cal["colo_ttft_ms_per_token"] is not None:
         params = CalibratedSplitParams(
             calibration_source=str(records_dir),
@@ -401,6 +402,15 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
             + ("a break-even inside the grid." if measured else "no cell where the split wins.")
             + " The decider splits only on queues (D's pending prefill vs P's)."
         )
+    predicted = break_even_new_tokens(params) if params is not None else None
+    s.table(
+        "Break-even (N, C) line: per C, the smallest N whose measured PD - colocated TTFT "
+        "(mean over O and repetitions, 95% paired bootstrap interval) is below 0, beside the "
+        "calibrated decider's idle-fleet break-even N from its cost form (fitted from these "
+        "records; the form has no C term, since P holds the same C-token prefix as D).",
+        ["C", "N measured", "smallest N with PD - colo < 0", "decider's break-even N"],
+        break_even_rows(recs, predicted),
+    )
     s.table(
         "The seeds' grid at H20 scale in the simulator's cost model (Qwen3-Coder-30B-A3B profile, "
         "8,192-token chunks, sim.kv_transfer_fixed_s 0.05 s, 200 Gbit/s): transfer of the N new "
@@ -426,6 +436,33 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
                 f"Lifecycle decider (sim H20, {r['rate']} sessions/s, {r['n_pairs']} seeds): "
                 f"calibrated_split vs {r['baseline']} TTFT p90 {fmt_diff(r)}."
             )
+
+
+def break_even_rows(recs: list[dict[str, Any]], predicted: float | None) -> list[list[str]]:
+    """Per C: the smallest N where the split's measured TTFT overhead is negative (its mean
+    over O and repetitions, with its paired interval), beside the decider's predicted N."""
+    diffs: dict[int, dict[int, list[float]]] = {}
+    for r in recs:
+        d = r["breakdown_ms"].get("ttft_overhead_vs_colo")
+        if d is not None:
+            cfg = r["config"]
+            per_c = diffs.setdefault(cfg["prior_context"], {})
+            per_c.setdefault(cfg["current_new_tokens"], []).append(float(d))
+    if predicted is None:
+        pred = "n/a (no fit)"
+    else:
+        pred = "never" if math.isinf(predicted) else f"{max(predicted, 0):,.0f}"
+    rows = []
+    for c, per_n in sorted(diffs.items()):
+        found = "none measured"
+        for n, ds in sorted(per_n.items()):
+            m, lo, hi = paired_interval(ds)
+            if m < 0:
+                found = f"{n:,} ({_fmt_ci(m, lo, hi)})"
+                break
+        ns = sorted(per_n)
+        rows.append([str(c), f"{ns[0]:,} .. {ns[-1]:,}", found, pred])
+    return rows
 
 
 def sim_h20_grid(
