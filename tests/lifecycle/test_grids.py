@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from agentic_kvc.lifecycle.cli import lifecycle
-from agentic_kvc.lifecycle.runner import GRIDS
+from agentic_kvc.lifecycle.grids import GRIDS
 
 
 def test_gpu_grid_is_the_seeds_grid() -> None:

@@ -67,3 +67,15 @@ rule lifecycle_decider_sim:
         "../../envs/akvc.yaml"
     shell:
         "akvc lifecycle decider-sim --out {output.summary:q} > {log:q} 2>&1"
+
+
+rule lifecycle_sim_grid:
+    """The seeds' GPU grid predicted by the simulator's cost model (H20 profile, < 1 s)."""
+    output:
+        f"{RESULTS}/lifecycle/sim_grid.csv",
+    log:
+        f"{RESULTS}/logs/lifecycle_sim_grid.log",
+    conda:
+        "../../envs/akvc.yaml"
+    shell:
+        "akvc lifecycle sim-grid --grid gpu --out {output:q} > {log:q} 2>&1"

@@ -105,3 +105,34 @@ def decider_sim_cmd(out: Path, rates: tuple[float, ...], seeds: tuple[int, ...],
     click.echo(" | ".join(PAIRED_HEADER))
     for line in paired_table(pl.read_parquet(requests_path(out))):
         click.echo(" | ".join(line))
+
+
+@lifecycle.command("sim-grid")
+@click.option(
+    "--grid",
+    "grid_name",
+    default="gpu",
+    show_default=True,
+    help="Named grid whose C x N x O to predict (lifecycle.grids.GRIDS).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("results/lifecycle/sim_grid.csv"),
+    show_default=True,
+)
+def sim_grid_cmd(grid_name: str, out: Path) -> None:
+    """Predict a lifecycle grid from the simulator's cost model (H20, Qwen3-Coder-30B-A3B).
+
+    Per (C, N, O): P's chunked prefill of N after C cached, the P -> D transfer as the
+    simulator charges it (sim.kv_transfer_fixed_s + bytes / sim.kv_transfer_gbps), D's first
+    step, the decode, and PD - colocated TTFT. Deterministic; no engines (lifecycle.sim_grid).
+    """
+    from agentic_kvc.lifecycle.grids import GRIDS
+    from agentic_kvc.lifecycle.sim_grid import write
+
+    if grid_name not in GRIDS:
+        raise click.BadParameter(f"unknown grid {grid_name!r}; known: {sorted(GRIDS)}")
+    g = GRIDS[grid_name]
+    n = write(out, g.cs, g.ns, g.os)
+    click.echo(json.dumps({"out": str(out), "rows": n}))

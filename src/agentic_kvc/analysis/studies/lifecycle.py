@@ -411,13 +411,17 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
         ["C", "N measured", "smallest N with PD - colo < 0", "decider's break-even N"],
         break_even_rows(recs, predicted),
     )
-    s.table(
-        "The seeds' grid at H20 scale in the simulator's cost model (Qwen3-Coder-30B-A3B profile, "
-        "8,192-token chunks, sim.kv_transfer_fixed_s 0.05 s, 200 Gbit/s): transfer of the N new "
-        "tokens vs their prefill after C cached tokens (ms).",
-        ["C", "N", "prefill", "transfer", "transfer > prefill"],
-        sim_h20_grid(),
-    )
+    sim_csv = records_dir.parent / "sim_grid.csv"
+    if sim_csv.exists():
+        sim_grid_section(s, sim_csv)
+    else:
+        s.table(
+            "The seeds' grid at H20 scale in the simulator's cost model (Qwen3-Coder-30B-A3B "
+            "profile, 8,192-token chunks, sim.kv_transfer_fixed_s 0.05 s, 200 Gbit/s): transfer "
+            "of the N new tokens vs their prefill after C cached tokens (ms).",
+            ["C", "N", "prefill", "transfer", "transfer > prefill"],
+            sim_h20_grid(),
+        )
     sim = requests_path(records_dir.parent / "decider_sim.jsonl")
     if sim.exists():
         reqs = pl.read_parquet(sim)
@@ -469,25 +473,47 @@ def sim_h20_grid(
     cs: tuple[int, ...] = (0, 16_384, 65_536), ns: tuple[int, ...] = (512, 4096, 32_768)
 ) -> list[list[str]]:
     """Transfer vs prefill per (C, N) from the simulator's own profile and transfer model."""
-    from agentic_kvc.config import SimConfig
-    from agentic_kvc.sim.profiles import get_profile
+    from agentic_kvc.lifecycle.sim_grid import rows as sim_rows
 
-    prof, sim = get_profile("h20", "qwen3-coder-30b-a3b"), SimConfig()
+    return [
+        [
+            str(r["C"]),
+            str(r["N"]),
+            f"{r['prefill_ms']:.0f}",
+            f"{r['transfer_ms']:.0f}",
+            str(r["transfer_ms"] > r["prefill_ms"]),
+        ]
+        for r in sim_rows(list(cs), list(ns), [1])
+    ]
+
+
+def sim_grid_section(s: Section, path: Path) -> None:
+    """The seeds' grid predicted by the simulator (`akvc lifecycle sim-grid`), per C x N:
+    PD - colocated TTFT with the prefill it is weighed against; O changes only the decode,
+    which both paths share, so the table is at the smallest O."""
+    df = pl.read_csv(path)
+    o_min = int(df["O"].min())  # type: ignore[arg-type]
+    df = df.filter(pl.col("O") == o_min)
+    ns = sorted(df["N"].unique().to_list())
     rows = []
-    for c in cs:
-        for n in ns:
-            done, pre_s = 0, 0.0
-            while done < n:  # chunked prefill: each chunk attends to everything before it
-                chunk = min(8192, n - done)
-                pre_s += prof.cost.step_s([(chunk, c + done)], 0, 0)
-                done += chunk
-            tr_s = sim.kv_transfer_fixed_s + n * prof.kv_bytes_per_token * 8 / (
-                sim.kv_transfer_gbps * 1e9
-            )
-            rows.append(
-                [str(c), str(n), f"{pre_s * 1e3:.0f}", f"{tr_s * 1e3:.0f}", str(tr_s > pre_s)]
-            )
-    return rows
+    for c in sorted(df["C"].unique().to_list()):
+        sub = {r["N"]: r for r in df.filter(pl.col("C") == c).iter_rows(named=True)}
+        cross = next((n for n in ns if sub[n]["transfer_ms"] > sub[n]["prefill_ms"]), None)
+        rows.append(
+            [str(c)]
+            + [f"{sub[n]['pd_minus_colo_ttft_ms']:+,.0f} ({sub[n]['prefill_ms']:,.0f})" for n in ns]
+            + [f"{cross:,}" if cross is not None else "never"]
+        )
+    s.table(
+        f"The seeds' grid at H20 scale in the simulator's cost model (`{path}`, "
+        "`akvc lifecycle sim-grid`: Qwen3-Coder-30B-A3B profile, 8,192-token chunks, "
+        "sim.kv_transfer_fixed_s + bytes / sim.kv_transfer_gbps, P and D both holding the C "
+        f"prefix), O = {o_min}: PD - colocated TTFT in ms (the colocated prefill in "
+        "parentheses), rows C, columns N; last column the smallest N whose transfer exceeds its "
+        "prefill. Compare with the measured CPU overhead table above.",
+        ["C", *[f"N={n:,}" for n in ns], "transfer > prefill from N"],
+        rows,
+    )
 
 
 def _figures(
