@@ -32,7 +32,9 @@ def paired_median_rel(base: np.ndarray, new: np.ndarray, seed: int = 0) -> dict[
     return {"rel_diff": point, "ci_low": lo, "ci_high": hi, "significant": not lo <= 0 <= hi}
 
 
-def analyse(folder: Path) -> Section:
+def analyse(folder: Path, real: Path | None = None) -> Section:
+    """The simulated benchmark in `folder`; real CPU rows from `real` (default: its sibling
+    `epd_real/`) when they exist."""
     s = Section("epd", TITLE, QUESTION)
     summary_path, records_path = folder / "summary.json", folder / "records.jsonl"
     if not summary_path.is_file() or not records_path.is_file():
@@ -99,7 +101,7 @@ def analyse(folder: Path) -> Section:
         f"{worst_tpot:+.1f}% (steps no longer include the encoder); see the TTFT column for its "
         "cost. The size of the TPOT gain follows from the separate E device (method note)."
     )
-    add_real(s, folder.parent / "epd_real")
+    add_real(s, real if real is not None else folder.parent / "epd_real")
     theirs = [
         [
             str(n),
