@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from agentic_kvc.cache.prefix_index import IndexClock
 from agentic_kvc.policy.base import RequestView
 
 
@@ -42,7 +43,7 @@ class _Run:
         self.t = t
 
 
-class ChainedPrefixIndex:
+class ChainedPrefixIndex(IndexClock):
     """`EstimatedPrefixIndex`'s answers, by segments; block hashes must be chained."""
 
     def __init__(
@@ -51,14 +52,7 @@ class ChainedPrefixIndex:
         capacity_blocks: int | None = None,
         ttl_s: float | None = None,
     ) -> None:
-        if n_instances < 0:
-            raise ValueError(f"n_instances must be >= 0, got {n_instances}")
-        if capacity_blocks is not None and capacity_blocks < 1:
-            raise ValueError(f"capacity_blocks must be >= 1 or None, got {capacity_blocks}")
-        if ttl_s is not None and ttl_s <= 0:
-            raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
-        self.capacity_blocks = capacity_blocks
-        self.ttl_s = ttl_s
+        super().__init__(n_instances, capacity_blocks, ttl_s)
         # Per instance: hash of a live segment's first block -> its run; the runs, oldest
         # first (dead ones linger until they reach the front or a compaction); blocks held;
         # and hashes referenced by the runs (to bound memory).
@@ -66,7 +60,6 @@ class ChainedPrefixIndex:
         self._runs: list[deque[_Run]] = [deque() for _ in range(n_instances)]
         self._size = [0] * n_instances
         self._refs = [0] * n_instances
-        self._now = float("-inf")
 
     @property
     def n_instances(self) -> int:
@@ -81,14 +74,6 @@ class ChainedPrefixIndex:
             self._size.append(0)
             self._refs.append(0)
         return self._heads[instance]
-
-    def advance(self, now: float) -> None:
-        """Move the index clock (for TTL) without recording anything; time never goes back."""
-        if now > self._now:
-            self._now = now
-
-    def _cutoff(self) -> float:
-        return float("-inf") if self.ttl_s is None else self._now - self.ttl_s
 
     @staticmethod
     def _held(

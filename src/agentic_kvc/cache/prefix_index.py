@@ -43,7 +43,30 @@ class _Record:
         self.t = t
 
 
-class EstimatedPrefixIndex:
+class IndexClock:
+    """What the estimated indexes share: their LRU capacity, TTL and clock (arguments checked)."""
+
+    def __init__(self, n_instances: int, capacity_blocks: int | None, ttl_s: float | None) -> None:
+        if n_instances < 0:
+            raise ValueError(f"n_instances must be >= 0, got {n_instances}")
+        if capacity_blocks is not None and capacity_blocks < 1:
+            raise ValueError(f"capacity_blocks must be >= 1 or None, got {capacity_blocks}")
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
+        self.capacity_blocks = capacity_blocks
+        self.ttl_s = ttl_s
+        self._now = float("-inf")
+
+    def advance(self, now: float) -> None:
+        """Move the index clock (for TTL) without recording anything; time never goes back."""
+        if now > self._now:
+            self._now = now
+
+    def _cutoff(self) -> float:
+        return float("-inf") if self.ttl_s is None else self._now - self.ttl_s
+
+
+class EstimatedPrefixIndex(IndexClock):
     """Per-instance LRU of router block hashes with a capacity and a TTL.
 
     Why it can answer in ~13 probes per instance: block hashes are chained (a block's key
@@ -74,20 +97,12 @@ class EstimatedPrefixIndex:
         capacity_blocks: int | None = None,
         ttl_s: float | None = None,
     ) -> None:
-        if n_instances < 0:
-            raise ValueError(f"n_instances must be >= 0, got {n_instances}")
-        if capacity_blocks is not None and capacity_blocks < 1:
-            raise ValueError(f"capacity_blocks must be >= 1 or None, got {capacity_blocks}")
-        if ttl_s is not None and ttl_s <= 0:
-            raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
-        self.capacity_blocks = capacity_blocks
-        self.ttl_s = ttl_s
+        super().__init__(n_instances, capacity_blocks, ttl_s)
         # Per instance: hash -> the latest run holding it; the runs, oldest first; and how
         # many entries (live or stale) the runs hold, to bound memory (see `_compact`).
         self._owner: list[dict[int, _Record]] = [{} for _ in range(n_instances)]
         self._runs: list[deque[_Record]] = [deque() for _ in range(n_instances)]
         self._entries = [0] * n_instances
-        self._now = float("-inf")
 
     @property
     def n_instances(self) -> int:
@@ -101,14 +116,6 @@ class EstimatedPrefixIndex:
             self._runs.append(deque())
             self._entries.append(0)
         return self._owner[instance]
-
-    def advance(self, now: float) -> None:
-        """Move the index clock (for TTL) without recording anything; time never goes back."""
-        if now > self._now:
-            self._now = now
-
-    def _cutoff(self) -> float:
-        return float("-inf") if self.ttl_s is None else self._now - self.ttl_s
 
     def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
         """The router sent a prompt with these full blocks to `instance` at time `now`."""
