@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 
 import httpx
@@ -21,28 +20,13 @@ from .conftest import DroppingBackend, idle, records_of
 EVENT = b'data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":" a"}]}\n\n'
 
 
-class SilentStreamBackend:
+class SilentStreamBackend(DroppingBackend):
     """Answers GETs like DroppingBackend; a POST gets stream headers and one event, then
     silence until the proxy closes the connection (`closed_at`, a time.monotonic())."""
 
     def __init__(self) -> None:
         self.closed_at: float | None = None
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.AbstractServer | None = None
-        ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self._thread.start()
-        ready.wait(5)
-        assert self._server is not None
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
-        ready.set()
-        self._loop.run_forever()
+        super().__init__()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -73,12 +57,6 @@ class SilentStreamBackend:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
-
-    def stop(self) -> None:
-        assert self._server is not None
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
 
 
 def test_client_gone_closes_a_silent_upstream_at_once(proxy_over) -> None:
