@@ -43,6 +43,18 @@ class _Run:
         self.t = t
 
 
+def _agree_until(hs: Sequence[int], off: int, hashes: Sequence[int], lo: int, hi: int) -> int:
+    """The largest m in [lo, hi] with block m-1 of the prompt equal to the run's (chained
+    hashes agree up to a point, then differ), by binary search."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if hs[mid - 1 - off] == hashes[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class ChainedPrefixIndex(IndexClock):
     """`EstimatedPrefixIndex`'s answers, by segments; block hashes must be chained."""
 
@@ -104,13 +116,7 @@ class ChainedPrefixIndex(IndexClock):
                         lo = hi = guess
                     else:
                         lo = guess + 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if hs[mid - 1 - off] == hashes[mid - 1]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                e = lo
+                e = _agree_until(hs, off, hashes, lo, hi)
             j = e
         return j
 
@@ -127,14 +133,7 @@ class ChainedPrefixIndex(IndexClock):
             e = min(r.end, n)
             hs, off = r.hashes, r.off
             if hs[e - 1 - off] != hashes[e - 1]:
-                lo, hi = j + 1, e - 1
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if hs[mid - 1 - off] == hashes[mid - 1]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                e = lo
+                e = _agree_until(hs, off, hashes, j + 1, e - 1)
             out.append((r, e))
             j = e
         return out
