@@ -155,6 +155,39 @@ def _text(resp: httpx.Response) -> str:
     return resp.json()["choices"][0]["text"]
 
 
+def _single_core_threads(pids: set[int]) -> dict[int, set[int]]:
+    """Thread id -> its core, for every thread of `pids` bound to exactly one core."""
+    import os
+
+    out: dict[int, set[int]] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                cores = os.sched_getaffinity(int(tid))
+            except OSError:
+                continue
+            if len(cores) == 1:
+                out[int(tid)] = cores
+    return out
+
+
+def test_nixl_worker_threads_stay_on_their_own_core(fleet: VllmFleet) -> None:
+    """vLLM's NIXL worker on CPU pins its main thread to the last core on every instance (P's
+    busy-wait then starved D); our connector (serve.nixl_connector) puts it back."""
+    cores = [s.core for s in fleet.plan.specs]
+    if len(set(cores)) < 2:
+        pytest.skip("the instances share one core: nothing can be pinned elsewhere")
+    for i, proc in enumerate(fleet.procs):
+        pinned = _single_core_threads(proc.remaining())
+        assert pinned, f"instance {i}: no thread bound to a core (expected its worker's)"
+        elsewhere = {tid: c for tid, c in pinned.items() if c != {cores[i]}}
+        assert not elsewhere, f"instance {i} (core {cores[i]}): threads on other cores {elsewhere}"
+
+
 def test_adaptive_v2_offloads_heavy_with_correct_output_and_exact_view(
     fleet: VllmFleet, kv: KVLaunch
 ) -> None:

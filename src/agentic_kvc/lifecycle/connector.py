@@ -2,9 +2,11 @@
 
 Start an engine with `--kv-transfer-config` naming `"kv_connector": "NixlConnector"` and
 `"kv_connector_module_path": "agentic_kvc.lifecycle.connector"`: vLLM's factory then takes the
-class `NixlConnector` from this module, a subclass of vLLM's own that only adds logging. Because
-the name is unchanged, vLLM's config checks that look for "NixlConnector" still apply. No vLLM
-source is patched; the worker's transfer polling is wrapped on the instance.
+class `NixlConnector` from this module, a subclass of the project's CPU NIXL connector
+(`serve.nixl_connector`: vLLM's own, its worker threads re-pinned to the instance's cores) that
+only adds logging. Because the name is unchanged, vLLM's config checks that look for
+"NixlConnector" still apply. No vLLM source is patched; the worker's transfer polling is wrapped
+on the instance.
 
 Each hook appends one JSON line to the file named by `AKVC_LIFECYCLE_LOG` (unset: no logging):
 `{"ev", "t_ns", "req", "pid", "side", "engine", ...}` with `t_ns = time.monotonic_ns()`, the
@@ -30,11 +32,7 @@ import threading
 import time
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
-    NixlConnector as _VllmNixlConnector,
-)
-
-from agentic_kvc.lifecycle.pinning import repin_worker
+from agentic_kvc.serve.nixl_connector import NixlConnector as _CpuNixlConnector
 
 LOG_ENV = "AKVC_LIFECYCLE_LOG"
 _lock = threading.Lock()
@@ -79,8 +77,8 @@ def _params_kind(params: Any) -> str | None:
     return None
 
 
-class NixlConnector(_VllmNixlConnector):
-    """vLLM's NIXL (pull) connector plus per-request lifecycle events."""
+class NixlConnector(_CpuNixlConnector):
+    """The project's NIXL (pull) connector plus per-request lifecycle events."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
@@ -90,8 +88,8 @@ class NixlConnector(_VllmNixlConnector):
         self._akvc_posted: set[str] = set()
         self._akvc_call_ns = 0
         if self.connector_worker is not None:
-            # vLLM pinned this thread to the machine's last core: back to the instance's own.
-            _emit("repinned", None, "worker", None, cores=repin_worker())
+            # The base class put the worker's threads back on the instance's own cores.
+            _emit("repinned", None, "worker", None, cores=self.repinned_cores)
             self._wrap_worker(self.connector_worker)
 
     # ---- scheduler side -------------------------------------------------------------------

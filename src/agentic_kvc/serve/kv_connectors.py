@@ -9,6 +9,10 @@ Connectors:
 - NIXL (`NixlConnector`): D pulls P's blocks over NIXL (UCX). On CPU the KV buffer is host
   memory (`kv_buffer_device: cpu`); on GPUs it is the GPU cache itself. Each instance needs
   its own side-channel port (`VLLM_NIXL_SIDE_CHANNEL_PORT`), where D fetches P's metadata.
+  On CPU every instance loads the project's subclass (`serve.nixl_connector`, by
+  `kv_connector_module_path`): vLLM's NIXL worker pins its main thread to the machine's last
+  core on every instance, so P's busy-wait starved D; the subclass puts the worker's threads
+  back on the instance's own core. GPU fleets get vLLM's class unchanged.
 - Mooncake (`MooncakeConnector`): the Mooncake transfer engine over RDMA. P registers with a
   bootstrap server (its own, on `VLLM_MOONCAKE_BOOTSTRAP_PORT`); the router names P's engine id
   and bootstrap address in D's request (see `proxy/pd.py`), so engine ids are fixed here.
@@ -37,6 +41,8 @@ from agentic_kvc.serve.ports import LOOPBACK, free_port
 ConnectorName = Literal["nixl", "mooncake"]
 KVRole = Literal["kv_both", "kv_producer", "kv_consumer"]
 CONNECTOR_CLASSES: dict[str, str] = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}
+# The module vLLM loads `NixlConnector` from on CPU (the re-pinning subclass).
+NIXL_CPU_MODULE = "agentic_kvc.serve.nixl_connector"
 HASH_SEED = "0"  # any fixed value; the proxy's view never needs to know it (see kv_events.py)
 HASH_ALGO = "sha256_cbor"
 KV_EVENTS_TOPIC = "kv-events"
@@ -73,6 +79,8 @@ def kv_transfer_config(
     }
     if connector == "nixl":
         cfg["kv_buffer_device"] = "cpu" if device == "cpu" else "cuda"
+        if device == "cpu":
+            cfg["kv_connector_module_path"] = NIXL_CPU_MODULE
     if extra:
         cfg["kv_connector_extra_config"] = dict(extra)
     return cfg

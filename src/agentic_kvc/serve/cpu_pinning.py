@@ -1,4 +1,4 @@
-"""Worker thread pinning for the lifecycle fleet (no vLLM import: tests load it cheaply)."""
+"""Worker thread pinning for NIXL fleets on CPU (no vLLM import: tests load it cheaply)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def repin_worker() -> list[int]:
     instance alike: on a 2-core machine P's and D's main threads both land on core 1, D's
     core, and P's busy-wait there starved D for tens of seconds (lifecycle records with ~30 s
     gaps, P releasing expired blocks D then read). Each instance's worker gets its cores from
-    VLLM_CPU_OMP_THREADS_BIND (serve.launcher), so every thread goes back there.
+    VLLM_CPU_OMP_THREADS_BIND (serve.launcher, CPU only), so every thread goes back there;
+    without it (GPU fleets, `auto`) nothing moves.
     """
     cores = _bind_cores(os.environ.get("VLLM_CPU_OMP_THREADS_BIND", ""))
     if not cores or not hasattr(os, "sched_setaffinity"):

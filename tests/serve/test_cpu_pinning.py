@@ -1,5 +1,5 @@
-"""The wrapper connector puts a worker's threads back on its own cores (vLLM's NIXL worker on
-CPU pins its builder thread to the machine's last core, the same on every instance)."""
+"""Our NIXL connector puts a worker's threads back on its own cores (vLLM's NIXL worker on CPU
+pins its builder thread to the machine's last core, the same on every instance)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from agentic_kvc.lifecycle.pinning import _bind_cores
+from agentic_kvc.serve.cpu_pinning import _bind_cores
 
 CHILD = """
 import os, threading, time
-from agentic_kvc.lifecycle.pinning import repin_worker
+from agentic_kvc.serve.cpu_pinning import repin_worker
 stop = threading.Event()
 t = threading.Thread(target=stop.wait)
 t.start()
@@ -40,7 +40,6 @@ def test_bind_cores_parses_vllm_bind_lists() -> None:
 def test_repin_moves_every_thread_to_the_bound_core() -> None:
     first = min(os.sched_getaffinity(0))
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(first)}
-    env.pop("AKVC_LIFECYCLE_LOG", None)
     out = subprocess.run(
         [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True
     )
