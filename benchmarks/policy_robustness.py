@@ -31,6 +31,7 @@ import polars as pl
 
 from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import load_config
+from agentic_kvc.policy.calibrated_split import params_from_sim
 from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
@@ -206,6 +207,20 @@ def policy_sets(policy: str, base: str, config_sets: list[str]) -> list[str]:
             f"policy.params.model={cfg.fleet.model}",
             f"policy.params.max_num_batched_tokens={cfg.fleet.max_num_batched_tokens}",
         ]
+        if "split=true" in extra:  # the pull timed by the simulator's own settings
+            out += [
+                f"policy.params.transfer_fixed_s={cfg.sim.kv_transfer_fixed_s}",
+                f"policy.params.transfer_gbps={cfg.sim.kv_transfer_gbps}",
+            ]
+    if name == "calibrated_split":  # its costs from the scenario's own profile and settings
+        cfg = load_config(REPO / base, config_sets)
+        fit = params_from_sim(
+            cfg.fleet.hardware,
+            cfg.fleet.model,
+            cfg.sim.kv_transfer_fixed_s,
+            cfg.sim.kv_transfer_gbps,
+        )
+        out += [f"policy.params.{k}={v}" for k, v in fit.items() if k != "calibration_source"]
     return out
 
 

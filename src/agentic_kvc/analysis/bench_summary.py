@@ -25,6 +25,8 @@ Goals and where they are stated:
 - policy_robustness: each policy of ours never significantly worse than the best peer (TTFT or
   E2E p90) on any workload, and >= 20% lower TTFT p90 on one at E2E p90 not significantly
   worse (issue 18; benchmarks/policy_robustness.py).
+- policy_split: predicted_ttft with split candidates never significantly worse than the same
+  policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 """
 
 from __future__ import annotations
@@ -506,6 +508,43 @@ def _policy_robustness(doc: dict[str, Any]) -> list[Fig]:
                 "none" if best is None else f"{_pct(best[0], sign=True)} ({best[1]})",
                 ">= 20% lower on one workload (issue 18)",
                 _verdict(best is not None and best[0] <= -0.2),
+            )
+        )
+    return out
+
+
+@summariser("policy_split", "predicted_ttft with split candidates (sim, issue 18 item 4)")
+def _policy_split(doc: dict[str, Any]) -> list[Fig]:
+    rows = _at(doc, "scenarios")
+    out = []
+    # (what split is paired against, where each scenario keeps that pair's intervals)
+    against = (
+        ("colocate-only predicted_ttft", ("split_vs_colo",), "none (else split stays off)"),
+        ("the best peer", ("vs_peer", "predicted_ttft:split=true"), "none (issue 18)"),
+    )
+    for label, path, goal in against:
+        worse = sorted(
+            str(r["scenario"])
+            for r in rows
+            if any(float(_at(r, *path, m, "ci_low")) > 0 for m in ("ttft_p90", "e2e_p90"))
+        )
+        better = sorted(
+            (float(_at(r, *path, "ttft_p90", "rel_diff")), str(r["scenario"]))
+            for r in rows
+            if float(_at(r, *path, "ttft_p90", "ci_high")) < 0
+        )
+        out.append(
+            Fig(
+                f"split vs {label}: workloads significantly worse (TTFT or E2E p90)",
+                f"{len(worse)} of {len(rows)}" + (f": {', '.join(worse)}" if worse else ""),
+                goal,
+                _verdict(bool(rows) and not worse),
+            )
+        )
+        out.append(
+            Fig(
+                f"split vs {label}: significantly lower TTFT p90",
+                ", ".join(f"{b} {_pct(v, sign=True)}" for v, b in better) or "none",
             )
         )
     return out

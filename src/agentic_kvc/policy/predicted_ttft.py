@@ -50,23 +50,62 @@ instances at 2 sessions/s), the extra prefill slowed every decode (TPOT p50 +25%
 rose 15% against the best peer. Prompt tokens no candidate holds are not counted: they must
 be computed somewhere, and where is the decode term's and the queue's business.
 
-What it does not model: preemption when KV runs out, PD transfers (on a PD fleet the same
-prediction picks the prefill instance, as every colocating policy does), and queued requests'
-true contexts.
+Split candidates (`split: true`, off by default). Besides every colocated candidate i
+(score_i = ttft_i + its prefill-side terms + its decode term), a split puts the prefill on P
+and the decode on D != P, timed the way the simulator runs one (sim/fleet.py, sim/engine.py):
+P prefills what it lacks and emits no token the client sees; D then queues the request behind
+its own waiting prefills, reserves blocks for the KV it lacks, pulls it, and gives the first
+token at the end of its next step (the last prompt token recomputed with D's decodes):
+
+    split(P, D) = max(ttft_P, queue_D)              P's queue + prefill, while D drains its own
+                + stall terms of P                   (recompute stall as above, on P's decodes)
+                + fixed + new_D * bytes_per_token / bandwidth      the pull of what D lacks
+                + step_D * (2 if D decodes else 1)   D's first step, plus waiting out a step
+                                                     in flight at admission and at landing
+                + decode term of D                   (as for a colocated candidate)
+
+queue_D is ttft_D for a prompt of 0 tokens. P is the argmin of its prefill-side score over the
+prefill-capable instances (the best two are kept, for when the best is D), so the choice stays
+O(instances): no pairs are scored. A split is taken only when its score is strictly below the
+best colocated one (on a fleet with no colocating instance, always). The transfer numbers are
+parameters naming their source: the simulator's `sim.kv_transfer_fixed_s` / `kv_transfer_gbps`
+and the profile's KV bytes per token (`split_params_from_sim`), or a lifecycle
+`calibration.json` for real engines (`split_params_from_calibration`). On a combined fleet a
+split can win only through the decode term (a new session whose decode-lightest instance has a
+prefill queue: its prefill runs elsewhere meanwhile) or a stall term; a later turn on its own
+cache has no decode term, and colocating on P is then never slower than splitting from P.
+
+What it does not model: preemption when KV runs out, P's prefill queue growing while the pull
+waits, and queued requests' true contexts. Without `split` a PD fleet (no colocating instance)
+gets the colocated prediction for its prefill instance, as every colocating policy does.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
-from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin, uncached_tokens
+from agentic_kvc.policy.base import (
+    Decision,
+    FleetView,
+    InstanceView,
+    NoHealthyInstance,
+    RequestView,
+)
+from agentic_kvc.policy.common import (
+    ColocatingPolicy,
+    StrictParams,
+    argmin,
+    colocated_candidates,
+    uncached_tokens,
+)
 from agentic_kvc.policy.registry import register
 from agentic_kvc.sim.cost import AffineStepCost, StepCost
 
@@ -106,6 +145,21 @@ class PredictedTTFTParams(StrictParams):
         description="Add, per candidate, the stall its recompute causes: the instance's "
         "decoding requests x the prefill time of the prompt tokens another candidate "
         "already holds (work the fleet would not otherwise do). False: the second version.",
+    )
+    split: bool = Field(
+        False,
+        description="Also score split candidates (prefill on P, decode on D != P) with the "
+        "KV pull timed below, and split when that is predicted sooner. Off: colocate only.",
+    )
+    transfer_source: str = Field(
+        "sim defaults: sim.kv_transfer_fixed_s 0.05, kv_transfer_gbps 200",
+        description="Where the transfer numbers come from (split_params_from_sim / "
+        "split_params_from_calibration write it).",
+    )
+    transfer_fixed_s: float = Field(0.05, ge=0, description="Fixed cost of one KV pull.")
+    transfer_gbps: float = Field(200.0, gt=0, description="KV pull bandwidth, Gbit/s.")
+    kv_bytes_per_token: float | None = Field(
+        None, gt=0, description="KV bytes per token, all layers; None: the profile's."
     )
 
 
@@ -177,42 +231,12 @@ class PredictedTTFT(ColocatingPolicy):
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
-        cost = fitted_cost(p.hardware, p.model)
-        cached = fleet.cached_tokens(request)
-        unc = uncached_tokens(request, cached)
-        ctx_q = request.input_tokens / 2
-        pred = {
-            i.index: predict_ttft_s(
-                i, unc[i.index], cached[i.index], ctx_q, cost, p.max_num_batched_tokens
-            )
-            for i in candidates
-        }
-        decode = p.objective in ("ttft+decode", "all") and (
-            p.decode_term == "always" or not _holds_own_cache(request, fleet, cached, candidates)
-        )
-        most = max(cached[i.index] for i in candidates)
-        for i in candidates:
-            if p.recompute_stall and i.decode_requests:
-                h, w = cached[i.index], most - cached[i.index]
-                redo = cost.per_token_s * w + cost.per_attn_pair_s * w * (h + w / 2)
-                pred[i.index] += i.decode_requests * redo
-            own = predict_ttft_s(
-                InstanceView(index=i.index),
-                unc[i.index],
-                cached[i.index],
-                ctx_q,
-                cost,
-                p.max_num_batched_tokens,
-            )
-            if p.objective in ("ttft+stall", "all"):
-                pred[i.index] += i.decode_requests * own
-            if decode:
-                step = (
-                    cost.overhead_s
-                    + (cost.per_decode_seq_s + cost.per_token_s) * (i.decode_requests + 1)
-                    + cost.per_kv_token_s * (i.decode_tokens + request.input_tokens)
-                )
-                pred[i.index] += request.output_tokens * step
+        parts = _Parts(p, request, fleet, candidates)
+        pred = parts.pre
+        if parts.decode:
+            for i in candidates:
+                pred[i.index] += parts.decode_s(i)
+        unc = parts.unc
         best = argmin(
             candidates,
             lambda i: (pred[i.index], unc[i.index], i.num_requests),
@@ -221,6 +245,203 @@ class PredictedTTFT(ColocatingPolicy):
         )
         scores = {k: round(v, 4) for k, v in pred.items()}
         return best, "min_predicted_ttft", scores
+
+    def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
+        p: PredictedTTFTParams = self.params  # type: ignore[assignment]
+        if not p.split:
+            return super()._decide(request, fleet)
+        return self._decide_split(p, request, fleet)
+
+    def _decide_split(
+        self, p: PredictedTTFTParams, request: RequestView, fleet: FleetView
+    ) -> Decision:
+        """The best colocated candidate against the best split (module docstring), O(n)."""
+        n = len(fleet.instances)
+        healthy = fleet.healthy()
+        pre_c = [i for i in healthy if i.can_prefill]
+        dec_c = [i for i in healthy if i.can_decode]
+        if not pre_c or not dec_c:
+            raise NoHealthyInstance(
+                f"{self.name}: no healthy instance can "
+                f"{'prefill' if not pre_c else 'decode'} request {request.request_id}"
+            )
+        parts = _Parts(p, request, fleet, healthy)
+        unc, cached = parts.unc, parts.cached
+        dec = {i.index: parts.decode_s(i) if parts.decode else 0.0 for i in dec_c}
+        colo = colocated_candidates(fleet)
+        colo_s = {i.index: parts.pre[i.index] + dec[i.index] for i in colo}
+        # P: the two best by prefill-side score (the second stands in when the best is D).
+        ranked = sorted(
+            pre_c,
+            key=lambda i: (
+                parts.pre[i.index],
+                unc[i.index],
+                i.num_requests,
+                (i.index - self.tie.counter) % n,
+            ),
+        )[:2]
+        split_s: dict[int, float] = {}
+        split_p: dict[int, InstanceView] = {}
+        for d in dec_c:
+            pre = (
+                ranked[0]
+                if ranked[0].index != d.index
+                else (ranked[1] if len(ranked) > 1 else None)
+            )
+            if pre is None:
+                continue
+            split_p[d.index] = pre
+            split_s[d.index] = (
+                max(parts.ttft[pre.index], parts.queue_s(d))
+                + (parts.pre[pre.index] - parts.ttft[pre.index])
+                + parts.transfer_s(d)
+                + parts.first_step_s(d)
+                + dec[d.index]
+            )
+        scores: dict[Any, Any] = {k: round(v, 4) for k, v in colo_s.items()}
+        best_c = (
+            argmin(colo, lambda i: (colo_s[i.index], unc[i.index], i.num_requests), self.tie, n)
+            if colo
+            else None
+        )
+        splittable = [d for d in dec_c if d.index in split_s]
+        best_d = (
+            argmin(
+                splittable,
+                lambda i: (split_s[i.index], unc[split_p[i.index].index], i.num_requests),
+                self.tie,
+                n,
+            )
+            if splittable
+            else None
+        )
+        if best_d is not None and (best_c is None or split_s[best_d.index] < colo_s[best_c.index]):
+            pre = split_p[best_d.index]
+            scores["split"] = {
+                "prefill": pre.index,
+                "decode": best_d.index,
+                "pred_s": round(split_s[best_d.index], 4),
+            }
+            return self.decision(request, pre, best_d, "min_predicted_ttft_split", scores, cached)
+        if best_c is None:
+            raise NoHealthyInstance(f"{self.name}: no prefill peer for a decode-only fleet")
+        return self.decision(request, best_c, best_c, "min_predicted_ttft", scores, cached)
+
+
+class _Parts:
+    """Per-candidate terms of the prediction (module docstring) for one request.
+
+    `pre[i]`: ttft_i plus the prefill-side terms (recompute stall, and with objective
+    ttft+stall / all the stall of its own prefill), summed in this order so that the
+    colocated score `pre[i] + decode_s(i)` is the first versions' bit for bit."""
+
+    def __init__(
+        self,
+        p: PredictedTTFTParams,
+        request: RequestView,
+        fleet: FleetView,
+        candidates: Sequence[InstanceView],
+    ) -> None:
+        self.p, self.request = p, request
+        self.cost = cost = fitted_cost(p.hardware, p.model)
+        self.cached = cached = fleet.cached_tokens(request)
+        self.unc = unc = uncached_tokens(request, cached)
+        self.ctx_q = ctx_q = request.input_tokens / 2
+        budget = p.max_num_batched_tokens
+        pred = {
+            i.index: predict_ttft_s(i, unc[i.index], cached[i.index], ctx_q, cost, budget)
+            for i in candidates
+        }
+        self.ttft = dict(pred) if p.split else pred
+        self.decode = p.objective in ("ttft+decode", "all") and (
+            p.decode_term == "always" or not _holds_own_cache(request, fleet, cached, candidates)
+        )
+        most = max(cached[i.index] for i in candidates)
+        for i in candidates:
+            if p.recompute_stall and i.decode_requests:
+                h, w = cached[i.index], most - cached[i.index]
+                redo = cost.per_token_s * w + cost.per_attn_pair_s * w * (h + w / 2)
+                pred[i.index] += i.decode_requests * redo
+            if p.objective in ("ttft+stall", "all"):
+                own = predict_ttft_s(
+                    InstanceView(index=i.index), unc[i.index], cached[i.index], ctx_q, cost, budget
+                )
+                pred[i.index] += i.decode_requests * own
+        self.pre = pred
+
+    def decode_s(self, i: InstanceView) -> float:
+        """This request's decode time on i: output tokens x the decode step with it added."""
+        cost = self.cost
+        step = (
+            cost.overhead_s
+            + (cost.per_decode_seq_s + cost.per_token_s) * (i.decode_requests + 1)
+            + cost.per_kv_token_s * (i.decode_tokens + self.request.input_tokens)
+        )
+        return self.request.output_tokens * step
+
+    def queue_s(self, d: InstanceView) -> float:
+        """D's own queued prefill, drained while P prefills (a prompt of 0 tokens on D)."""
+        return predict_ttft_s(d, 0, 0, self.ctx_q, self.cost, self.p.max_num_batched_tokens)
+
+    def transfer_s(self, d: InstanceView) -> float:
+        """The pull of the prompt's KV that D lacks, as the simulator times it."""
+        p = self.p
+        per_token = p.kv_bytes_per_token or profile_kv_bytes(p.hardware, p.model)
+        new_on_d = self.unc[d.index]
+        return p.transfer_fixed_s + new_on_d * per_token * 8 / (p.transfer_gbps * 1e9)
+
+    def first_step_s(self, d: InstanceView) -> float:
+        """D's step that recomputes the last prompt token and gives the first one, plus
+        waiting out a step in flight at admission and at landing (half a step each)."""
+        step = self.cost.step_s(
+            [(1, max(self.request.input_tokens - 1, 0))], d.decode_requests, d.decode_tokens
+        )
+        return step * (2 if d.decode_requests else 1)
+
+
+@lru_cache(maxsize=16)
+def profile_kv_bytes(hardware: str, model: str) -> int:
+    from agentic_kvc.sim.profiles import get_profile
+
+    return get_profile(hardware, model).kv_bytes_per_token
+
+
+def split_params_from_sim(
+    hardware: str, model: str, kv_transfer_fixed_s: float, kv_transfer_gbps: float
+) -> dict[str, Any]:
+    """`split` parameters from the simulator's own transfer settings and profile."""
+    return {
+        "split": True,
+        "hardware": hardware,
+        "model": model,
+        "transfer_source": f"sim.kv_transfer_fixed_s {kv_transfer_fixed_s}, kv_transfer_gbps "
+        f"{kv_transfer_gbps}; KV bytes/token of profile {hardware}/{model}",
+        "transfer_fixed_s": kv_transfer_fixed_s,
+        "transfer_gbps": kv_transfer_gbps,
+        "kv_bytes_per_token": float(profile_kv_bytes(hardware, model)),
+    }
+
+
+def split_params_from_calibration(path: str | Path, **overrides: Any) -> dict[str, Any]:
+    """`split` parameters from a lifecycle `calibration.json` (akvc lifecycle run): its
+    fitted transfer alpha (ms) and beta (ms per byte), and its KV bytes per token."""
+    cal = json.loads(Path(path).read_text())
+    missing = [k for k in ("transfer_alpha_ms", "transfer_beta_ms_per_byte") if cal.get(k) is None]
+    if missing:
+        raise ValueError(f"{path}: calibration lacks {missing} (too few distinct sizes?)")
+    beta = cal["transfer_beta_ms_per_byte"]
+    if beta <= 0:
+        raise ValueError(f"{path}: transfer_beta_ms_per_byte is {beta}: no bandwidth to use")
+    out: dict[str, Any] = {
+        "split": True,
+        "transfer_source": f"{cal.get('source', path)} (lifecycle calibration.json)",
+        "transfer_fixed_s": max(cal["transfer_alpha_ms"], 0.0) / 1e3,
+        "transfer_gbps": 8 / (beta * 1e-3) / 1e9,
+    }
+    if cal.get("kv_bytes_per_token"):
+        out["kv_bytes_per_token"] = float(cal["kv_bytes_per_token"])
+    out.update(overrides)
+    return out
 
 
 def _holds_own_cache(
