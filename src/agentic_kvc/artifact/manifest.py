@@ -34,14 +34,18 @@ def describe(archive: Path) -> str:
     """MACHINE.md: the machine and software each archived run was made with, from its own
     manifest.json (hardware, packages, git commit, the machine's load during the replay)."""
     rows = []
-    for m in sorted(archive.glob("*/manifest.json")):
+    # Run directories at the top (read by the report) and one folder down (kept beside them,
+    # e.g. runs superseded by a fix, or a campaign's own baseline runs).
+    nested = sorted(archive.glob("*/*/manifest.json"))
+    for m in sorted(archive.glob("*/manifest.json")) + nested:
         d = json.loads(m.read_text())
         hw, pk = d.get("hardware", {}), d.get("packages", {})
         cfg = d.get("config", {})
         load = d.get("backend_info", {}).get("host_load", {}).get("replay", {}).get("load1", {})
         gpus = ", ".join(map(str, hw.get("gpus") or [])) or "none"
         rows.append(
-            f"| {d.get('run_id')} | {d.get('started_at')} | {d.get('wall_s', 0):.0f} s |"
+            f"| {m.parent.relative_to(archive).as_posix()} | {d.get('started_at')} |"
+            f" {d.get('wall_s', 0):.0f} s |"
             f" {cfg.get('policy', {}).get('name', '?')}"
             f" x {cfg.get('fleet', {}).get('instances', '?')}"
             f" | {hw.get('cpu')} ({hw.get('cpu_count')} cores), GPUs: {gpus} |"

@@ -35,7 +35,13 @@ QUESTION = (
     "than the run-to-run spread, and how far is the simulator's prediction from each?"
 )
 BASELINE = "round_robin"
-ORDER = ("round_robin", "lmetric", "unified", "adaptive v2 (NIXL)")
+ORDER = (
+    "round_robin",
+    "lmetric",
+    "unified",
+    "adaptive v2 (NIXL)",
+    "adaptive v2 (NIXL, vLLM's pinning)",
+)
 
 
 def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
@@ -110,7 +116,10 @@ def analyse(
         "prediction for the same config, and TTFT p50 paired against round-robin over repeats "
         "(95% interval). Machine: 1-minute load average over each run (min-max over repeats) "
         "and the largest CPU steal share. Archived runs were made earlier on this machine kind "
-        "with the same config and are read from results/archive/ (their manifests say when).",
+        "with the same config and are read from results/archive/ (their manifests say when). "
+        "NIXL engines on CPU put the worker's threads back on their own core (docs/pd.md); "
+        "the vLLM's-pinning row turns that off (the runs before the fix are kept in "
+        "results/archive/before_nixl_repin/).",
         [
             "variant",
             "repeats",
