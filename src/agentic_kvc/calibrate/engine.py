@@ -363,11 +363,18 @@ def calibrate(
     return doc
 
 
-def run_serving(results: Path, host_cores: int, log: Callable[[str], None]) -> list[Path]:
+def run_serving(
+    results: Path, host_cores: int, log: Callable[[str], None], repeats: int = 1
+) -> list[Path]:
     """The serving stage's real replays (`sim/serving_fit.py` fits them): the calibration
-    workload on 1 real instance and on `host_cores` (none spare)."""
+    workload on 1 real instance and on `host_cores` (none spare), `repeats` times each,
+    interleaved (1, n, 1, n, ...) so that a change in the machine's load hits both sizes."""
     from agentic_kvc.runs import execute
     from agentic_kvc.sim.serving_fit import serving_config
 
     sizes = sorted({1, host_cores})
-    return [execute(serving_config(n), results, log=log) for n in sizes]
+    return [
+        execute(serving_config(n, repeat=k), results, log=log)
+        for k in range(repeats)
+        for n in sizes
+    ]
