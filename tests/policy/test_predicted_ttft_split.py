@@ -21,24 +21,24 @@ H20 = ("h20", "qwen3-coder-30b-a3b")
 SIM = split_params_from_sim(*H20, kv_transfer_fixed_s=0.05, kv_transfer_gbps=200.0)
 
 
-def _busy_decoder_and_queued_idle() -> FleetView:
-    # Instance 0 decodes nothing but has 60k prefill tokens queued; instance 1 has no queue
-    # but 60 long decodes. A new session's decode belongs on 0 (the decode term); its 30k
-    # prefill can run on 1 while 0 drains its queue.
+def _cache_on_a_busy_decoder() -> FleetView:
+    # Instance 1 holds 28k of the prompt but runs 60 long decodes; instance 0 is idle and
+    # holds nothing. A new session's decode belongs on 0 (the decode term); recomputing 30k
+    # there is slower than prefilling the 2k P lacks on 1 and pulling the KV.
     return fleet(
         2,
-        pending_prefill_tokens=[60_000, 0],
+        cached={1: 28_000},
         decode_requests=[0, 60],
         decode_tokens=[0, 60 * 20_000],
-        num_requests=[3, 60],
+        num_requests=[0, 60],
     )
 
 
-def test_splits_when_the_decode_instance_is_queued_and_the_pull_is_cheap() -> None:
+def test_splits_when_the_cache_is_on_a_busy_decoder_and_the_pull_is_cheap() -> None:
     r = req(input_tokens=30_000, output_tokens=500, session="new")
-    colo = get_policy("predicted_ttft").decide(r, _busy_decoder_and_queued_idle())
-    assert not colo.disaggregated and colo.decode == 0
-    d = get_policy("predicted_ttft", SIM).decide(r, _busy_decoder_and_queued_idle())
+    colo = get_policy("predicted_ttft").decide(r, _cache_on_a_busy_decoder())
+    assert not colo.disaggregated
+    d = get_policy("predicted_ttft", SIM).decide(r, _cache_on_a_busy_decoder())
     assert (d.prefill, d.decode, d.reason) == (1, 0, "min_predicted_ttft_split")
     assert d.route_class.endswith("_P2P")
     # The split's predicted score beats the best colocated one, which the scores still name.
@@ -48,8 +48,23 @@ def test_splits_when_the_decode_instance_is_queued_and_the_pull_is_cheap() -> No
 def test_no_split_when_the_pull_is_expensive() -> None:
     r = req(input_tokens=30_000, output_tokens=500, session="new")
     slow = get_policy("predicted_ttft", {**SIM, "transfer_gbps": 0.1})  # 2.9 GB take ~4 min
-    d = slow.decide(r, _busy_decoder_and_queued_idle())
+    d = slow.decide(r, _cache_on_a_busy_decoder())
     assert not d.disaggregated and d.reason == "min_predicted_ttft"
+
+
+def test_d_queue_is_not_overlapped_with_p_prefill() -> None:
+    # D (0) has 60k tokens queued, P (1) is idle but decodes heavily: the handed-over request
+    # would queue behind D's prefills anyway, so the split saves nothing and costs the pull.
+    view = fleet(
+        2,
+        pending_prefill_tokens=[60_000, 0],
+        decode_requests=[0, 60],
+        decode_tokens=[0, 60 * 20_000],
+        num_requests=[3, 60],
+    )
+    r = req(input_tokens=30_000, output_tokens=500, session="new")
+    d = get_policy("predicted_ttft", SIM).decide(r, view)
+    assert not d.disaggregated and d.decode == 0
 
 
 def test_no_split_on_an_idle_fleet() -> None:

@@ -53,27 +53,35 @@ be computed somewhere, and where is the decode term's and the queue's business.
 Split candidates (`split: true`, off by default). Besides every colocated candidate i
 (score_i = ttft_i + its prefill-side terms + its decode term), a split puts the prefill on P
 and the decode on D != P, timed the way the simulator runs one (sim/fleet.py, sim/engine.py):
-P prefills what it lacks and emits no token the client sees; D then queues the request behind
-its own waiting prefills, reserves blocks for the KV it lacks, pulls it, and gives the first
-token at the end of its next step (the last prompt token recomputed with D's decodes):
+P prefills what it lacks and emits no token the client sees; only then is the request handed
+to D, where it joins the back of D's waiting queue, reserves blocks for the KV it lacks, pulls
+it, and gives the first token at the end of D's next step (the last prompt token recomputed
+with D's decodes):
 
-    split(P, D) = max(ttft_P, queue_D)              P's queue + prefill, while D drains its own
-                + stall terms of P                   (recompute stall as above, on P's decodes)
+    split(P, D) = ttft_P + stall terms of P         P's queue + prefill (recompute stall as
+                                                     above, on P's decodes)
+                + queue_D                            what D has queued, still ahead of it
                 + fixed + new_D * bytes_per_token / bandwidth      the pull of what D lacks
                 + step_D * (2 if D decodes else 1)   D's first step, plus waiting out a step
                                                      in flight at admission and at landing
                 + decode term of D                   (as for a colocated candidate)
 
-queue_D is ttft_D for a prompt of 0 tokens. P is the argmin of its prefill-side score over the
-prefill-capable instances (the best two are kept, for when the best is D), so the choice stays
-O(instances): no pairs are scored. A split is taken only when its score is strictly below the
-best colocated one (on a fleet with no colocating instance, always). The transfer numbers are
-parameters naming their source: the simulator's `sim.kv_transfer_fixed_s` / `kv_transfer_gbps`
-and the profile's KV bytes per token (`split_params_from_sim`), or a lifecycle
-`calibration.json` for real engines (`split_params_from_calibration`). On a combined fleet a
-split can win only through the decode term (a new session whose decode-lightest instance has a
-prefill queue: its prefill runs elsewhere meanwhile) or a stall term; a later turn on its own
-cache has no decode term, and colocating on P is then never slower than splitting from P.
+queue_D is ttft_D for a prompt of 0 tokens. It is added, not overlapped with P's prefill: the
+first form, max(ttft_P, queue_D) ("D drains its queue meanwhile"), mispredicted D's side by
+~7x (Mooncake x0.7, seed 0: predicted median 1.7 s, simulated 12.4 s), because what the
+router sends D while P prefills is queued ahead of the handed-over request and the router
+counts nothing on D until then; it made TTFT p90 worse than colocating (docs/policies.md).
+Serially, D's queue on arrival is taken to be what it is now (work arriving replaces work
+drained). P is the argmin of its prefill-side score over the prefill-capable instances (the
+best two are kept, for when the best is D), so the choice stays O(instances): no pairs are
+scored. A split is taken only when its score is strictly below the best colocated one (on a
+fleet with no colocating instance, always). The transfer numbers are parameters naming their
+source: the simulator's `sim.kv_transfer_fixed_s` / `kv_transfer_gbps` and the profile's KV
+bytes per token (`split_params_from_sim`), or a lifecycle `calibration.json` for real engines
+(`split_params_from_calibration`). On a combined fleet a split can win only through the
+decode term (a session being placed, whose decode-lightest instance prefills slowly) or a
+stall term; a later turn on its own cache has no decode term, and colocating on P is then
+never slower than splitting from P.
 
 What it does not model: preemption when KV runs out, P's prefill queue growing while the pull
 waits, and queued requests' true contexts. Without `split` a PD fleet (no colocating instance)
@@ -292,8 +300,8 @@ class PredictedTTFT(ColocatingPolicy):
                 continue
             split_p[d.index] = pre
             split_s[d.index] = (
-                max(parts.ttft[pre.index], parts.queue_s(d))
-                + (parts.pre[pre.index] - parts.ttft[pre.index])
+                parts.pre[pre.index]
+                + parts.queue_s(d)
                 + parts.transfer_s(d)
                 + parts.first_step_s(d)
                 + dec[d.index]
@@ -321,6 +329,16 @@ class PredictedTTFT(ColocatingPolicy):
                 "prefill": pre.index,
                 "decode": best_d.index,
                 "pred_s": round(split_s[best_d.index], 4),
+                # its parts: P's ttft, D's queue, the pull, D's first step (s)
+                "parts": [
+                    round(x, 4)
+                    for x in (
+                        parts.ttft[pre.index],
+                        parts.queue_s(best_d),
+                        parts.transfer_s(best_d),
+                        parts.first_step_s(best_d),
+                    )
+                ],
             }
             return self.decision(request, pre, best_d, "min_predicted_ttft_split", scores, cached)
         if best_c is None:
@@ -380,7 +398,7 @@ class _Parts:
         return self.request.output_tokens * step
 
     def queue_s(self, d: InstanceView) -> float:
-        """D's own queued prefill, drained while P prefills (a prompt of 0 tokens on D)."""
+        """D's queued prefill (a prompt of 0 tokens on D), still ahead when P hands over."""
         return predict_ttft_s(d, 0, 0, self.ctx_q, self.cost, self.p.max_num_batched_tokens)
 
     def transfer_s(self, d: InstanceView) -> float:
