@@ -77,6 +77,9 @@ class FleetView:
     session_turns: Mapping[str, int] = field(default_factory=dict)
     now: float = 0.0
     _matched: dict[str, list[int]] = field(default_factory=dict)
+    # The healthy instances able to run both phases, as `RouterState` keeps them between
+    # health changes (None: `colocated_candidates` filters `instances` itself). Read-only.
+    colocated: Sequence[InstanceView] | None = None
 
     def cached_tokens(self, request: RequestView) -> list[int]:
         """Cached prefix tokens per instance, computed once per request.
@@ -139,20 +142,29 @@ class Decision:
             "prefill_instance": self.prefill,
             "decode_instance": self.decode,
             "predicted_cached_tokens": self.predicted_cached_tokens,
-            "scores": {_key(k): v for k, v in self.scores.items()},
+            "scores": _str_keys(self.scores),
         }
 
 
-_KEYS: list[str] = []
+# str(k) for instance indices, shared: a fleet-scale run keeps a score per instance in every
+# record, and a fresh key string each would cost ~50 bytes apiece.
+_KEYS: dict[int, str] = {k: str(k) for k in range(1024)}
+
+
+def _str_keys(scores: dict[int, Any]) -> dict[str, Any]:
+    """`{str(k): v}`, the keys shared; one C-level pass when every key is a known index."""
+    try:
+        return dict(zip(map(_KEYS.__getitem__, scores), scores.values(), strict=True))
+    except KeyError:
+        return {_key(k): v for k, v in scores.items()}
 
 
 def _key(k: int) -> str:
-    """str(k), one shared object per instance index: a fleet-scale run keeps a score per
-    instance in every record, and a fresh key string each would cost ~50 bytes apiece."""
     if type(k) is int and 0 <= k < 1 << 16:
-        while k >= len(_KEYS):
-            _KEYS.append(str(len(_KEYS)))
-        return _KEYS[k]
+        got = _KEYS.get(k)
+        if got is None:
+            got = _KEYS[k] = str(k)
+        return got
     return str(k)
 
 

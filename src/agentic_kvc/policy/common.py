@@ -76,9 +76,12 @@ def route_class(request_class: str, disaggregated: bool) -> str:
     return f"{request_class}_P2P" if disaggregated else request_class
 
 
-def colocated_candidates(fleet: FleetView) -> list[InstanceView]:
-    """Healthy instances that can run both phases of a request (`can_prefill and can_decode`,
-    inlined: this runs per request over the whole fleet)."""
+def colocated_candidates(fleet: FleetView) -> Sequence[InstanceView]:
+    """Healthy instances that can run both phases of a request (`can_prefill and can_decode`),
+    as the router state keeps them between health changes, else filtered here. Read-only."""
+    got = fleet.colocated
+    if got is not None:
+        return got
     return [i for i in fleet.instances if i.healthy and i.role != "decode" and i.role != "prefill"]
 
 
@@ -130,33 +133,32 @@ def lmetric_pick(
     n: int,
 ) -> tuple[InstanceView, dict[int, int]]:
     """argmin LMetric score; ties by fewer uncached tokens, fewer requests, round-robin."""
-    scores = {
-        i.index: (i.pending_prefill_tokens + uncached[i.index]) * i.num_requests  # lmetric_score
+    values = [
+        (i.pending_prefill_tokens + uncached[i.index]) * i.num_requests  # lmetric_score
         for i in candidates
-    }
-    return _pick(candidates, scores, uncached, tie, n), scores
+    ]
+    best = _pick(candidates, values, uncached, tie, n)
+    return best, dict(zip([i.index for i in candidates], values, strict=True))
 
 
 def _pick(
     candidates: Sequence[InstanceView],
-    scores: dict[int, int],
+    values: Sequence[int],
     uncached: Sequence[int],
     tie: RoundRobinTie,
     n: int,
 ) -> InstanceView:
-    """argmin(candidates, (score, uncached, requests), tie, n), its key in one lambda."""
+    """argmin(candidates, (score, uncached, requests), tie, n), `values` the scores in
+    candidate order. The full key is built only for the candidates tied at the lowest score
+    (a per-candidate key tuple is most of a large fleet's decision)."""
     if not candidates:
         raise NoHealthyInstance("no healthy instance can serve this request")
+    low = min(values)
+    tied = [i for i, v in zip(candidates, values, strict=True) if v == low]
+    if len(tied) == 1:
+        return tied[0]
     start = tie.counter % n if n else 0
-    return min(
-        candidates,
-        key=lambda i: (
-            scores[i.index],
-            uncached[i.index],
-            i.num_requests,
-            (i.index - start) % n,
-        ),
-    )
+    return min(tied, key=lambda i: (uncached[i.index], i.num_requests, (i.index - start) % n))
 
 
 def cache_lb_pick(
@@ -167,8 +169,12 @@ def cache_lb_pick(
 ) -> tuple[InstanceView, dict[int, int]]:
     """Token-level load balance with cache credit (seed 002's `pick_by_score`): argmin of
     ongoing tokens plus this prompt's uncached tokens there; ties: uncached, requests, RR."""
-    scores = {i.index: i.ongoing_tokens + uncached[i.index] for i in candidates}
-    return _pick(candidates, scores, uncached, tie, n), scores
+    values = [
+        i.pending_prefill_tokens + i.decode_tokens + uncached[i.index]  # ongoing + uncached
+        for i in candidates
+    ]
+    best = _pick(candidates, values, uncached, tie, n)
+    return best, dict(zip([i.index for i in candidates], values, strict=True))
 
 
 def least_decode_load(
@@ -274,7 +280,9 @@ class _CachedOn:
 
 
 def uncached_tokens(request: RequestView, cached: Sequence[int]) -> list[int]:
-    return [max(request.input_tokens - c, 0) for c in cached]
+    """max(input - cached, 0) per instance (without a max() call each)."""
+    n = request.input_tokens
+    return [n - c if c < n else 0 for c in cached]
 
 
 class CacheLBPolicy(ColocatingPolicy):

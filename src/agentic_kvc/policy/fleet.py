@@ -55,20 +55,31 @@ class RouterState:
         self.affinity: dict[str, int] = {}
         self.session_turns: dict[str, int] = {}
         self._scrape_t: list[float | None] = [None] * n_instances
+        # Healthy colocating instances, kept between health changes (roles are fixed): a
+        # policy does not filter the whole fleet per request.
+        self._colocated: list[InstanceView] | None = None
+        self._scraped_any = False
 
     def view(self, now: float) -> FleetView:
         # A TTL-based cache view needs the clock at decision time, not only at record time.
         advance = getattr(self.cache, "advance", None)
         if advance is not None:
             advance(now)
-        for inst, t in zip(self.instances, self._scrape_t, strict=True):
-            inst.scrape_age_s = None if t is None else now - t
+        if self._scraped_any:  # else every age is None already
+            for inst, t in zip(self.instances, self._scrape_t, strict=True):
+                inst.scrape_age_s = None if t is None else now - t
+        colocated = self._colocated
+        if colocated is None:
+            colocated = self._colocated = [
+                i for i in self.instances if i.healthy and i.can_prefill and i.can_decode
+            ]
         return FleetView(
             instances=self.instances,
             cache=self.cache,
             affinity=self.affinity,
             session_turns=self.session_turns,
             now=now,
+            colocated=colocated,
         )
 
     def admit(self, request: RequestView, decision: Decision, now: float = 0.0) -> Ticket:
@@ -128,6 +139,7 @@ class RouterState:
 
     def set_healthy(self, instance: int, healthy: bool) -> None:
         self.instances[instance].healthy = healthy
+        self._colocated = None
 
     def update_scrape(
         self,
@@ -140,3 +152,17 @@ class RouterState:
         inst = self.instances[instance]
         inst.engine_running, inst.engine_waiting, inst.kv_usage = running, waiting, kv_usage
         self._scrape_t[instance] = now
+        self._scraped_any = True
+
+    def update_scrapes(
+        self,
+        now: float,
+        running: Sequence[int | None],
+        waiting: Sequence[int | None],
+        kv_usage: Sequence[float | None],
+    ) -> None:
+        """`update_scrape` for every instance at once (a simulator scrapes them together)."""
+        for inst, r, w, kv in zip(self.instances, running, waiting, kv_usage, strict=True):
+            inst.engine_running, inst.engine_waiting, inst.kv_usage = r, w, kv
+        self._scrape_t = [now] * len(self.instances)
+        self._scraped_any = True

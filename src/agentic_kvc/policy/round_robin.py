@@ -25,6 +25,12 @@ class RoundRobin(ColocatingPolicy):
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         n = len(fleet.instances)
+        if len(candidates) == n:  # every instance is a candidate: the next one, by position
+            idx = self._next % n
+            inst = candidates[idx]
+            if inst.index == idx:
+                self._next = idx + 1
+                return inst, "round_robin", {}
         ok = {i.index: i for i in candidates}
         for step in range(n):
             idx = (self._next + step) % n

@@ -81,16 +81,22 @@ class Unified(ColocatingPolicy):
         p: UnifiedParams = self.params  # type: ignore[assignment]
         cached = fleet.cached_tokens(request)
         unc = uncached_tokens(request, cached)
-        avg = mean([i.num_requests for i in candidates])
+        requests = [i.num_requests for i in candidates]
+        avg = mean(requests)
         reason = "lmetric"
         owner = fleet.affinity.get(request.session_id) if request.session_id else None
-        by_index = {i.index: i for i in candidates}
-        if owner is not None and owner in by_index:
-            a = by_index[owner]
+        a = _member(candidates, fleet, owner) if owner is not None else None
+        if a is not None:
             ratio = cached[owner] / request.input_tokens if request.input_tokens > 0 else 0.0
             if p.overload_test == "cost":
-                cost = {i.index: affinity_cost(i, unc[i.index]) for i in candidates}
-                loaded_ok = cost[owner] <= p.overload_factor * min(cost.values())
+                # affinity_cost per candidate, inlined; only A's and the cheapest are needed
+                cheapest = min(
+                    [
+                        (i.pending_prefill_tokens + unc[i.index]) * (r + 1)
+                        for i, r in zip(candidates, requests, strict=True)
+                    ]
+                )
+                loaded_ok = affinity_cost(a, unc[owner]) <= p.overload_factor * cheapest
             else:
                 loaded_ok = a.num_requests <= avg * p.overload_factor
             if ratio > p.affinity_ratio and loaded_ok:
@@ -100,23 +106,36 @@ class Unified(ColocatingPolicy):
                 # run a few requests): a large fleet's receipts stay small in memory.
                 entries: dict[tuple[int, int], dict[str, Any]] = {}
                 scores: dict[int, Any] = {}
-                for i in candidates:
-                    key = (cached[i.index], i.num_requests)
+                for i, r in zip(candidates, requests, strict=True):
+                    key = (cached[i.index], r)
                     entry = entries.get(key)
                     if entry is None:
-                        entry = entries[key] = {"cache_ratio": key[0] / n, "num_requests": key[1]}
+                        entry = entries[key] = {"cache_ratio": key[0] / n, "num_requests": r}
                     scores[i.index] = entry
                 scores[a.index] = {**scores[a.index], "avg_requests": avg}
                 return a, "affinity", scores
             if ratio > p.affinity_ratio:
                 reason = "lmetric_overloaded_affinity"
-        eligible = list(candidates)
+        eligible = candidates
         if p.request_ceiling is not None:
-            under = [i for i in candidates if i.num_requests <= avg * p.request_ceiling]
+            limit = avg * p.request_ceiling
+            under = [i for i, r in zip(candidates, requests, strict=True) if r <= limit]
             if under:
                 eligible = under
         best, scores = lmetric_pick(eligible, unc, self.tie, len(fleet.instances))
         return best, reason, scores
+
+
+def _member(
+    candidates: Sequence[InstanceView], fleet: FleetView, index: int
+) -> InstanceView | None:
+    """The candidate with this index, if any: when every instance is a candidate (the common
+    case), by position, without a pass over the fleet."""
+    if len(candidates) == len(fleet.instances) and 0 <= index < len(candidates):
+        inst = candidates[index]
+        if inst.index == index:
+            return inst
+    return next((i for i in candidates if i.index == index), None)
 
 
 def affinity_cost(inst: InstanceView, uncached: int) -> int:
