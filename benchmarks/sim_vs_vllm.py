@@ -57,9 +57,7 @@ def config_for(
 ) -> RunConfig:
     """The serving calibration's workload and fleet (sim/serving_fit.py) under another seed,
     plus `--set` overrides (another model and hardware on a GPU host)."""
-    cfg = serving_config(instances, backend, seed).canonical()
-    if repeat:
-        cfg["repeat"] = repeat
+    cfg = serving_config(instances, backend, seed, repeat).canonical()
     return load_config(cfg, list(overrides)) if overrides else RunConfig.model_validate(cfg)
 
 
