@@ -67,10 +67,11 @@ with D's decodes):
                 + decode term of D                   (as for a colocated candidate)
 
 queue_D is ttft_D for a prompt of 0 tokens. It is added, not overlapped with P's prefill: the
-first form, max(ttft_P, queue_D) ("D drains its queue meanwhile"), mispredicted D's side by
-~7x (Mooncake x0.7, seed 0: predicted median 1.7 s, simulated 12.4 s), because what the
-router sends D while P prefills is queued ahead of the handed-over request and the router
-counts nothing on D until then; it made TTFT p90 worse than colocating (docs/policies.md).
+first form, max(ttft_P, queue_D) ("D drains its queue meanwhile"), underpredicted split
+TTFT 2.1x at the median (Mooncake x0.7, seed 0: 4.6 s predicted, 13.6 s simulated), because
+what the router sends D while P prefills is queued ahead of the handed-over request and the
+router counts nothing on D until then; it made TTFT p90 worse than colocating
+(docs/policies.md).
 Serially, D's queue on arrival is taken to be what it is now (work arriving replaces work
 drained). P is the argmin of its prefill-side score over the prefill-capable instances (the
 best two are kept, for when the best is D), so the choice stays O(instances): no pairs are
