@@ -389,3 +389,23 @@ def test_known_benchmarks_are_registered() -> None:
         "workload_load",
     }
     assert known <= set(registered())
+
+
+def test_report_shows_archived_benchmarks_a_checkout_has_not_rerun(tmp_path: Path) -> None:
+    from agentic_kvc.analysis.report import ARCHIVED_BENCH_NOTE, benchmark_markdown
+
+    own, archive = tmp_path / "results" / "bench", tmp_path / "archive" / "bench"
+    own.mkdir(parents=True)
+    archive.mkdir(parents=True)
+    (own / "sim_mdl.json").write_text(json.dumps(sim_mdl()))
+    (archive / "sim_mdl.json").write_text("{broken")  # replaced by the checkout's own run
+    (archive / "workload_load.json").write_text(json.dumps(workload_load()))
+    text = benchmark_markdown(own, tmp_path, archive)
+    assert text.index("### sim_mdl") < text.index(ARCHIVED_BENCH_NOTE)
+    assert text.index(ARCHIVED_BENCH_NOTE) < text.index("### workload_load")
+    assert "](archive/bench/workload_load.json)" in text
+    assert "](results/bench/sim_mdl.json)" in text and UNREADABLE not in text
+    assert benchmark_markdown(own, tmp_path, None) == benchmark_markdown(own, tmp_path)
+    assert benchmark_markdown(own, tmp_path, None).count("###") == 1
+    only_archive = benchmark_markdown(tmp_path / "none", tmp_path, archive)
+    assert only_archive.startswith(ARCHIVED_BENCH_NOTE) and only_archive.count("###") == 2

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -646,11 +646,12 @@ def summarize_file(path: Path) -> list[BenchRow]:
     return [BenchRow(stem, f.measure, f.value, f.goal, f.verdict, title) for f in figs]
 
 
-def summarize_benchmarks(bench_dir: Path) -> list[BenchRow]:
-    """Rows for every `*.json` in `bench_dir`, by file name."""
+def summarize_benchmarks(bench_dir: Path, skip: Collection[str] = ()) -> list[BenchRow]:
+    """Rows for every `*.json` in `bench_dir`, by file name, but those whose stem is in `skip`."""
     rows: list[BenchRow] = []
     for path in sorted(bench_dir.glob("*.json")):
-        rows += summarize_file(path)
+        if path.stem not in skip:
+            rows += summarize_file(path)
     return rows
 
 

@@ -228,15 +228,36 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
     return out
 
 
-def benchmark_markdown(bench_dir: Path, report_dir: Path) -> str:
-    """One short table per benchmark file (figure, goal, verdict; the raw JSON linked)."""
-    if not bench_dir.is_dir():
-        return ""
+ARCHIVED_BENCH_NOTE = (
+    "Archived benchmark runs (`results/archive/bench/`): benchmarks the default pipeline does "
+    "not run (minutes to an hour each, or real engines), from the run committed with this "
+    "repository; a checkout's own `results/bench/<name>.json` replaces its archived copy. Each "
+    "raw JSON names its command, commit and the machine's load."
+)
+
+
+def benchmark_markdown(bench_dir: Path, report_dir: Path, archive_dir: Path | None = None) -> str:
+    """One short table per benchmark file (figure, goal, verdict; the raw JSON linked): this
+    checkout's own, then the archived ones it has not re-run."""
     from agentic_kvc.analysis.bench_summary import render_markdown, summarize_benchmarks
 
-    # Links relative to REPORT.md, so they work on any checkout.
-    link = Path(os.path.relpath(bench_dir, report_dir)).as_posix()
-    return render_markdown(summarize_benchmarks(bench_dir), link_prefix=f"{link}/")
+    def rendered(d: Path, skip: set[str]) -> str:
+        # Links relative to REPORT.md, so they work on any checkout.
+        link = Path(os.path.relpath(d, report_dir)).as_posix()
+        return render_markdown(summarize_benchmarks(d, skip), link_prefix=f"{link}/")
+
+    own = rendered(bench_dir, set()) if bench_dir.is_dir() else ""
+    if archive_dir is None or not archive_dir.is_dir():
+        return own
+    done = {p.stem for p in bench_dir.glob("*.json")} if bench_dir.is_dir() else set()
+    archived = rendered(archive_dir, done)
+    if not archived:
+        return own
+    return (
+        f"{own}\n{ARCHIVED_BENCH_NOTE}\n\n{archived}"
+        if own
+        else f"{ARCHIVED_BENCH_NOTE}\n\n{archived}"
+    )
 
 
 def build_context(
@@ -270,7 +291,9 @@ def build_context(
             for r in runs
             if r.config.get("backend") == "vllm"
         ),
-        "bench": benchmark_markdown(results / "bench", report_dir),
+        "bench": benchmark_markdown(
+            results / "bench", report_dir, archive / "bench" if archive else None
+        ),
     }
 
 
