@@ -13,6 +13,7 @@ instances; the 1,024-instance run (25,600 sessions) done on one core in < 10 min
 
     .venv/bin/python benchmarks/sim_scale.py --out results/bench/sim_scale.json
     .venv/bin/python benchmarks/sim_scale.py --instances 8,32 --policies round_robin   # quick
+    .venv/bin/python benchmarks/sim_scale.py --instances 8,32,128 --keep-others   # re-measure
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def main() -> int:
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated subset")
     ap.add_argument("--policies", default="round_robin,unified")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per point")
+    ap.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="keep the --out file's rows for points this run does not measure (each marked "
+        "with the command that measured it), so goals read the whole table",
+    )
     ap.add_argument("--point", help=argparse.SUPPRESS)  # child mode: JSON list of --set values
     args = ap.parse_args()
     if args.point is not None:
@@ -110,6 +117,7 @@ def main() -> int:
     sizes = [int(n) for n in args.instances.split(",")]
     long_sizes = [int(n) for n in (args.long_instances or args.instances).split(",")]
     rows: list[dict] = []
+    kept = kept_rows(args.out, args, sizes, long_sizes) if args.keep_others else []
     for preset in args.presets.split(","):
         for policy in args.policies.split(","):
             skip = False
@@ -146,9 +154,29 @@ def main() -> int:
                     else json.dumps({k: row[k] for k in ("timeout_s", "error") if k in row})
                 )
                 print(f"{preset:12s} {policy:11s} {n:5d} instances: {done}", file=sys.stderr)
-                write(args, rows, complete=False)  # what is done survives an interruption
-    write(args, rows, complete=True)
+                write(args, rows + kept, complete=False)  # survives an interruption
+    write(args, rows + kept, complete=True)
     return 0
+
+
+def kept_rows(
+    out: Path, args: argparse.Namespace, sizes: list[int], long_sizes: list[int]
+) -> list[dict]:
+    """The rows of `out` for points this run leaves out, each with its own command."""
+    if not out.exists():
+        return []
+    old = json.loads(out.read_text())
+    mine = {
+        (preset, policy, n)
+        for preset in args.presets.split(",")
+        for policy in args.policies.split(",")
+        for n in (long_sizes if preset == "long_context" else sizes)
+    }
+    keep = []
+    for r in old.get("results", []):
+        if (r["preset"], r["policy"], r["instances"]) not in mine:
+            keep.append({**r, "measured_by": r.get("measured_by", old.get("command"))})
+    return keep
 
 
 def write(args: argparse.Namespace, rows: list[dict], complete: bool) -> None:

@@ -44,6 +44,8 @@ KV_BINS = (0.0, 0.5, 0.8, 0.95, 1.01)
 class CacheErrorFleet(SimFleet):
     """A simulated run that measures every cache view at each decision (`rows`)."""
 
+    probes_pools = True  # the exact view and KV usage, at each decision
+
     def __init__(self, config: RunConfig, workload: Workload, profile: EngineProfile) -> None:
         super().__init__(config, workload, profile)
         own = self.state.cache

@@ -150,6 +150,8 @@ def _outcome(fork: ForkedFleet, target: RequestRecord, t0: float, horizon_s: flo
 class RegretFleet(SimFleet):
     """A simulated run that forks at sampled decisions; `rows` holds one row per decision."""
 
+    probes_pools = True  # the true cached prefix per instance, at each decision
+
     def __init__(
         self,
         config: RunConfig,

@@ -19,11 +19,22 @@ Speed: a step whose batch is decode-only, with nothing admitted or preempted, re
 until a request finishes, blocks run out, or something arrives. Such a run of k steps is one
 `Step` whose duration is an arithmetic series in closed form (`StepCost.decode_affine`: each
 step reads one more KV token per sequence); an arrival cuts it at the step in progress.
+
+Likewise a long prompt's prefill: while its chunks take the whole token budget, each step is
+the same (the decoding requests before it, then a full chunk of it), nothing is admitted
+(no budget is left) and nothing preempted while blocks last, so the steps up to its last chunk
+(or a decoder's end) are one `Step` too, planned at once (`_prefill_run`): its blocks are
+allocated and hashed step by step at planning, in the order the steps would, and each step's
+end time is the sum the step-by-step loop would compute. Observers see the same: a scrape
+counts only the blocks of steps already started (`kv_usage_at`), and no one else reads the
+pool meanwhile (the fleet turns these runs off for the exact cache view, contended CPU
+profiles and instruments that probe pools; the instance for retained KV and PD transfers).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +96,10 @@ class Step:
     b: float = 0.0
     kv0: int = 0
     transfers: list[Seq] = field(default_factory=list)  # remote KV to start loading now
+    # A prefill run (`Instance._prefill_run`): step j (1-based) ends at ends[j - 1]; steps
+    # 2..j allocated extra[j - 1] blocks (extra[0] = 0). None for a decode run or one step.
+    ends: list[float] | None = None
+    extra: list[int] | None = None
 
     def end_of(self, j: int) -> float:
         n = len(self.seqs)
@@ -150,6 +165,12 @@ class Instance:
         self.retention_ttl_s = retention_ttl_s
         self.holds: dict[str, tuple[BlockTable, float]] = {}
         self.retained_releases = {"reused": 0, "expired": 0, "reclaimed": 0}
+        # Prefill runs (see the module doc): on only when the owner says no one reads the
+        # pool between steps; and not while a PD transfer may touch it mid-run (`_in_flight`:
+        # remote KV loading here; `_held`: finished prefills whose blocks wait to be read).
+        self.prefill_runs = False
+        self._in_flight = 0
+        self._held = 0
 
     @property
     def capacity_tokens(self) -> int:
@@ -158,9 +179,12 @@ class Instance:
     # ---- scheduling ------------------------------------------------------------------
 
     def _cache_full(self, seq: Seq, upto_tokens: int) -> None:
-        full = min(upto_tokens // self.bs, len(seq.blocks))
-        if full > seq.blocks.n_hashed:
-            self.pool.cache(seq.blocks, full, seq.block_hashes, len(seq.hashes))
+        blocks = seq.blocks
+        full = upto_tokens // self.bs
+        if full > blocks.n_hashed:  # (most calls stop here: no block filled)
+            full = min(full, blocks.n_hashed + blocks.n_unhashed)
+            if full > blocks.n_hashed:
+                self.pool.cache(blocks, full, seq.block_hashes, len(seq.hashes))
 
     # ---- KV retention ----------------------------------------------------------------
 
@@ -191,7 +215,8 @@ class Instance:
 
     def _grow(self, seq: Seq, n: int) -> bool:
         """vLLM's allocate_slots for a running request: blocks for n more tokens, or False."""
-        need = -(-(seq.num_computed + n) // self.bs) - len(seq.blocks)
+        blocks = seq.blocks
+        need = -(-(seq.num_computed + n) // self.bs) - blocks.n_hashed - blocks.n_unhashed
         if need > 0:
             if need > self.pool.num_free and self.holds:
                 self._reclaim(need)
@@ -210,8 +235,9 @@ class Instance:
     def _lookup(self, seq: Seq) -> Hit:
         """The cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
         max_blocks = (seq.num_tokens - 1) // self.bs
-        # A preempted request also looks up its generated blocks.
-        hashes = seq.block_hashes(0, max(max_blocks, len(seq.hashes)))
+        # A preempted request also looks up its generated blocks. (The prompt's own list
+        # otherwise: the lookup only reads it.)
+        hashes = seq.hashes if max_blocks <= len(seq.hashes) else seq.block_hashes(0, max_blocks)
         out = self.pool.lookup(hashes, max_blocks)
         self.prefix_queries += seq.num_tokens
         self.prefix_hits += out.n * self.bs
@@ -255,6 +281,7 @@ class Instance:
         if seq.kv == KV_NEEDS_BLOCKS:
             seq.remote_tokens = n
             seq.kv = KV_IN_FLIGHT
+            self._in_flight += 1
             transfers.append(seq)
             return 0
         self._cache_full(seq, computed + n)
@@ -316,6 +343,18 @@ class Instance:
         self.steps += 1
         if not seqs:  # only reserved blocks for transfers: no forward pass
             return Step(now, seqs, nums, now, transfers=transfers)
+        if (
+            budget == 0
+            and self.prefill_runs
+            and not preempted
+            and not transfers
+            and not self.holds
+            and not self._in_flight
+            and not self._held
+        ):
+            run = self._prefill_run(now, seqs, nums)
+            if run is not None:
+                return run
         decode_only = all(n == 1 and s.generated > 0 for s, n in zip(seqs, nums, strict=True))
         if (
             self.closed_form
@@ -366,11 +405,70 @@ class Instance:
             step.t_end = step.end_of(k_max)
         return step
 
+    def _prefill_run(self, now: float, seqs: list[Seq], nums: list[int]) -> Step | None:
+        """The steps up to the chunk before a prompt's last, or a decoder's end, as one run
+        (None if fewer than two). Step 1's blocks are in place (`schedule`); steps 2..k get
+        theirs here, as `_grow` would at each, and each step's time is summed in order."""
+        last, c = seqs[-1], nums[-1]
+        nc = last.num_computed
+        if c < 2 or nc + c >= last.num_tokens:
+            return None  # the prompt's last chunk: a token and maybe budget left next step
+        dec = seqs[:-1]
+        for s, n in zip(dec, nums, strict=False):
+            if n != 1 or s.generated == 0 or s.num_computed + 1 != s.num_tokens:
+                return None
+        k_max = (last.num_tokens - nc - 1) // c  # chunks before the last one
+        if dec:
+            k_max = min(k_max, min(s.max_output - s.generated for s in dec))
+        if k_max < 2:
+            return None
+        bs, pool = self.bs, self.pool
+        batch = len(dec)
+        kv1 = sum(s.num_computed for s in dec) + batch  # decode KV read in step 1
+        step_s = self.cost.step_s
+        t = now + step_s([(c, nc)], batch, kv1)
+        ends = [t]
+        extra = [0]
+        grown = 0
+        cache_full = self._cache_full
+        # The prompt's blocks can be hashed once, after the loop, when none of them is cached
+        # yet (in the pool's by-piece mode, the first one not being a piece's head says so):
+        # the steps in between only evict and hash generated blocks, so no step could have
+        # met one of them cached, and hashing them in one go leaves the same pieces.
+        pos = last.blocks.n_hashed
+        defer = pool._by_block is None and (
+            pos >= len(last.hashes) or last.hashes[pos] not in pool.heads
+        )
+        hashed = dec if defer else seqs
+        for j in range(2, k_max + 1):
+            needs = [
+                -(-(s.num_computed + j * m) // bs) - s.blocks.n_hashed - s.blocks.n_unhashed
+                for s, m in zip(seqs, nums, strict=True)
+            ]
+            need = sum(n for n in needs if n > 0)
+            if need > pool.num_free:
+                break  # step j preempts: it is planned on its own
+            for s, n in zip(seqs, needs, strict=True):
+                if n > 0:
+                    pool.allocate(s.blocks, n)
+            for s, m in zip(hashed, nums, strict=False):
+                cache_full(s, s.num_computed + j * m)
+            grown += need
+            t += step_s([(c, nc + (j - 1) * c)], batch, kv1 + (j - 1) * batch)
+            ends.append(t)
+            extra.append(grown)
+        k = len(ends)
+        if k < 2:
+            return None
+        if defer:
+            cache_full(last, nc + k * c)
+        return Step(now, seqs, nums, t, k=k, ends=ends, extra=extra)
+
     def cut(self, t: float) -> bool:
         """Something arrived at `t`: end the current run with the step in progress at `t`."""
         step = self.step
-        if step is None or step.k <= 1 or step.t_end <= t:
-            return False
+        if step is None or step.k <= 1 or step.ends is not None or step.t_end <= t:
+            return False  # (a prefill run leaves no budget for what arrives)
         lo, hi = 1, step.k  # smallest j with end_of(j) >= t
         while lo < hi:
             mid = (lo + hi) // 2
@@ -399,11 +497,15 @@ class Instance:
         done = False
         for s, n in zip(step.seqs, step.num_new, strict=True):
             if k > 1:
+                if n > 1:  # a prefill run's prompt: k chunks, none its last
+                    s.num_computed += k * n
+                    continue
                 s.num_computed += k
                 s.generated += k
                 s.num_tokens += k
-                grown = self._grow(s, 0)  # blocks for steps 2..k (k was sized to fit)
-                assert grown, "a decode run outgrew the free blocks it was sized for"
+                if step.ends is None:
+                    grown = self._grow(s, 0)  # blocks for steps 2..k (k was sized to fit)
+                    assert grown, "a decode run outgrew the free blocks it was sized for"
             else:
                 s.num_computed += n
                 if s.num_computed < s.num_tokens:
@@ -420,6 +522,8 @@ class Instance:
                     self._hold(s.retain_key, s, t + self.retention_ttl_s)
                 elif not s.hold_blocks:
                     self.pool.release(s.blocks)
+                else:
+                    self._held += 1
                 if not touched or touched[-1] is not s:
                     touched.append(s)
         if done:
@@ -434,12 +538,14 @@ class Instance:
     def kv_landed(self, seq: Seq) -> None:
         """The transfer for a remote prefill finished: the prompt's KV is here."""
         seq.kv = KV_LOCAL
+        self._in_flight -= 1
         seq.num_computed = seq.num_tokens - 1  # vLLM recomputes the last prompt token
         self._cache_full(seq, seq.num_tokens)
         self.external_hits += seq.remote_tokens
 
     def release(self, seq: Seq) -> None:
         """PD prefill side: the decode instance has read the blocks."""
+        self._held -= 1
         self.pool.release(seq.blocks)
 
     # ---- observation -----------------------------------------------------------------
@@ -449,8 +555,14 @@ class Instance:
         if self.holds:
             self._expire(t)  # holds whose TTL ran out are free by now, busy or idle
         step = self.step
-        used = self.pool.num_blocks - self.pool.num_free
-        if step is not None and step.k > 1:
+        pool = self.pool
+        used = pool.next_fresh - pool._queued  # num_blocks - num_free
+        if step is not None and step.ends is not None:
+            # Blocks of steps not started by `t` are not in use yet. A step starts when the
+            # one before it ends, after a scrape at that same time (PLAN runs last).
+            started = bisect_left(step.ends, t, 0, step.k - 1)  # beyond the first
+            used -= step.extra[-1] - step.extra[started]  # type: ignore[index]
+        elif step is not None and step.k > 1:
             lo = step.ended_by(t)  # steps already started beyond the first
             if lo > 0:
                 bs = self.bs

@@ -109,6 +109,11 @@ class SimStats:
 
 
 class SimFleet:
+    # Subclasses that read an instance's pool between its steps (count_hit, usage: the
+    # cache-error and regret instruments) set this: planned-at-once prefill runs (engine.py)
+    # would show them the pool at the run's end.
+    probes_pools = False
+
     def __init__(
         self,
         config: RunConfig,
@@ -141,6 +146,13 @@ class SimFleet:
             )
             for i in range(fc.instances)
         ]
+        runs = not (
+            self.probes_pools
+            or profile.contended_cost is not None  # a step's cost depends on the others
+            or config.policy.cache_view == "exact"  # routing reads the pools
+        )
+        for inst in self.instances:
+            inst.prefill_runs = closed_form and runs
         self.policy = get_policy(config.policy.name, config.policy.params)
         roles = fc.roles
         if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index

@@ -183,15 +183,32 @@ def engine_block_hashes(
     blocks = request.blocks if isinstance(request, Request) else tuple(request)
     if not blocks:
         return []
-    sizes = np.fromiter((b.tokens for b in blocks), dtype=np.int64, count=len(blocks))
-    cum = np.cumsum(sizes)
-    total = int(cum[-1])
-    if total < block_size:
-        return []
     bases, _ = chain_states(blocks)
-    ends = np.arange(block_size * (start + 1), total + 1, block_size, dtype=np.int64)
-    # The content block an engine block ends in: the first m with cum[m] >= end.
-    m = np.searchsorted(cum, ends, side="left")
-    k = (ends - (cum - sizes)[m]).astype(np.uint64)
-    vals = np.fromiter(bases, dtype=np.uint64, count=len(bases))[m] + k * _U(GOLDEN)
+    # Engine block j ends at token e = (j + 1) * block_size, in the content block m with
+    # s_m < e <= s_m + t_m (s_m: tokens before m), at offset k = e - s_m: inside one content
+    # block the values base_m + k * GOLDEN step by block_size * GOLDEN. One ramp for all of
+    # them, plus a constant per content block (a few), then one mix.
+    first = block_size * (start + 1)
+    step = (GOLDEN * block_size) & MASK64
+    parts: list[tuple[int, int, int]] = []  # (first engine block, count, value at it - ramp)
+    n = s = 0
+    for b, base in zip(blocks, bases, strict=True):
+        c = s + b.tokens
+        e0 = max((s // block_size + 1) * block_size, first)
+        if e0 <= c:
+            cnt = (c - e0) // block_size + 1
+            parts.append((n, cnt, (base + (e0 - s) * GOLDEN - n * step) & MASK64))
+            n += cnt
+        s = c
+    if not n:
+        return []
+    vals = np.arange(n, dtype=np.uint64)
+    vals *= _U(step)
+    if len(parts) == 1:
+        vals += _U(parts[0][2])
+    else:
+        offsets = np.empty(n, dtype=np.uint64)
+        for a, cnt, off in parts:
+            offsets[a : a + cnt] = _U(off)
+        vals += offsets
     return _mix64_np(vals).tolist()

@@ -64,6 +64,9 @@ class OpStepCost:
         self._dec_b = Curve([(b, ab[1]) for b, ab in fits.items()])
         self.linear_s = lru_cache(maxsize=65536)(self._linear_s)
         self.decode_affine = lru_cache(maxsize=4096)(self._decode_affine)  # type: ignore[method-assign]
+        # Per batch size, asked at every mixed step: a dict hit instead of two interpolations.
+        self.decode_attn = lru_cache(maxsize=4096)(self.decode_attn)  # type: ignore[method-assign]
+        self._lm_head_s = lru_cache(maxsize=4096)(self._lm_head)
 
     def _linear_s(self, tokens: int) -> float:
         """One layer's dense linears + MoE for `tokens` scheduled tokens."""
@@ -102,7 +105,7 @@ class OpStepCost:
             self.step_overhead_s
             + self.per_seq_overhead_s * decode_batch
             + layers * (self.linear_s(decode_batch) + a_att)
-            + self._lm_head(decode_batch)
+            + self._lm_head_s(decode_batch)
         )
         return a, layers * b_att
 
@@ -126,5 +129,5 @@ class OpStepCost:
             + self.per_seq_overhead_s * seqs
             + self.shape.layers * (self.linear_s(tokens) + attn)
             # Every prefilling sequence is charged one sampled row (exact for a final chunk).
-            + self._lm_head(seqs)
+            + self._lm_head_s(seqs)
         )
