@@ -114,6 +114,10 @@ class ReplicaStates:
         for r in self.replicas:
             r.update_scrape(*args)
 
+    def update_scrapes(self, *args: Any) -> None:  # (SimFleet scrapes all instances at once)
+        for r in self.replicas:
+            r.update_scrapes(*args)
+
 
 class RoutersFleet(SimFleet):
     """A simulated run with `replicas` routers (each request routed by one of them)."""
