@@ -154,9 +154,9 @@ def _pick(
     if not candidates:
         raise NoHealthyInstance("no healthy instance can serve this request")
     low = min(values)
+    if values.count(low) == 1:  # the common case, found at C speed
+        return candidates[values.index(low)]
     tied = [i for i, v in zip(candidates, values, strict=True) if v == low]
-    if len(tied) == 1:
-        return tied[0]
     start = tie.counter % n if n else 0
     return min(tied, key=lambda i: (uncached[i.index], i.num_requests, (i.index - start) % n))
 

@@ -59,13 +59,18 @@ class RouterState:
         # policy does not filter the whole fleet per request.
         self._colocated: list[InstanceView] | None = None
         self._scraped_any = False
+        self._scraped_together: float | None = None  # every instance's scrape time, if one
 
     def view(self, now: float) -> FleetView:
         # A TTL-based cache view needs the clock at decision time, not only at record time.
         advance = getattr(self.cache, "advance", None)
         if advance is not None:
             advance(now)
-        if self._scraped_any:  # else every age is None already
+        if self._scraped_together is not None:  # update_scrapes: one age for all
+            age = now - self._scraped_together
+            for inst in self.instances:
+                inst.scrape_age_s = age
+        elif self._scraped_any:  # else every age is None already
             for inst, t in zip(self.instances, self._scrape_t, strict=True):
                 inst.scrape_age_s = None if t is None else now - t
         colocated = self._colocated
@@ -153,6 +158,7 @@ class RouterState:
         inst.engine_running, inst.engine_waiting, inst.kv_usage = running, waiting, kv_usage
         self._scrape_t[instance] = now
         self._scraped_any = True
+        self._scraped_together = None
 
     def update_scrapes(
         self,
@@ -166,3 +172,4 @@ class RouterState:
             inst.engine_running, inst.engine_waiting, inst.kv_usage = r, w, kv
         self._scrape_t = [now] * len(self.instances)
         self._scraped_any = True
+        self._scraped_together = now

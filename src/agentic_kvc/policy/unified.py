@@ -119,9 +119,10 @@ class Unified(ColocatingPolicy):
         eligible = candidates
         if p.request_ceiling is not None:
             limit = avg * p.request_ceiling
-            under = [i for i, r in zip(candidates, requests, strict=True) if r <= limit]
-            if under:
-                eligible = under
+            if max(requests) > limit:  # else every candidate is under the ceiling
+                under = [i for i, r in zip(candidates, requests, strict=True) if r <= limit]
+                if under:
+                    eligible = under
         best, scores = lmetric_pick(eligible, unc, self.tie, len(fleet.instances))
         return best, reason, scores
 
