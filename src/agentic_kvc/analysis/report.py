@@ -231,8 +231,8 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
 ARCHIVED_BENCH_NOTE = (
     "Archived benchmark runs (`results/archive/bench/`): benchmarks the default pipeline does "
     "not run (minutes to an hour each, or real engines), from the run committed with this "
-    "repository; a checkout's own `results/bench/<name>.json` replaces its archived copy. Each "
-    "raw JSON names its command, commit and the machine's load."
+    "repository; a checkout's own `results/bench/<name>.json` replaces its archived copy. "
+    "`results/archive/bench/README.md` names each file's time, commit and command."
 )
 
 
