@@ -409,3 +409,14 @@ def test_report_shows_archived_benchmarks_a_checkout_has_not_rerun(tmp_path: Pat
     assert benchmark_markdown(own, tmp_path, None).count("###") == 1
     only_archive = benchmark_markdown(tmp_path / "none", tmp_path, archive)
     assert only_archive.startswith(ARCHIVED_BENCH_NOTE) and only_archive.count("###") == 2
+
+
+def test_sim_scale_shows_the_repeats_spread_of_the_slowest_point(tmp_path: Path) -> None:
+    doc = sim_scale(speed_8=5100.0)
+    for row in doc["results"]:
+        if row["instances"] == 8 and row["preset"] == "long_context":
+            row["repeat_speedups"] = [4200.0, 5100.0, 6300.0]
+    rows = summarize(tmp_path, "sim_scale", doc)
+    eight = next(r for r in rows if r.measure.startswith("8 instances"))
+    assert "median of 3 runs, 4,200-6,300x" in eight.value and eight.verdict == MET
+    assert "median of" not in next(r for r in rows if r.measure.startswith("128")).value

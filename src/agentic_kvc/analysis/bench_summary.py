@@ -370,9 +370,13 @@ def _sim_scale(doc: dict[str, Any]) -> list[Fig]:
             return Fig(measure, f"{missing} run(s) did not complete", f">= {_num(goal)}x", NOT_MET)
         slow = min(done, key=lambda r: float(r["speedup"]))
         speed = float(slow["speedup"])
+        reps = [float(v) for v in slow.get("repeat_speedups") or []]
+        spread = (
+            f"; median of {len(reps)} runs, {_num(min(reps))}-{_num(max(reps))}x" if reps else ""
+        )
         return Fig(
             measure,
-            f"{_num(speed)}x ({slow.get('preset', '?')}, {slow.get('policy', '?')})",
+            f"{_num(speed)}x ({slow.get('preset', '?')}, {slow.get('policy', '?')}{spread})",
             f">= {_num(goal)}x",
             _verdict(speed >= goal),
         )
