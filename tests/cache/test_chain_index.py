@@ -78,3 +78,66 @@ def test_bad_arguments() -> None:
         ChainedPrefixIndex(1, ttl_s=0)
     with pytest.raises(IndexError):
         ChainedPrefixIndex(1).record(-1, [], now=0)
+
+
+def fleet_maps(idx: ChainedPrefixIndex) -> tuple[dict, dict]:
+    """What the fleet-wide maps must hold, rebuilt from the per-instance heads."""
+    groups: dict[int, dict[int, object]] = {}
+    where: dict[int, set[int]] = {}
+    for i, heads in enumerate(idx._heads):
+        for h, r in heads.items():
+            where.setdefault(h, set()).add(i)
+            if r.a == 0:
+                groups.setdefault(h, {})[i] = r
+    return groups, where
+
+
+shared = st.lists(st.integers(0, 1), min_size=0, max_size=6)  # a system prompt
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    system=shared,
+    ops=st.lists(
+        st.tuples(st.integers(0, 5), st.booleans(), paths, st.floats(0, 5), st.booleans()),
+        max_size=50,
+    ),
+    probes=st.lists(paths, min_size=1, max_size=4),
+    cap=st.none() | st.integers(1, 30),
+    ttl=st.none() | st.floats(1, 20),
+)
+def test_one_pass_match_answers_as_a_probe_per_instance(system, ops, probes, cap, ttl) -> None:
+    """The fleet-wide `matched_blocks` against a probe per instance (`_matched_each`) and
+    against `EstimatedPrefixIndex`, on 6 instances whose prompts mostly share a system
+    prompt, with LRU eviction, TTL expiry and instances cleared; the fleet-wide maps stay
+    those the per-instance heads imply."""
+    n = 6
+    ref = EstimatedPrefixIndex(n, capacity_blocks=cap, ttl_s=ttl)
+    new = ChainedPrefixIndex(n, capacity_blocks=cap, ttl_s=ttl)
+    keys = [block_hashes(system + p) for p in probes] + [block_hashes(system)]
+    now = 0.0
+    for inst, with_system, path, dt, clear in ops:
+        now += dt
+        if clear and dt < 0.5:  # now and then an instance restarts
+            ref.clear(inst)
+            new.clear(inst)
+            continue
+        hashes = block_hashes((system if with_system else []) + path)
+        ref.record(inst, hashes, now)
+        new.record(inst, hashes, now)
+        groups, where = fleet_maps(new)
+        assert {h: set(s) for h, s in new._where.items()} == where
+        assert {
+            h: {i: r for m in g.by_c.values() for i, r in m.items()} for h, g in new._groups.items()
+        } == groups
+        for k in [hashes, *keys]:
+            got = new.matched_blocks(k, n)
+            assert got == new._matched_each(k, n) == ref.matched_blocks(k, n)
+            assert new.matched_blocks(k, n + 2) == ref.matched_blocks(k, n + 2)
+            assert new.matched_blocks(k, 2) == ref.matched_blocks(k, 2)
+    for dt in (1.0, 5.0, 30.0):  # TTL expiry without records (blocks held at match time)
+        now += dt
+        ref.advance(now)
+        new.advance(now)
+        for k in keys:
+            assert new.matched_blocks(k, n) == new._matched_each(k, n) == ref.matched_blocks(k, n)

@@ -19,6 +19,19 @@ per block (the per-hash `EstimatedPrefixIndex` updates one entry per recorded bl
 deletes one per evicted block: issue 16's largest cost on long prompts). The recorded hash
 lists are kept by reference (the simulator never mutates them). `tests/cache/
 test_chain_index.py` holds it to `EstimatedPrefixIndex` on random chained workloads.
+
+Matching the whole fleet at once: on a large fleet every instance holds the shared system
+prompt, so a probe per instance costs O(instances) Python steps per request. The segments that
+start at position 0 are therefore also kept fleet-wide, grouped by their first hash
+(`_Group`): each group has a reference chain `ref` (the first such segment's hashes) and
+buckets its segments by `c`, how far a segment agrees with `ref` (bounded by what it still
+holds). A prompt agreeing with `ref` up to L then agrees with a bucket's segments up to
+min(c, L), except for segments with c == L whose next block is the prompt's (`by_next`,
+walked one by one); the walk continues past that point only on instances with a segment
+starting at the prompt's next block (`_where`, hash -> instances, all segment heads). So
+`matched_blocks` costs one binary search against `ref`, one step per bucket and a C-speed
+store per holding instance, plus a walk per exception; `record` and eviction keep the maps
+(a few dict steps per segment touched). Each group keeps its `ref` list by reference.
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from agentic_kvc.policy.base import RequestView
 class _Run:
     """One `record` call: chain positions [a, end) of `hashes` are still held by it."""
 
-    __slots__ = ("a", "end", "hashes", "off", "t")
+    __slots__ = ("a", "c", "end", "hashes", "nxt", "off", "t")
 
     def __init__(self, hashes: Sequence[int], t: float) -> None:
         self.hashes = hashes
@@ -41,6 +54,24 @@ class _Run:
         self.a = 0
         self.end = len(hashes)
         self.t = t
+        # While a == 0 (in its `_Group`): how far it agrees with the group's ref, and its
+        # hash at that position if it holds it (None: it ends there).
+        self.c = 0
+        self.nxt: int | None = None
+
+
+class _Group:
+    """The fleet's segments that start at position 0 with one hash (at most one per
+    instance), bucketed by how far they agree with a reference chain."""
+
+    __slots__ = ("by_c", "by_next", "hint", "ref")
+
+    def __init__(self, ref: Sequence[int]) -> None:
+        self.ref = ref
+        self.hint = 0  # where the last chain compared left ref: most leave it there (the
+        # end of a shared system prompt), tried before a binary search
+        self.by_c: dict[int, dict[int, _Run]] = {}  # c -> {instance: segment}
+        self.by_next: dict[tuple[int, int], set[int]] = {}  # (c, hash at c) -> instances
 
 
 def _agree_until(hs: Sequence[int], off: int, hashes: Sequence[int], lo: int, hi: int) -> int:
@@ -53,6 +84,18 @@ def _agree_until(hs: Sequence[int], off: int, hashes: Sequence[int], lo: int, hi
         else:
             hi = mid - 1
     return lo
+
+
+def _leaves(g: _Group, hs: Sequence[int], e: int) -> int:
+    """Where chain `hs` (from position 0, same first block as `g.ref`) leaves g.ref, within
+    its first e blocks (e <= len(g.ref))."""
+    ref, h = g.ref, g.hint
+    if 0 < h < e and hs[h - 1] == ref[h - 1] and hs[h] != ref[h]:
+        return h
+    if hs[e - 1] == ref[e - 1]:
+        return e
+    g.hint = c = _agree_until(hs, 0, ref, 1, e - 1)
+    return c
 
 
 class ChainedPrefixIndex(IndexClock):
@@ -72,6 +115,10 @@ class ChainedPrefixIndex(IndexClock):
         self._runs: list[deque[_Run]] = [deque() for _ in range(n_instances)]
         self._size = [0] * n_instances
         self._refs = [0] * n_instances
+        # Fleet-wide (for `matched_blocks`): position-0 segments by first hash, and every
+        # live segment head -> the instances holding a segment starting with it.
+        self._groups: dict[int, _Group] = {}
+        self._where: dict[int, set[int]] = {}
 
     @property
     def n_instances(self) -> int:
@@ -87,9 +134,86 @@ class ChainedPrefixIndex(IndexClock):
             self._refs.append(0)
         return self._heads[instance]
 
+    def _set_head(self, instance: int, h: int, r: _Run) -> None:
+        """heads[h] = r on `instance`, kept in the fleet-wide maps."""
+        self._heads[instance][h] = r
+        got = self._where.get(h)
+        if got is None:
+            self._where[h] = {instance}
+        else:
+            got.add(instance)
+        if r.a == 0:
+            self._join(instance, r)
+
+    def _del_head(self, instance: int, h: int, r: _Run) -> None:
+        """del heads[h] (r's segment) on `instance`, before r.a or r.end move."""
+        del self._heads[instance][h]
+        got = self._where[h]
+        got.discard(instance)
+        if not got:
+            del self._where[h]
+        if r.a == 0:
+            self._leave(instance, r)
+
+    def _join(self, instance: int, r: _Run) -> None:
+        hs = r.hashes  # r.a == r.off == 0: hs[j] is chain position j
+        g = self._groups.get(hs[0])
+        if g is None:
+            g = self._groups[hs[0]] = _Group(hs)
+        self._bucket(g, instance, r, _leaves(g, hs, min(r.end, len(g.ref))))
+
+    @staticmethod
+    def _bucket(g: _Group, instance: int, r: _Run, c: int) -> None:
+        r.c = c
+        got = g.by_c.get(c)
+        if got is None:
+            g.by_c[c] = {instance: r}
+        else:
+            got[instance] = r
+        if c < r.end:
+            r.nxt = nxt = r.hashes[c]
+            key = (c, nxt)
+            ins = g.by_next.get(key)
+            if ins is None:
+                g.by_next[key] = {instance}
+            else:
+                ins.add(instance)
+        else:
+            r.nxt = None
+
+    def _leave(self, instance: int, r: _Run) -> None:
+        g = self._groups[r.hashes[0]]
+        got = g.by_c[r.c]
+        del got[instance]
+        if not got:
+            del g.by_c[r.c]
+        if r.nxt is not None:
+            key = (r.c, r.nxt)
+            ins = g.by_next[key]
+            ins.discard(instance)
+            if not ins:
+                del g.by_next[key]
+        if not g.by_c:
+            del self._groups[r.hashes[0]]
+
+    def _shrunk(self, instance: int, r: _Run) -> None:
+        """r (a == 0, still live) lost its tail down to r.end: rebucket if that cut it
+        before (or at) where it left the reference."""
+        if r.end < r.c or (r.end == r.c and r.nxt is not None):
+            self._leave(instance, r)
+            g = self._groups.get(r.hashes[0])
+            if g is None:  # it was the only member: a new group with itself as ref
+                g = self._groups[r.hashes[0]] = _Group(r.hashes)
+            self._bucket(g, instance, r, r.end)
+
     @staticmethod
     def _held(
-        heads: dict[int, _Run], hashes: Sequence[int], n: int, cutoff: float, guess: int = 0
+        heads: dict[int, _Run],
+        hashes: Sequence[int],
+        n: int,
+        cutoff: float,
+        guess: int = 0,
+        j: int = 0,
     ) -> int:
         """Blocks of hashes[:n] held (runs touched before `cutoff` count as expired).
 
@@ -98,9 +222,9 @@ class ChainedPrefixIndex(IndexClock):
         the held block at m, if any, can only start a segment (a block starting inside one
         would repeat the hash of the block before it), a branch taken by another record.
         `guess`: a likely m (the previous instance's answer: instances that hold part of a
-        prompt mostly hold the same part, a shared system prompt), tried first.
+        prompt mostly hold the same part, a shared system prompt), tried first. `j`: where to
+        start (a position known to be held up to, at a segment's end).
         """
-        j = 0
         while j < n:
             r = heads.get(hashes[j])
             if r is None or r.t < cutoff:
@@ -148,22 +272,22 @@ class ChainedPrefixIndex(IndexClock):
             m = 0
             for r, e in self._segments(heads, block_hashes, n):
                 hs, off = r.hashes, r.off
-                del heads[hs[r.a - off]]  # its head [a, e) goes to the new run
+                self._del_head(instance, hs[r.a - off], r)  # its head [a, e) goes to the new run
                 if e < r.end:
                     r.a = e
-                    heads[hs[e - off]] = r
+                    self._set_head(instance, hs[e - off], r)
                 else:
                     r.a = r.end
                 m = e
             run = _Run(block_hashes, self._now)
-            heads[block_hashes[0]] = run
+            self._set_head(instance, block_hashes[0], run)
             self._runs[instance].append(run)
             self._size[instance] += n - m
             self._refs[instance] += n
         self._evict(instance)
 
     def _evict(self, instance: int) -> None:
-        heads, runs = self._heads[instance], self._runs[instance]
+        runs = self._runs[instance]
         cap = self.capacity_blocks
         if cap is not None:
             excess = self._size[instance] - cap
@@ -172,8 +296,12 @@ class ChainedPrefixIndex(IndexClock):
                 k = min(excess, r.end - r.a)
                 if k > 0:
                     if k == r.end - r.a:
-                        del heads[r.hashes[r.a - r.off]]
-                    r.end -= k
+                        self._del_head(instance, r.hashes[r.a - r.off], r)
+                        r.end -= k
+                    else:
+                        r.end -= k
+                        if r.a == 0:
+                            self._shrunk(instance, r)
                     excess -= k
                     self._size[instance] -= k
                 if r.end <= r.a:
@@ -182,7 +310,7 @@ class ChainedPrefixIndex(IndexClock):
         while runs and runs[0].t < cutoff:
             r = runs[0]
             if r.end > r.a:
-                del heads[r.hashes[r.a - r.off]]
+                self._del_head(instance, r.hashes[r.a - r.off], r)
                 self._size[instance] -= r.end - r.a
                 r.end = r.a
             self._pop(instance)
@@ -219,7 +347,9 @@ class ChainedPrefixIndex(IndexClock):
 
     def clear(self, instance: int) -> None:
         """Forget everything about an instance (restarted, or its cache was reset)."""
-        self._ensure(instance).clear()
+        heads = self._ensure(instance)
+        for h, r in list(heads.items()):
+            self._del_head(instance, h, r)
         self._runs[instance].clear()
         self._size[instance] = self._refs[instance] = 0
 
@@ -230,6 +360,49 @@ class ChainedPrefixIndex(IndexClock):
         return self._size[instance]
 
     def matched_blocks(self, block_hashes: Sequence[int], n_instances: int) -> list[int]:
+        """Blocks of the prompt held per instance, for the whole fleet in one pass over the
+        group of segments starting with the prompt's first block (module docstring)."""
+        nb = len(block_hashes)
+        if nb == 0 or n_instances < len(self._heads):
+            return self._matched_each(block_hashes, n_instances)
+        out = [0] * n_instances
+        g = self._groups.get(block_hashes[0])
+        if g is None:
+            return out
+        q = block_hashes
+        big = _leaves(g, q, min(nb, len(g.ref)))
+        ends: set[int] = set()  # the answers given so far: a walk may go on from there
+        for c, members in g.by_c.items():
+            m = c if c < big else big
+            if len(members) == n_instances:  # the only bucket: every instance is in it
+                out = [m] * n_instances
+            else:
+                for i in members:
+                    out[i] = m
+            if m < nb:
+                ends.add(m)
+        cutoff = self._cutoff()
+        if cutoff > float("-inf"):  # an expired first segment holds nothing
+            for members in g.by_c.values():
+                for i, r in members.items():
+                    if r.t < cutoff:
+                        out[i] = 0
+        heads, held = self._heads, self._held
+        # Segments that go on along the prompt past where they leave `ref`: walk each.
+        walk = g.by_next.get((big, q[big])) if big < nb else None
+        for m in ends:
+            more = self._where.get(q[m])
+            if more:  # instances with a segment starting right where their answer ends
+                for i in more:
+                    if out[i] == m and (walk is None or i not in walk):
+                        out[i] = held(heads[i], q, nb, cutoff, 0, m)
+        if walk:
+            for i in walk:
+                out[i] = held(heads[i], q, nb, cutoff)
+        return out
+
+    def _matched_each(self, block_hashes: Sequence[int], n_instances: int) -> list[int]:
+        """`matched_blocks` by a probe per instance (any `n_instances`; the tests' check)."""
         nb = len(block_hashes)
         out = [0] * n_instances
         if nb == 0:
