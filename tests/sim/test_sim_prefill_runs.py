@@ -8,20 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fixed_profile import PROFILE
 
 from agentic_kvc.config import RunConfig, load_config
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
-
-PROFILE = EngineProfile(
-    "test",
-    "test",
-    AffineStepCost(overhead_s=0.004, per_token_s=2e-6, per_attn_pair_s=1e-10, per_kv_token_s=1e-8),
-    kv_bytes_per_token=1024,
-    kv_capacity_tokens=16384,
-    source="tests/sim",
-)
 
 
 class StepByStep(SimFleet):

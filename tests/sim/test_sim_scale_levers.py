@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fixed_profile import PROFILE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,18 +20,8 @@ from agentic_kvc.config import load_config
 from agentic_kvc.policy import RequestView
 from agentic_kvc.policy.base import Decision, FleetView, InstanceView
 from agentic_kvc.policy.round_robin import RoundRobin
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
-
-PROFILE = EngineProfile(
-    "test",
-    "test",
-    AffineStepCost(overhead_s=0.004, per_token_s=2e-6, per_attn_pair_s=1e-10, per_kv_token_s=1e-8),
-    kv_bytes_per_token=1024,
-    kv_capacity_tokens=16384,
-    source="tests/sim",
-)
 
 
 def prompt(head: int, length: int, tail: int) -> list[int]:
