@@ -416,10 +416,15 @@ def main() -> int:
             "scenarios": results,
         }
         a.out.write_text(json.dumps(doc, indent=1))
-    if a.md:
-        a.md.parent.mkdir(parents=True, exist_ok=True)
-        a.md.write_text(md)
+    write_md(a.md, md)
     return 0
+
+
+def write_md(path: Path | None, md: str) -> None:
+    """The markdown table, when asked for (--md)."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(md)
 
 
 if __name__ == "__main__":

@@ -152,9 +152,7 @@ def main() -> int:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         doc = {"benchmark": "policy_split", "seeds": a.seeds, "ours": list(OURS)}
         a.out.write_text(json.dumps({**doc, "scenarios": results}, indent=1))
-    if a.md:
-        a.md.parent.mkdir(parents=True, exist_ok=True)
-        a.md.write_text(md)
+    rb.write_md(a.md, md)
     return 0
 
 
