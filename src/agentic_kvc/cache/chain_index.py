@@ -74,7 +74,7 @@ class _Group:
         self.by_next: dict[tuple[int, int], set[int]] = {}  # (c, hash at c) -> instances
 
 
-def _agree_until(hs: Sequence[int], off: int, hashes: Sequence[int], lo: int, hi: int) -> int:
+def agree_until(hs: Sequence[int], off: int, hashes: Sequence[int], lo: int, hi: int) -> int:
     """The largest m in [lo, hi] with block m-1 of the prompt equal to the run's (chained
     hashes agree up to a point, then differ), by binary search."""
     while lo < hi:
@@ -94,7 +94,7 @@ def _leaves(g: _Group, hs: Sequence[int], e: int) -> int:
         return h
     if hs[e - 1] == ref[e - 1]:
         return e
-    g.hint = c = _agree_until(hs, 0, ref, 1, e - 1)
+    g.hint = c = agree_until(hs, 0, ref, 1, e - 1)
     return c
 
 
@@ -240,7 +240,7 @@ class ChainedPrefixIndex(IndexClock):
                         lo = hi = guess
                     else:
                         lo = guess + 1
-                e = _agree_until(hs, off, hashes, lo, hi)
+                e = agree_until(hs, off, hashes, lo, hi)
             j = e
         return j
 
@@ -257,7 +257,7 @@ class ChainedPrefixIndex(IndexClock):
             e = min(r.end, n)
             hs, off = r.hashes, r.off
             if hs[e - 1 - off] != hashes[e - 1]:
-                e = _agree_until(hs, off, hashes, j + 1, e - 1)
+                e = agree_until(hs, off, hashes, j + 1, e - 1)
             out.append((r, e))
             j = e
         return out

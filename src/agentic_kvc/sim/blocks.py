@@ -34,6 +34,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import pairwise, repeat
 
+from agentic_kvc.cache.chain_index import agree_until
+
 HashesOf = Callable[[int, int], list[int]]  # hashes of chain positions [lo, hi)
 
 
@@ -200,14 +202,9 @@ class BlockPool:
             pieces.append(p)
             e = min(p.hi, n)
             if ph[e - 1 - j] != hashes[e - 1]:
-                lo, hi = j + 1, e - 1  # the answer: position lo-1 agrees, position lo does not
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if ph[mid - 1 - j] == hashes[mid - 1]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                e = lo  # a cached block there can only start a piece (a branch), as above
+                # The piece leaves the prompt before e: a cached block there can only start
+                # a piece (a branch), as above.
+                e = agree_until(ph, j, hashes, j + 1, e - 1)
             j = e
         return j, pieces
 
