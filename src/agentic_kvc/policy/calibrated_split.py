@@ -90,16 +90,20 @@ def break_even_new_tokens(p: CalibratedSplitParams, cached_on_p_share: float = 1
     return rhs / lhs if lhs > 0 else math.inf
 
 
-def params_from_calibration(path: str | Path, **overrides: Any) -> dict[str, Any]:
-    """Policy params from a lifecycle `calibration.json` (akvc lifecycle run)."""
+def read_calibration(path: str | Path, *required: str) -> dict[str, Any]:
+    """A lifecycle `calibration.json` (akvc lifecycle run) with the transfer fit and the
+    `required` fields present (a fit left None: too few distinct sizes)."""
     cal = json.loads(Path(path).read_text())
-    missing = [
-        k
-        for k in ("transfer_alpha_ms", "transfer_beta_ms_per_byte", "colo_ttft_ms_per_token")
-        if cal.get(k) is None
-    ]
+    need = ("transfer_alpha_ms", "transfer_beta_ms_per_byte", *required)
+    missing = [k for k in need if cal.get(k) is None]
     if missing:
         raise ValueError(f"{path}: calibration lacks {missing} (too few distinct sizes?)")
+    return cal
+
+
+def params_from_calibration(path: str | Path, **overrides: Any) -> dict[str, Any]:
+    """Policy params from a lifecycle `calibration.json` (akvc lifecycle run)."""
+    cal = read_calibration(path, "colo_ttft_ms_per_token")
     out = {
         "calibration_source": f"{cal.get('source', path)} (lifecycle calibration.json)",
         "transfer_alpha_ms": max(cal["transfer_alpha_ms"], 0.0),

@@ -91,7 +91,6 @@ gets the colocated prediction for its prefill instance, as every colocating poli
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -108,6 +107,7 @@ from agentic_kvc.policy.base import (
     NoHealthyInstance,
     RequestView,
 )
+from agentic_kvc.policy.calibrated_split import read_calibration
 from agentic_kvc.policy.common import (
     ColocatingPolicy,
     StrictParams,
@@ -444,10 +444,7 @@ def split_params_from_sim(
 def split_params_from_calibration(path: str | Path, **overrides: Any) -> dict[str, Any]:
     """`split` parameters from a lifecycle `calibration.json` (akvc lifecycle run): its
     fitted transfer alpha (ms) and beta (ms per byte), and its KV bytes per token."""
-    cal = json.loads(Path(path).read_text())
-    missing = [k for k in ("transfer_alpha_ms", "transfer_beta_ms_per_byte") if cal.get(k) is None]
-    if missing:
-        raise ValueError(f"{path}: calibration lacks {missing} (too few distinct sizes?)")
+    cal = read_calibration(path)
     beta = cal["transfer_beta_ms_per_byte"]
     if beta <= 0:
         raise ValueError(f"{path}: transfer_beta_ms_per_byte is {beta}: no bandwidth to use")
