@@ -17,6 +17,13 @@ spread ((max - min) / mean), and each real run's machine load (its manifest's `h
 
     flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock .venv/bin/python \
         benchmarks/sim_vs_vllm.py --repeats 5 --out results/bench/sim_vs_vllm.json
+
+`--calibrate-interleaved` (CPU) also makes the profile it checks, under the same host load: per
+round k, for each fleet size, one calibration replay (seed 12, sim/serving_fit.py) then one
+check run (the validation seed), `--repeats` rounds. The serving stage is then fitted on the
+calibration replays only (the check runs stay held out) over the package's step probes, and
+the check simulates with that profile. On a shared host a profile fitted at another hour
+carries that hour's neighbours into the check (docs/sim_profiles.md).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +45,8 @@ from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.sim.backend import profile_for, run_sim
 from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.profiles import load_cpu_profile
-from agentic_kvc.sim.serving_fit import SERVING_SEED, quantiles, serving_config
+from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
+from agentic_kvc.sim.serving_fit import SERVING_SEED, fit_and_store, quantiles, serving_config
 
 VALIDATION_SEED = 11
 METRIC_NAMES = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")
@@ -74,7 +81,7 @@ def engine_hits(run_dir: Path) -> float | None:
 
 def host_load(run_dir: Path) -> dict[str, Any] | None:
     """The replay window's machine load from a real run's manifest (serve/hostload.py)."""
-    info = json.loads((run_dir / "manifest.json").read_text()).get("backend_info", {})
+    info = json.loads((run_dir / "manifest.json").read_text()).get("backend_info") or {}
     load = info.get("host_load")
     if not load:
         return None
@@ -195,12 +202,69 @@ def compare(
     }
 
 
-def table(cases: list[dict[str, Any]]) -> str:
-    """The envelope as a Markdown table (what docs/sim_profiles.md quotes)."""
+def interleaved_plan(
+    instances: Sequence[int], repeats: int, calibration_sizes: Sequence[int]
+) -> list[tuple[str, int, int]]:
+    """(role, fleet size, repeat) in run order: per round, per size, calibration then check."""
+    return [
+        (role, n, k)
+        for k in range(repeats)
+        for n in sorted({*instances, *calibration_sizes})
+        for role, sizes in (("calibration", calibration_sizes), ("check", instances))
+        if n in sizes
+    ]
+
+
+def calibrate_interleaved(
+    instances: Sequence[int],
+    repeats: int,
+    calibration_sizes: Sequence[int],
+    seed: int,
+    run: Callable[[RunConfig, str], Path],
+    fit: Callable[[list[Path]], dict[str, Any]],
+) -> dict[str, Any]:
+    """Run the interleaved plan (`run(config, role)` returns the run directory), then `fit`
+    the serving stage on the calibration replays alone: the check runs are never shown to it."""
+    order = []
+    for role, n, k in interleaved_plan(instances, repeats, calibration_sizes):
+        cfg = (
+            serving_config(n, repeat=k) if role == "calibration" else config_for(n, "vllm", seed, k)
+        )
+        t0 = time.monotonic()
+        run_dir = run(cfg, role)
+        order.append(
+            {
+                "role": role,
+                "instances": n,
+                "repeat": k,
+                "seed": cfg.seed,
+                "run_dir": str(run_dir),
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "wall_s": round(time.monotonic() - t0, 2),
+                "host_load": host_load(run_dir),
+            }
+        )
+    calibration = [Path(r["run_dir"]) for r in order if r["role"] == "calibration"]
+    return {"order": order, "fit": fit(calibration), "load1_mean": load_summary(order)}
+
+
+def load_summary(order: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float | None]]]:
+    """Per role and fleet size, each run's mean load1 during its replay (run order)."""
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for r in order:
+        load = (r["host_load"] or {}).get("load1_mean")
+        out.setdefault(r["role"], {}).setdefault(str(r["instances"]), []).append(load)
+    return out
+
+
+def table(cases: list[dict[str, Any]], calibration_load: dict[str, list[Any]] | None = None) -> str:
+    """The envelope as a Markdown table (what docs/sim_profiles.md quotes), then each real
+    run's mean load1 (and the calibration replays', when calibrated alongside)."""
+    yes = lambda b: "yes" if b else "no"  # noqa: E731
     lines = [
         "| instances | metric | real mean | real min..max | real spread | simulator | error "
-        "| in envelope |",
-        "|---|---|---|---|---|---|---|---|",
+        "| inside range | in envelope |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         for n, m in c["metrics"].items():
@@ -209,8 +273,14 @@ def table(cases: list[dict[str, Any]]) -> str:
                 f"| {c['instances']} | {name} | {m['real_mean'] * 1e3:.0f} ms "
                 f"| {m['real_min'] * 1e3:.0f}..{m['real_max'] * 1e3:.0f} ms "
                 f"| {m['real_spread_rel']:.1%} | {m['sim'] * 1e3:.0f} ms "
-                f"| {m['sim_rel_error']:+.1%} | {'yes' if m['pass'] else 'no'} |"
+                f"| {m['sim_rel_error']:+.1%} | {yes(m['inside_range'])} | {yes(m['pass'])} |"
             )
+    fmt = lambda xs: ", ".join("?" if x is None else f"{x:.2f}" for x in xs)  # noqa: E731
+    lines += ["", "| instances | check runs' load1 | calibration replays' load1 |", "|---|---|---|"]
+    for c in cases:
+        checks = [(r["host_load"] or {}).get("load1_mean") for r in c["vllm_runs"]]
+        cal = (calibration_load or {}).get(str(c["instances"]))
+        lines.append(f"| {c['instances']} | {fmt(checks)} | {fmt(cal) if cal else '-'} |")
     return "\n".join(lines)
 
 
@@ -271,12 +341,24 @@ def main() -> None:
         default=None,
         help="simulate with this calibrated cpu-tiny profile file instead of the package's",
     )
+    ap.add_argument(
+        "--calibrate-interleaved",
+        action="store_true",
+        help="fit the serving stage first, on calibration replays (seed 12) interleaved with the "
+        "check runs (calibration, check per size and round; --results/calibration), over the "
+        "step probes of --profile or the package's; simulate with that fit (CPU only)",
+    )
     args = ap.parse_args()
     if args.seed == SERVING_SEED:
         ap.error(f"seed {SERVING_SEED} is the serving calibration workload's: pick another")
     if args.repeats < 2:
         ap.error("--repeats must be at least 2: the envelope is the repeats' range")
+    if args.calibrate_interleaved and (args.both or args.real_set):
+        ap.error("--calibrate-interleaved fits the cpu-tiny profile: no --set/--real-set")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    interleaved = None
+    if args.calibrate_interleaved:
+        args.profile, interleaved = interleaved_profile(args, log)
     # The profile the simulated runs use (of their smallest fleet: CPU profiles vary with it).
     prof = sim_profile(
         config_for(min(args.instances), "sim", args.seed, 0, args.both), args.profile
@@ -330,11 +412,35 @@ def main() -> None:
         "cases": cases,
         "envelope_pass": all(c["envelope_pass"] for c in cases),
         "prefix_hits_exact": all(c["prefix_hits"]["exact"] for c in cases),
-        "table_md": table(cases),
+        "calibrate_interleaved": interleaved,
+        "table_md": table(cases, interleaved and interleaved["load1_mean"].get("calibration")),
     }
     atomic_write_json(args.out, doc)
     print(doc["table_md"])
     print(args.out)
+
+
+def interleaved_profile(
+    args: argparse.Namespace, log: Callable[[str], None]
+) -> tuple[Path, dict[str, Any]]:
+    """`--calibrate-interleaved`: the real runs, then the profile fitted on the calibration
+    replays (a copy of the probes' profile with its serving stage refitted)."""
+    from agentic_kvc.serve.device import allowed_cores
+
+    cores = len(allowed_cores())
+    fitted = args.results / "cpu-tiny-fitted.json"
+    fitted.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.profile or CPU_TINY_FILE, fitted)
+    roots = {"calibration": args.results / "calibration", "check": args.results}
+    result = calibrate_interleaved(
+        args.instances,
+        args.repeats,
+        sorted({1, cores}),  # as `akvc calibrate --serving` (calibrate/engine.py)
+        args.seed,
+        lambda cfg, role: execute(cfg, roots[role], log=log),
+        lambda dirs: fit_and_store(fitted, dirs, cores, log),
+    )
+    return fitted, {"profile": str(fitted), **result}
 
 
 if __name__ == "__main__":

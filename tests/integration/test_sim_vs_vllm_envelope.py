@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -66,7 +67,60 @@ def test_table_has_one_row_per_case_and_metric(bench: ModuleType) -> None:
     case = {
         "instances": 2,
         "metrics": bench.envelope(dict.fromkeys(bench.METRIC_NAMES, 0.25), reals, None),
+        "vllm_runs": [{"host_load": {"load1_mean": 1.5}}, {"host_load": None}],
     }
-    rows = bench.table([case]).splitlines()
-    assert len(rows) == 2 + len(bench.METRIC_NAMES)
-    assert rows[2] == "| 2 | TTFT p50 | 150 ms | 100..200 ms | 66.7% | 250 ms | +66.7% | no |"
+    rows = bench.table([case], {"2": [3.25]}).splitlines()
+    assert len(rows) == 2 + len(bench.METRIC_NAMES) + 4
+    assert rows[2] == "| 2 | TTFT p50 | 150 ms | 100..200 ms | 66.7% | 250 ms | +66.7% | no | no |"
+    assert rows[-1] == "| 2 | 1.50, ? | 3.25 |"
+    assert bench.table([case]).splitlines()[-1] == "| 2 | 1.50, ? | - |"
+
+
+def test_interleaved_order_alternates_calibration_and_check_per_round(bench: ModuleType) -> None:
+    plan = bench.interleaved_plan([1, 2], 2, [1, 2])
+    assert plan == [
+        ("calibration", 1, 0),
+        ("check", 1, 0),
+        ("calibration", 2, 0),
+        ("check", 2, 0),
+        ("calibration", 1, 1),
+        ("check", 1, 1),
+        ("calibration", 2, 1),
+        ("check", 2, 1),
+    ]
+    # A size only checked (or only calibrated) gets only that role.
+    assert bench.interleaved_plan([1], 1, [1, 2]) == [
+        ("calibration", 1, 0),
+        ("check", 1, 0),
+        ("calibration", 2, 0),
+    ]
+
+
+def test_the_fit_sees_only_the_calibration_replays(bench: ModuleType, tmp_path: Path) -> None:
+    ran: list[tuple[str, int, int, int]] = []
+
+    def run(cfg, role):  # a fake engine: a run directory with a manifest's host load
+        ran.append((role, cfg.fleet.instances, cfg.repeat, cfg.seed))
+        run_dir = tmp_path / f"{role}-{cfg.run_id()}"
+        run_dir.mkdir()
+        load = {"replay": {"load1": {"mean": float(len(ran))}}}
+        (run_dir / "manifest.json").write_text(json.dumps({"backend_info": {"host_load": load}}))
+        return run_dir
+
+    seen: list[Path] = []
+    out = bench.calibrate_interleaved(
+        [1, 2], 3, [1, 2], 11, run, lambda dirs: seen.extend(dirs) or {"fitted": len(dirs)}
+    )
+    assert [(r, n, k) for r, n, k, _ in ran] == bench.interleaved_plan([1, 2], 3, [1, 2])
+    assert {s for r, *_, s in ran if r == "calibration"} == {bench.SERVING_SEED}
+    assert {s for r, *_, s in ran if r == "check"} == {11}
+    assert out["fit"] == {"fitted": 6}
+    assert all(d.name.startswith("calibration-") for d in seen) and len(seen) == 6
+    assert [r["run_dir"] for r in out["order"] if r["role"] == "calibration"] == list(
+        map(str, seen)
+    )
+    # Each run's load, by role and size, in run order (the fake's loads are 1, 2, ...).
+    assert out["load1_mean"] == {
+        "calibration": {"1": [1.0, 5.0, 9.0], "2": [3.0, 7.0, 11.0]},
+        "check": {"1": [2.0, 6.0, 10.0], "2": [4.0, 8.0, 12.0]},
+    }
