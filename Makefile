@@ -89,8 +89,12 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(STAMPS)/jupyter  ## JupyterLab on notebooks/ with the project's kernel (`akvc`)
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR)/notebooks $(LAB_ARGS)
 
+# Snakemake looks for a default profile beside the Snakefile (profiles/default), not under
+# workflow/: name ours, so its settings (one real-engine job at a time, rerun rules) apply.
+SNAKEMAKE := $(BIN)/snakemake --workflow-profile workflow/profiles/default --cores $(CORES)
+
 report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT.md
-	$(BIN)/snakemake --cores $(CORES) report
+	$(SNAKEMAKE) report
 
 # Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
 test: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
@@ -122,11 +126,11 @@ format: $(STAMPS)/venv
 # (claim_<id>) that makes only its runs; ARTIFACT.md is generated from the same registry.
 claim: $(STAMPS)/model  ## rebuild one claim from raw records: make claim ID=C1
 	@test -n "$(ID)" || { echo "usage: make claim ID=<id> (ids: artifact/claims.yaml)"; exit 2; }
-	$(BIN)/snakemake --cores $(CORES) claim_$(ID)
+	$(SNAKEMAKE) claim_$(ID)
 	$(BIN)/akvc artifact check --only $(ID)
 
 claims-check: $(STAMPS)/model  ## build every claim, print obtained vs reference; fails on any not reproduced
-	$(BIN)/snakemake --cores $(CORES) claims
+	$(SNAKEMAKE) claims
 	$(BIN)/akvc artifact check
 
 kick-the-tires:  ## fresh clone: install, one real vLLM engine + proxy, a tiny trace, the simulator, one claim
@@ -137,9 +141,9 @@ artifact-appendix: $(STAMPS)/venv  ## regenerate ARTIFACT.md from artifact/claim
 
 ARTIFACT_OUT := results/artifact
 artifact-report: $(STAMPS)/model  ## HTML report of every claim (captions carry claim ids)
-	$(BIN)/snakemake --cores $(CORES) claims
+	$(SNAKEMAKE) claims
 	@mkdir -p $(ARTIFACT_OUT)
-	$(BIN)/snakemake --cores $(CORES) claims --report $(ARTIFACT_OUT)/report.html
+	$(SNAKEMAKE) claims --report $(ARTIFACT_OUT)/report.html
 
 artifact-archive: artifact-report  ## code at HEAD + archived records + claims + HTML report + checksums
 	$(BIN)/akvc artifact manifest --check

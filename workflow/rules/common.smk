@@ -85,6 +85,13 @@ def run_resource(name, default):
     return lambda wildcards: PLAN.first(wildcards.run_id).resources.get(name, default)
 
 
+# Real CPU engines time themselves against the machine's cores: two fleets side by side would
+# measure each other. Every job that starts real engines takes one `real_engine`, and the
+# default profile allows one at a time (`--cores 2` still runs simulated jobs beside it).
+def real_engine(wildcards):
+    return 0 if PLAN.first(wildcards.run_id).backend == "sim" else 1
+
+
 # The simulator's measured profile data are not part of a run's config, so run_id does not
 # change when they are remeasured. As inputs of simulated runs, a remeasurement reruns the runs
 # that use it (by mtime): a calibrated profile `<hardware>.json` (e.g. cpu-tiny.json, written by

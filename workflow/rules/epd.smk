@@ -27,6 +27,8 @@ rule epd_real:
         f"{RESULTS}/epd_real/summary.json",
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
+    resources:
+        real_engine=1,
     log:
         f"{RESULTS}/logs/epd_real.log",
     conda:

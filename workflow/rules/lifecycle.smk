@@ -10,6 +10,8 @@ rule lifecycle_default:
         f"{RESULTS}/lifecycle/default/summary.csv",
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
+    resources:
+        real_engine=1,
     log:
         f"{RESULTS}/logs/lifecycle_default.log",
     conda:
@@ -24,6 +26,8 @@ rule lifecycle_cpu_grid:
         f"{RESULTS}/lifecycle/cpu/summary.csv",
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
+    resources:
+        real_engine=1,
     log:
         f"{RESULTS}/logs/lifecycle_cpu.log",
     conda:
