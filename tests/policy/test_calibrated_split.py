@@ -31,17 +31,39 @@ def _req(n: int) -> RequestView:
     return RequestView("r", None, 0, n, 8, block_size=16)
 
 
-def test_split_only_when_d_has_a_prefill_queue() -> None:
+class _Held:
+    """A cache view in which instance `index` holds the first `tokens` of every prompt."""
+
+    def __init__(self, index: int, tokens: int) -> None:
+        self.index, self.tokens = index, tokens
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
+        return [self.tokens if i == self.index else 0 for i in range(n_instances)]
+
+
+def test_a_queue_on_d_alone_does_not_split() -> None:
+    """A handed-over request still waits behind D's queued prefills: both sides carry it."""
     pol = CalibratedSplit(CalibratedSplitParams(prefill_ms_per_token=0.1, transfer_alpha_ms=50))
     idle = pol.decide(_req(4000), _fleet(0, 0))
     assert not idle.disaggregated and idle.reason == "colocate_cheaper"
     # Instance 0 has a prefill queue, instance 1 a large decode load: D (by KV cost) is 0,
-    # P is 1; colocated waits 50k tokens of prefill, the split only the transfer.
+    # P is 1 and holds nothing more than D, so the split only adds the transfer.
     fleet = FleetView(
         [
             InstanceView(0, pending_prefill_tokens=50_000),
             InstanceView(1, decode_tokens=2_000_000, decode_requests=1),
         ]
+    )
+    assert not pol.decide(_req(4000), fleet).disaggregated
+
+
+def test_split_when_p_holds_the_prompt_and_d_is_the_cheaper_decode_home() -> None:
+    pol = CalibratedSplit(CalibratedSplitParams(prefill_ms_per_token=0.1, transfer_alpha_ms=50))
+    # Instance 1 holds the whole prompt but decodes a lot, so D (by KV cost) is instance 0;
+    # colocated computes 4,000 tokens on D (400 ms), the split ~0 on P plus the transfer.
+    fleet = FleetView(
+        [InstanceView(0), InstanceView(1, decode_tokens=2_000_000, decode_requests=1)],
+        cache=_Held(1, 4000),
     )
     busy = pol.decide(_req(4000), fleet)
     assert (busy.prefill, busy.decode, busy.reason) == (1, 0, "split_pays")
@@ -60,7 +82,8 @@ def test_prediction_and_margin() -> None:
     )
     colo, split = predict_ttft_ms(p, new_on_d=1000, uncached_on_p=1000, d_pending=5000, p_pending=0)
     assert colo == pytest.approx(600.0)
-    assert split == pytest.approx(100 + 10 + 0.1)
+    # P's prefill, the transfer, then D's queue of 5,000 tokens.
+    assert split == pytest.approx(100 + 10 + 0.1 + 500)
     assert math.isinf(break_even_new_tokens(p))  # idle fleet, P as cached as D: never
 
 

@@ -7,8 +7,15 @@ splits only when the colocated one exceeds the split one by a margin:
     colocated = prefill(D.pending_prefill + new_on_D)
     split     = prefill(P.pending_prefill + uncached_on_P)            # queue on P + its prefill
               + transfer_alpha + transfer_beta * new_on_D * kv_bytes_per_token  # incremental pull
+              + ms_per_token * D.pending_prefill                       # D's queue, after the pull
               + split_fixed_ms                                         # D's promotion, hops
     split iff colocated > split * (1 + margin_ratio) + margin_ms
+
+D's queue is on both sides: a request whose KV arrives from P still waits behind the prefills
+queued on D (its scheduler admits requests in order). A first form left it out of the split
+side, so it split whenever D had a queue and lost to the peers on 6 of 7 workloads
+(benchmarks/policy_split.py); the split now pays only where P computes less (it holds more of
+the prompt, or D's decode load made D the cheaper decode home) by more than the transfer.
 
 with prefill(t) = prefill_alpha_ms + prefill_ms_per_token * t. D is chosen as in
 `conditional_disagg` (Dynamo's KV cost); P is the least-pending other prefill instance. The
@@ -66,6 +73,7 @@ def predict_ttft_ms(
         + p.prefill_ms_per_token * (p_pending + uncached_on_p)
         + p.transfer_alpha_ms
         + p.transfer_beta_ms_per_byte * new_on_d * p.kv_bytes_per_token
+        + p.prefill_ms_per_token * d_pending
         + p.split_fixed_ms
     )
     return colo, split

@@ -400,7 +400,8 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
             f"break-even is {'never (no N)' if math.isinf(be) else f'N = {be:,.0f}'}, because P "
             "holds the same prefix as D and so prefills as much; measured: "
             + ("a break-even inside the grid." if measured else "no cell where the split wins.")
-            + " The decider splits only on queues (D's pending prefill vs P's)."
+            + " Away from an idle fleet it splits only where P holds more of the prompt than"
+            " D (D's queue delays a handed-over request as much as a colocated one)."
         )
     predicted = break_even_new_tokens(params) if params is not None else None
     s.table(
