@@ -356,6 +356,7 @@ def main() -> None:
     if args.calibrate_interleaved and (args.both or args.real_set):
         ap.error("--calibrate-interleaved fits the cpu-tiny profile: no --set/--real-set")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     interleaved = None
     if args.calibrate_interleaved:
         args.profile, interleaved = interleaved_profile(args, log)
@@ -363,7 +364,6 @@ def main() -> None:
     prof = sim_profile(
         config_for(min(args.instances), "sim", args.seed, 0, args.both), args.profile
     )
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cases = []
     for n in args.instances:
         tolerance = args.mean_tolerance if n in args.mean_tolerance_instances else None
