@@ -28,8 +28,8 @@ def reference(tokens: list[int], bs: int) -> list[int]:
     bits = hashing._LANE_BITS
     out, h1, h2 = [], 0, 0
     for i, x in enumerate(z.tolist()):
-        h1 = (h1 * b1 + (x >> (64 - bits))) % p1
-        h2 = (h2 * b2 + (x & ((1 << bits) - 1))) % p2
+        h1 = (h1 * b1 + (x >> (64 - bits)) + 1) % p1  # digits 1..2^28: token 0 counts
+        h2 = (h2 * b2 + (x & ((1 << bits) - 1)) + 1) % p2
         if (i + 1) % bs == 0:
             out.append((h1 << 31) | h2)
     return out

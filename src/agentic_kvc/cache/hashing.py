@@ -141,7 +141,11 @@ def _lane_states(
             np.right_shift(z, np.uint64(64 - _LANE_BITS), out=tmp)
         else:
             np.bitwise_and(z, np.uint64((1 << _LANE_BITS) - 1), out=tmp)
-        # sum_{i<t} a_i B^(t-1-i) = B^(t-1) * sum_{i<t} a_i B^-i. With a_i < 2^28 and
+        # Digits 1..2^28, never 0: a zero digit adds nothing to the polynomial, so a leading
+        # run of token 0 (which the mix maps to 0) would hash as if absent and a block of
+        # them would get key 0, the chain's start.
+        np.add(tmp, np.uint64(1), out=tmp)
+        # sum_{i<t} a_i B^(t-1-i) = B^(t-1) * sum_{i<t} a_i B^-i. With a_i <= 2^28 and
         # B^-i < 2^31 a product is < 2^59, so up to 32 of them sum without overflow: reduce
         # once per block instead of once per token (uint64 division is the slow part).
         np.multiply(tmp, _POW_INV[lane].upto(n), out=tmp)
