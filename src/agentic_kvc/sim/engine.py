@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -551,7 +552,8 @@ class Instance:
     # ---- observation -----------------------------------------------------------------
 
     def kv_usage_at(self, t: float) -> float:
-        """KV usage as a scrape at `t` sees it (inside a run of steps, blocks grow per step)."""
+        """KV usage as a scrape at `t` sees it (inside a run of steps, blocks grow per step).
+        `kv_usages` reads a whole fleet, most instances inline."""
         if self.holds:
             self._expire(t)  # holds whose TTL ran out are free by now, busy or idle
         step = self.step
@@ -567,7 +569,27 @@ class Instance:
             if lo > 0:
                 bs = self.bs
                 used += sum(
-                    max(math.ceil((s.num_computed + 1 + lo) / bs) - len(s.blocks), 0)
+                    max(
+                        -(-(s.num_computed + 1 + lo) // bs)
+                        - s.blocks.n_hashed
+                        - s.blocks.n_unhashed,
+                        0,
+                    )
                     for s in step.seqs
                 )
         return min(used, self.pool.num_blocks) / self.pool.num_blocks
+
+
+def kv_usages(instances: Sequence[Instance], t: float) -> list[float]:
+    """`[inst.kv_usage_at(t) for inst in instances]`, for a scrape of the whole fleet.
+
+    An instance with no KV hold and no run of steps in progress (idle, or mid one step) uses
+    exactly its pool's blocks, so its usage is read inline, without a method call (the same
+    float `kv_usage_at` returns): a scrape reads every instance, every scrape interval.
+    """
+    return [
+        (inst.pool.next_fresh - inst.pool._queued) / inst.pool.num_blocks
+        if not inst.holds and (inst.step is None or inst.step.k == 1)
+        else inst.kv_usage_at(t)
+        for inst in instances
+    ]

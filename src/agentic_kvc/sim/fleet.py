@@ -28,9 +28,9 @@ from agentic_kvc.policy.base import NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq
+from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
 from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
-from agentic_kvc.workload.tokens import engine_block_hashes
+from agentic_kvc.workload.tokens import chain_states, engine_block_hashes
 
 # Event kinds, in the order they run at equal times.
 KV_LANDED, RELEASE, STEP_END, SCRAPE, SAMPLE, PLAN = range(6)
@@ -92,9 +92,10 @@ class SessionRun:
     # A subagent runs inside its parent's slot (a capped parent waiting on its subagents
     # would otherwise deadlock), so only top-level sessions take one.
     takes_slot: bool = True
-    # The last released prompt's content blocks and engine block hashes (the next turn's
-    # prompt extends it: its shared blocks keep their hashes).
-    last_prompt: tuple[tuple[Block, ...], list[int]] | None = None
+    # The last released prompt's content blocks, engine block hashes and chain states (bases
+    # and states, `chain_states`): the next turn's prompt extends it, its shared blocks keep
+    # their hashes and states.
+    last_prompt: tuple[tuple[Block, ...], list[int], list[int], list[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -396,21 +397,33 @@ class SimFleet:
             self._submit(self.instances[decision.decode], seq)
 
     def _prompt_hashes(self, srun: SessionRun, req: Request) -> list[int]:
-        """`engine_block_hashes(req)`, extending the session's previous prompt's: engine
-        blocks inside the content blocks the two share (same ids and sizes) hash the same."""
+        """`engine_block_hashes(req)`, extending the session's previous prompt's: the leading
+        content blocks the two share (same ids and sizes) keep their chain states, and the
+        engine blocks inside them their hashes."""
         bs = self.bs
+        blocks = req.blocks
         last = srun.last_prompt
         k = 0
+        known = None
         if last is not None:
-            blocks, prev = last
-            shared = 0
-            for a, b in zip(blocks, req.blocks, strict=False):  # up to the shorter
+            prev_blocks, prev, bases, states = last
+            n = tokens = 0
+            for a, b in zip(prev_blocks, blocks, strict=False):  # up to the shorter
                 if a.id != b.id or a.tokens != b.tokens:
                     break
-                shared += a.tokens
-            k = min(shared // bs, len(prev))
-        hashes = prev[:k] + engine_block_hashes(req, bs, k) if k else engine_block_hashes(req, bs)
-        srun.last_prompt = (req.blocks, hashes)
+                n += 1
+                tokens += a.tokens
+            k = min(tokens // bs, len(prev))
+            known = (bases[:n], states[:n])
+        bases, states = chain_states(blocks, known)
+        hashes = engine_block_hashes(req, bs, k, bases)
+        if k:
+            # One copy of the shared head (`prev[:k] + hashes` copies it twice): each copy
+            # touches every hash int's reference count, scattered in memory.
+            head = prev[:k]
+            head += hashes
+            hashes = head
+        srun.last_prompt = (blocks, hashes, bases, states)
         return hashes
 
     def _submit(self, inst: Instance, seq: Seq) -> None:
@@ -526,7 +539,7 @@ class SimFleet:
 
     def _scrape(self, t: float) -> list[float]:
         insts = self.instances
-        usage = [inst.kv_usage_at(t) for inst in insts]
+        usage = kv_usages(insts, t)
         self.state.update_scrapes(
             t, [len(i.running) for i in insts], [len(i.waiting) for i in insts], usage
         )
@@ -537,7 +550,7 @@ class SimFleet:
         if got is not None and got[0] == self.stats.events - 1 and got[1] == t:
             usage = got[2]  # nothing ran between that scrape and this sample
         else:
-            usage = [inst.kv_usage_at(t) for inst in self.instances]
+            usage = kv_usages(self.instances, t)
         # Fields by position (t, instance, running, waiting, kv_usage, prefix_cache_queries,
         # prefix_cache_hits, external_prefix_cache_hits, preemptions, router_inflight,
         # router_pending_prefill_tokens): a third of the cost of keywords, per instance and

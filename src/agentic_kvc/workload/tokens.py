@@ -46,13 +46,18 @@ def mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+# numpy scalars made once: a prompt's hashes are a few small numpy passes, where making
+# these per call was a noticeable part (issue 16).
+_S30, _S27, _S31, _UM1, _UM2 = _U(30), _U(27), _U(31), _U(_M1), _U(_M2)
+
+
 def _mix64_np(x: np.ndarray) -> np.ndarray:
     """The same finalizer on a uint64 array, in place where possible (wraps mod 2^64)."""
-    x ^= x >> _U(30)
-    x *= _U(_M1)
-    x ^= x >> _U(27)
-    x *= _U(_M2)
-    x ^= x >> _U(31)
+    x ^= x >> _S30
+    x *= _UM1
+    x ^= x >> _S27
+    x *= _UM2
+    x ^= x >> _S31
     return x
 
 
@@ -154,11 +159,15 @@ def request_messages(request: Request) -> list[dict[str, str]]:
 # --- engine block hashes --------------------------------------------------------------------
 
 
-def chain_states(blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
-    """(base_m, S_m) for every content block (see the module docstring)."""
-    bases, states = [], []
-    state = _CHAIN_SALT
-    for b in blocks:
+def chain_states(
+    blocks: Sequence[Block], known: tuple[list[int], list[int]] | None = None
+) -> tuple[list[int], list[int]]:
+    """(base_m, S_m) for every content block (see the module docstring). `known`: those of
+    the leading blocks, already computed (a session's next turn shares its previous prompt's
+    leading blocks, and with them their chain)."""
+    bases, states = (known[0][:], known[1][:]) if known else ([], [])
+    state = states[-1] if states else _CHAIN_SALT
+    for b in blocks[len(bases) :]:
         base = mix64(state ^ mix64(b.id))
         state = mix64(base + b.tokens * GOLDEN)
         bases.append(base)
@@ -167,7 +176,10 @@ def chain_states(blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
 
 
 def engine_block_hashes(
-    request: Request | Sequence[Block], block_size: int, start: int = 0
+    request: Request | Sequence[Block],
+    block_size: int,
+    start: int = 0,
+    bases: Sequence[int] | None = None,
 ) -> list[int]:
     """One chained 64-bit hash per FULL engine block of `block_size` tokens.
 
@@ -176,39 +188,39 @@ def engine_block_hashes(
     engine block gets no hash, as in vLLM. Costs one Python step per content block and one
     vectorised step per engine block (no token is made). `start`: hashes of engine blocks
     `start` onwards only (a caller that has the earlier ones, e.g. from the session's
-    previous turn, extends them).
+    previous turn, extends them). `bases`: `chain_states(blocks)[0]`, if the caller has them.
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     blocks = request.blocks if isinstance(request, Request) else tuple(request)
     if not blocks:
         return []
-    bases, _ = chain_states(blocks)
+    if bases is None:
+        bases, _ = chain_states(blocks)
     # Engine block j ends at token e = (j + 1) * block_size, in the content block m with
     # s_m < e <= s_m + t_m (s_m: tokens before m), at offset k = e - s_m: inside one content
     # block the values base_m + k * GOLDEN step by block_size * GOLDEN. One ramp for all of
     # them, plus a constant per content block (a few), then one mix.
     first = block_size * (start + 1)
     step = (GOLDEN * block_size) & MASK64
-    parts: list[tuple[int, int, int]] = []  # (first engine block, count, value at it - ramp)
+    offsets: list[int] = []  # per content block with engine block ends: value - ramp
+    counts: list[int] = []  # how many engine blocks end in it
     n = s = 0
     for b, base in zip(blocks, bases, strict=True):
         c = s + b.tokens
         e0 = max((s // block_size + 1) * block_size, first)
         if e0 <= c:
             cnt = (c - e0) // block_size + 1
-            parts.append((n, cnt, (base + (e0 - s) * GOLDEN - n * step) & MASK64))
+            offsets.append((base + (e0 - s) * GOLDEN - n * step) & MASK64)
+            counts.append(cnt)
             n += cnt
         s = c
     if not n:
         return []
     vals = np.arange(n, dtype=np.uint64)
     vals *= _U(step)
-    if len(parts) == 1:
-        vals += _U(parts[0][2])
+    if len(offsets) == 1:
+        vals += _U(offsets[0])
     else:
-        offsets = np.empty(n, dtype=np.uint64)
-        for a, cnt, off in parts:
-            offsets[a : a + cnt] = _U(off)
-        vals += offsets
+        vals += np.repeat(np.array(offsets, dtype=np.uint64), counts)
     return _mix64_np(vals).tolist()
