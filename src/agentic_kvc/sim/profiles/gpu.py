@@ -67,6 +67,9 @@ class OpStepCost:
         # Per batch size, asked at every mixed step: a dict hit instead of two interpolations.
         self.decode_attn = lru_cache(maxsize=4096)(self.decode_attn)  # type: ignore[method-assign]
         self._lm_head_s = lru_cache(maxsize=4096)(self._lm_head)
+        # Per (chunk, context): a prompt's full chunks recur at the same contexts (after the
+        # same cached system prompt), in every session and in every step of a prefill run.
+        self.prefill_attn_s = lru_cache(maxsize=65536)(self.prefill_attn_s)  # type: ignore[method-assign]
 
     def _linear_s(self, tokens: int) -> float:
         """One layer's dense linears + MoE for `tokens` scheduled tokens."""
