@@ -103,17 +103,15 @@ class Unified(ColocatingPolicy):
                 # The receipt shows every candidate, so a reader sees what affinity beat.
                 n = max(request.input_tokens, 1)
                 # Equal entries share one dict (most instances hold just the system prompt and
-                # run a few requests): a large fleet's receipts stay small in memory. Built
-                # at C speed but for one dict per distinct (hit, requests).
-                index = [i.index for i in candidates]
-                keys = list(zip(map(cached.__getitem__, index), requests, strict=True))
-                entries = {
-                    key: {"cache_ratio": key[0] / n, "num_requests": key[1]}
-                    for key in dict.fromkeys(keys)
-                }
-                scores: dict[int, Any] = dict(
-                    zip(index, map(entries.__getitem__, keys), strict=True)
-                )
+                # run a few requests): a large fleet's receipts stay small in memory.
+                entries: dict[tuple[int, int], dict[str, Any]] = {}
+                scores: dict[int, Any] = {}
+                for i, r in zip(candidates, requests, strict=True):
+                    key = (cached[i.index], r)
+                    entry = entries.get(key)
+                    if entry is None:
+                        entry = entries[key] = {"cache_ratio": key[0] / n, "num_requests": r}
+                    scores[i.index] = entry
                 scores[a.index] = {**scores[a.index], "avg_requests": avg}
                 return a, "affinity", scores
             if ratio > p.affinity_ratio:
