@@ -108,6 +108,18 @@ class RoundRobinTie:
         self.counter += 1
 
 
+def candidate_at(
+    candidates: Sequence[InstanceView], n_instances: int, index: int
+) -> InstanceView | None:
+    """The candidate with this instance index, if any: when every instance is a candidate
+    (the common case), by position, without a pass over the fleet."""
+    if len(candidates) == n_instances and 0 <= index < n_instances:
+        inst = candidates[index]
+        if inst.index == index:
+            return inst
+    return next((i for i in candidates if i.index == index), None)
+
+
 def argmin(
     candidates: Sequence[InstanceView],
     key: Callable[[InstanceView], tuple[Any, ...]],

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
-from agentic_kvc.policy.common import ColocatingPolicy
+from agentic_kvc.policy.common import ColocatingPolicy, candidate_at
 from agentic_kvc.policy.registry import register
 
 
@@ -25,12 +25,11 @@ class RoundRobin(ColocatingPolicy):
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         n = len(fleet.instances)
-        if len(candidates) == n:  # every instance is a candidate: the next one, by position
-            idx = self._next % n
-            inst = candidates[idx]
-            if inst.index == idx:
-                self._next = idx + 1
-                return inst, "round_robin", {}
+        idx = self._next % n
+        inst = candidate_at(candidates, n, idx)
+        if inst is not None:  # the next instance is a candidate (every one, mostly)
+            self._next = idx + 1
+            return inst, "round_robin", {}
         ok = {i.index: i for i in candidates}
         for step in range(n):
             idx = (self._next + step) % n

@@ -35,6 +35,7 @@ from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import (
     ColocatingPolicy,
     StrictParams,
+    candidate_at,
     lmetric_pick,
     mean,
     uncached_tokens,
@@ -85,17 +86,12 @@ class Unified(ColocatingPolicy):
         avg = mean(requests)
         reason = "lmetric"
         owner = fleet.affinity.get(request.session_id) if request.session_id else None
-        a = _member(candidates, fleet, owner) if owner is not None else None
+        a = candidate_at(candidates, len(fleet.instances), owner) if owner is not None else None
         if a is not None:
             ratio = cached[owner] / request.input_tokens if request.input_tokens > 0 else 0.0
             if p.overload_test == "cost":
-                # affinity_cost per candidate, inlined; only A's and the cheapest are needed
-                cheapest = min(
-                    [
-                        (i.pending_prefill_tokens + unc[i.index]) * (r + 1)
-                        for i, r in zip(candidates, requests, strict=True)
-                    ]
-                )
+                # only A's cost and the cheapest are needed
+                cheapest = min(map(affinity_cost, candidates, [unc[i.index] for i in candidates]))
                 loaded_ok = affinity_cost(a, unc[owner]) <= p.overload_factor * cheapest
             else:
                 loaded_ok = a.num_requests <= avg * p.overload_factor
@@ -125,18 +121,6 @@ class Unified(ColocatingPolicy):
                     eligible = under
         best, scores = lmetric_pick(eligible, unc, self.tie, len(fleet.instances))
         return best, reason, scores
-
-
-def _member(
-    candidates: Sequence[InstanceView], fleet: FleetView, index: int
-) -> InstanceView | None:
-    """The candidate with this index, if any: when every instance is a candidate (the common
-    case), by position, without a pass over the fleet."""
-    if len(candidates) == len(fleet.instances) and 0 <= index < len(candidates):
-        inst = candidates[index]
-        if inst.index == index:
-            return inst
-    return next((i for i in candidates if i.index == index), None)
 
 
 def affinity_cost(inst: InstanceView, uncached: int) -> int:

@@ -123,7 +123,9 @@ class BlockPool:
         self.next_fresh = 0
         self._queue = Piece(None, 0, 0, 0)  # sentinel of the circular list of free pieces
         self._queue.prev = self._queue.next = self._queue
-        self._queued = 0  # blocks in the queued pieces
+        # Blocks in the queued pieces (public: a fleet scrape reads used blocks inline as
+        # next_fresh - queued, engine.kv_usages).
+        self.queued = 0
         self.evictions = 0  # cached blocks reused for other content
 
     @property
@@ -152,9 +154,14 @@ class BlockPool:
         self.heads = heads
         self._by_block = None
 
+    def starts_no_piece(self, hashes: Sequence[int], pos: int) -> bool:
+        """In the by-piece mode, no cached piece starts at chain position `pos` of `hashes`
+        (none can past their end). False in the by-block mode, which cannot say it cheaply."""
+        return self._by_block is None and (pos >= len(hashes) or hashes[pos] not in self.heads)
+
     @property
     def num_free(self) -> int:
-        return self._queued + self.num_blocks - self.next_fresh
+        return self.queued + self.num_blocks - self.next_fresh
 
     @property
     def usage(self) -> float:
@@ -170,14 +177,14 @@ class BlockPool:
         assert prv is not None
         p.prev, p.next = prv, nxt
         prv.next = nxt.prev = p
-        self._queued += p.hi - p.lo
+        self.queued += p.hi - p.lo
 
     def _dequeue(self, p: Piece) -> None:
         prv, nxt = p.prev, p.next
         assert prv is not None and nxt is not None
         prv.next, nxt.prev = nxt, prv
         p.prev = p.next = None
-        self._queued -= p.hi - p.lo
+        self.queued -= p.hi - p.lo
 
     # ---- lookups --------------------------------------------------------------------
 
@@ -305,7 +312,7 @@ class BlockPool:
                 self._dequeue(p)
             else:
                 p.hi -= k
-                self._queued -= k
+                self.queued -= k
             n -= k
 
     def cache(self, table: BlockTable, full: int, hashes_of: HashesOf, seal: int = -1) -> None:

@@ -437,9 +437,7 @@ class Instance:
         # the steps in between only evict and hash generated blocks, so no step could have
         # met one of them cached, and hashing them in one go leaves the same pieces.
         pos = last.blocks.n_hashed
-        defer = pool._by_block is None and (
-            pos >= len(last.hashes) or last.hashes[pos] not in pool.heads
-        )
+        defer = pool.starts_no_piece(last.hashes, pos)
         hashed = dec if defer else seqs
         for j in range(2, k_max + 1):
             needs = [
@@ -558,7 +556,7 @@ class Instance:
             self._expire(t)  # holds whose TTL ran out are free by now, busy or idle
         step = self.step
         pool = self.pool
-        used = pool.next_fresh - pool._queued  # num_blocks - num_free
+        used = pool.num_blocks - pool.num_free
         if step is not None and step.ends is not None:
             # Blocks of steps not started by `t` are not in use yet. A step starts when the
             # one before it ends, after a scrape at that same time (PLAN runs last).
@@ -588,7 +586,7 @@ def kv_usages(instances: Sequence[Instance], t: float) -> list[float]:
     float `kv_usage_at` returns): a scrape reads every instance, every scrape interval.
     """
     return [
-        (inst.pool.next_fresh - inst.pool._queued) / inst.pool.num_blocks
+        (inst.pool.next_fresh - inst.pool.queued) / inst.pool.num_blocks  # used / all
         if not inst.holds and (inst.step is None or inst.step.k == 1)
         else inst.kv_usage_at(t)
         for inst in instances
