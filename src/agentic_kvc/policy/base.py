@@ -69,6 +69,11 @@ class CacheView(Protocol):
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]: ...
 
 
+def colocating(instances: Sequence[InstanceView]) -> list[InstanceView]:
+    """The healthy instances that can run both phases of a request."""
+    return [i for i in instances if i.healthy and i.can_prefill and i.can_decode]
+
+
 @dataclass(slots=True)
 class FleetView:
     instances: Sequence[InstanceView]

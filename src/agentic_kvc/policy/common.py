@@ -18,6 +18,7 @@ from agentic_kvc.policy.base import (
     NoHealthyInstance,
     Policy,
     RequestView,
+    colocating,
 )
 
 RequestClass = Literal["WARM", "MEDIUM", "HEAVY"]
@@ -80,9 +81,7 @@ def colocated_candidates(fleet: FleetView) -> Sequence[InstanceView]:
     """Healthy instances that can run both phases of a request (`can_prefill and can_decode`),
     as the router state keeps them between health changes, else filtered here. Read-only."""
     got = fleet.colocated
-    if got is not None:
-        return got
-    return [i for i in fleet.instances if i.healthy and i.role != "decode" and i.role != "prefill"]
+    return got if got is not None else colocating(fleet.instances)
 
 
 def mean(values: Sequence[float]) -> float:

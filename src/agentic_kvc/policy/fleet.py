@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentic_kvc.policy.base import Decision, FleetView, InstanceView, RequestView, Role
+from agentic_kvc.policy.base import (
+    Decision,
+    FleetView,
+    InstanceView,
+    RequestView,
+    Role,
+    colocating,
+)
 
 
 class RecordingCacheView(Protocol):
@@ -75,9 +82,7 @@ class RouterState:
                 inst.scrape_age_s = None if t is None else now - t
         colocated = self._colocated
         if colocated is None:
-            colocated = self._colocated = [
-                i for i in self.instances if i.healthy and i.can_prefill and i.can_decode
-            ]
+            colocated = self._colocated = colocating(self.instances)
         return FleetView(
             instances=self.instances,
             cache=self.cache,
