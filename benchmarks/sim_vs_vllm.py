@@ -46,7 +46,13 @@ from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.sim.backend import profile_for, run_sim
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
-from agentic_kvc.sim.serving_fit import SERVING_SEED, fit_and_store, quantiles, serving_config
+from agentic_kvc.sim.serving_fit import (
+    SERVING_SEED,
+    fit_and_store,
+    quantiles,
+    serving_config,
+    serving_sizes,
+)
 
 VALIDATION_SEED = 11
 METRIC_NAMES = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")
@@ -435,7 +441,7 @@ def interleaved_profile(
     result = calibrate_interleaved(
         args.instances,
         args.repeats,
-        sorted({1, cores}),  # as `akvc calibrate --serving` (calibrate/engine.py)
+        serving_sizes(cores),  # as `akvc calibrate --serving`
         args.seed,
         lambda cfg, role: execute(cfg, roots[role], log=log),
         lambda dirs: fit_and_store(fitted, dirs, cores, log),

@@ -370,11 +370,10 @@ def run_serving(
     workload on 1 real instance and on `host_cores` (none spare), `repeats` times each,
     interleaved (1, n, 1, n, ...) so that a change in the machine's load hits both sizes."""
     from agentic_kvc.runs import execute
-    from agentic_kvc.sim.serving_fit import serving_config
+    from agentic_kvc.sim.serving_fit import serving_config, serving_sizes
 
-    sizes = sorted({1, host_cores})
     return [
         execute(serving_config(n, repeat=k), results, log=log)
         for k in range(repeats)
-        for n in sizes
+        for n in serving_sizes(host_cores)
     ]

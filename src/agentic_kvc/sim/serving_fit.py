@@ -77,6 +77,12 @@ SERVING_WORKLOAD: dict[str, Any] = {
 METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
 
 
+def serving_sizes(host_cores: int) -> list[int]:
+    """The fleet sizes the serving stage replays: 1 instance (a spare core) and as many as
+    the host has cores (none spare: the contended slowdown)."""
+    return sorted({1, host_cores})
+
+
 def serving_config(
     instances: int, backend: str = "vllm", seed: int = SERVING_SEED, repeat: int = 0
 ) -> RunConfig:
