@@ -78,5 +78,6 @@ class EngineProfile:
     kv_capacity_tokens: int  # at the requested gpu_memory_utilization
     source: str  # how the numbers were obtained (measured file, derived by ratios, calibrated)
     # CPU hosts with no spare core: the step cost while another instance is mid-step (their
-    # workers and frontends then share the cores). None: instances never slow each other.
+    # workers and frontends then share the cores); a step pays it for the time the two overlap.
+    # None: instances never slow each other.
     contended_cost: StepCost | None = None

@@ -365,15 +365,7 @@ class Instance:
             and n_running_scheduled == len(running)
         ):
             return self._decode_run(now, seqs, nums)
-        chunks = []
-        batch = kv = 0
-        for s, n in zip(seqs, nums, strict=True):
-            if n == 1 and s.generated > 0:
-                batch += 1
-                kv += s.num_computed + 1
-            else:
-                chunks.append((n, s.num_computed))
-        dt = self.cost.step_s(chunks, batch, kv)
+        dt = self.cost.step_s(*step_shape(seqs, nums))
         return Step(now, seqs, nums, now + dt, transfers=transfers)
 
     def _decode_run(self, now: float, seqs: list[Seq], nums: list[int]) -> Step:
@@ -481,6 +473,27 @@ class Instance:
         step.t_end = step.end_of(lo)
         return True
 
+    def stretch(self, now: float, cost_now: StepCost, cost_before: StepCost) -> bool:
+        """From `now` the step in progress runs at another rate (a CPU host whose instances
+        share its cores: another one started or ended a step). A run ends with the step in
+        progress (the rest is planned at the new rate), whose remaining time is scaled by
+        that step's cost ratio, new over old. True if its end moved."""
+        step = self.step
+        if step is None or step.t_end <= now:
+            return False
+        assert step.ends is None, "prefill runs are off when steps share cores"
+        self.cut(now)
+        if step.k > 1:  # a decode run's last step, k
+            n = len(step.seqs)
+            shape: tuple[list[tuple[int, int]], int, int] = ([], n, step.kv0 + n * (step.k - 1))
+        else:
+            shape = step_shape(step.seqs, step.num_new)
+        before = cost_before.step_s(*shape)
+        if before <= 0:
+            return False
+        step.t_end = now + (step.t_end - now) * cost_now.step_s(*shape) / before
+        return True
+
     def needs_cut(self) -> bool:
         """Would a new waiting request change the next step? Not while the batch is full."""
         return len(self.running) < self.max_num_seqs
@@ -576,6 +589,21 @@ class Instance:
                     for s in step.seqs
                 )
         return min(used, self.pool.num_blocks) / self.pool.num_blocks
+
+
+def step_shape(seqs: Sequence[Seq], nums: Sequence[int]) -> tuple[list[tuple[int, int]], int, int]:
+    """What a `StepCost` prices of a step scheduling `nums[i]` tokens of `seqs[i]` (before
+    the step): its prefill chunks (new tokens, tokens already in KV), decode batch and the
+    decode batch's KV tokens."""
+    chunks = []
+    batch = kv = 0
+    for s, n in zip(seqs, nums, strict=True):
+        if n == 1 and s.generated > 0:
+            batch += 1
+            kv += s.num_computed + 1
+        else:
+            chunks.append((n, s.num_computed))
+    return chunks, batch, kv
 
 
 def kv_usages(instances: Sequence[Instance], t: float) -> list[float]:

@@ -9,6 +9,11 @@ Events at the same time run in a fixed order (KV landed, request released, step 
 sample) and then every instance whose step ended plans its next one, so a step boundary sees
 everything that arrived up to and including its time. Ties break by insertion order: the same
 config and seed give the same records.
+
+A CPU profile with no spare core (`EngineProfile.contended_cost`) makes instances slow each
+other down: a step runs at the contended rate while another instance is mid-step and at the
+base rate otherwise; when another step starts or ends, the step in progress is stretched or
+shrunk for its remaining part (a decode run is cut there first).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
-from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.sim.cost import EngineProfile, StepCost
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
 from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import chain_states, engine_block_hashes
@@ -180,7 +185,9 @@ class SimFleet:
         self._now = 0.0
         self._version = [0] * fc.instances
         self._plan_pending = [False] * fc.instances
-        self._busy = 0  # instances mid-step (a contended profile costs a step by it)
+        # Instances mid-step, kept for a contended profile: a step runs at the contended
+        # rate while another instance is mid-step, at the base rate otherwise.
+        self._busy: set[Instance] = set()
         self._slots_used = 0
         self._slot_queue: deque[SessionRun] = deque()
         self._outstanding = len(workload)
@@ -444,22 +451,38 @@ class SimFleet:
         self._plan_pending[inst.index] = False
         if inst.step is not None:
             return
-        if self.profile.contended_cost is not None:
-            # A step is costed by whether another instance is mid-step when it starts (a run of
-            # decode steps keeps that rate to its end).
-            inst.cost = self.profile.contended_cost if self._busy else self.profile.cost
+        slow = self.profile.contended_cost
+        if slow is not None:
+            inst.cost = slow if self._busy else self.profile.cost
         step = inst.schedule(self._now)
         if step is None:
             return
         inst.step = step
-        self._busy += 1
+        if slow is not None and step.t_end > self._now:
+            if len(self._busy) == 1:  # the one busy instance now shares the cores
+                self._stretch(next(iter(self._busy)), slow, self.profile.cost)
+            self._busy.add(inst)
         for seq in step.transfers:
             self._start_transfer(inst, seq)
         self._version[inst.index] += 1
         self._push(step.t_end, STEP_END, (inst, self._version[inst.index]))
 
+    def _stretch(self, inst: Instance, cost_now: StepCost, cost_before: StepCost) -> None:
+        """Another instance started or ended a step: `inst`'s step in progress goes on at
+        the other rate from now (processor sharing: the slowdown lasts as long as the overlap,
+        not a whole step or run)."""
+        if inst.stretch(self._now, cost_now, cost_before):
+            assert inst.step is not None
+            self._version[inst.index] += 1
+            self._push(inst.step.t_end, STEP_END, (inst, self._version[inst.index]))
+
     def _step_end(self, inst: Instance) -> None:
-        self._busy -= 1
+        busy = self._busy
+        if inst in busy:
+            busy.remove(inst)
+            if len(busy) == 1:  # the other one has the cores to itself again
+                assert self.profile.contended_cost is not None
+                self._stretch(next(iter(busy)), self.profile.cost, self.profile.contended_cost)
         for seq in inst.finish_step():
             flight, k = seq.tag
             if seq is flight.prefill_seq:

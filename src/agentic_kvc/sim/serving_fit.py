@@ -12,10 +12,11 @@ simulator matches the real runs:
   fitted to such runs' TTFT and E2E p50/p90 (mean squared log ratio simulated/real over the
   runs and metrics: the quantiles benchmarks/sim_vs_vllm.py checks);
 - `contended_slowdown` (`prefill`: the per-token, attention and per-prefill-sequence terms;
-  `step`: the per-step overhead and the decode terms) on top, for a step that starts while
-  another instance is mid-step in a fleet with no spare core (instances >= the host's cores):
-  then the workers and all the frontends share the cores. Fitted to such runs' TTFT and E2E
-  p50/p90 (mean squared log ratio), after the scale.
+  `step`: the per-step overhead and the decode terms) on top, for the part of a step that
+  overlaps another instance's step in a fleet with no spare core (instances >= the host's
+  cores): then the workers and all the frontends share the cores (sim/fleet.py stretches a
+  step in progress when another starts or ends). Fitted to such runs' TTFT and E2E p50/p90
+  (mean squared log ratio), after the scale.
 
 How this was chosen (2026-11-23, docs/simulator.md): separate prefill and step scales, fitted
 to the calibration run's quantiles or request by request, matched that run but missed the
@@ -23,6 +24,12 @@ validation workload by up to +71% (TTFT p50); one factor generalised. A slowdown
 every step of a fleet without a spare core matched the validation workload (within 23%) but
 missed a third, unseen one by +71% (E2E p50): it charges contention even while the other
 instance idles, hence the contended form.
+
+Overlap, not step start (2026-11-25, docs/sim_profiles.md): the slowdown used to be fixed
+when a step started (a decode run kept it to its end), so a run that began during a short
+overlap stayed slow long after it; every 2-instance miss on two held-out workloads was then an
+over-predicted tail (E2E p90 +55%). Charged for the overlap only, the same fits fall inside
+the real range on more of the 2-instance checks (docs/sim_profiles.md has the table).
 
 Several runs per fleet size (2026-11-24, docs/sim_profiles.md): on a shared host one replay is
 one draw of its neighbours' load (the calibration config's 2-instance TTFT p90 was 517 ms in one
