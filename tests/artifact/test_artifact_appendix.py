@@ -5,10 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import REPO, akvc
-
 from agentic_kvc.artifact.appendix import render
 from agentic_kvc.artifact.registry import load_registry
+from tests.artifact.pipeline_helpers import REPO, akvc
 
 
 def test_artifact_md_is_generated_from_the_registry() -> None:

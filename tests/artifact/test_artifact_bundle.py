@@ -5,10 +5,9 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from conftest import REPO
-
 from agentic_kvc.artifact.bundle import bundle
 from agentic_kvc.artifact.manifest import verify
+from tests.artifact.pipeline_helpers import REPO
 
 
 def test_bundle_holds_code_archive_report_and_a_matching_manifest(

@@ -9,7 +9,8 @@ import tomllib
 
 import pytest
 import yaml
-from conftest import REPO
+
+from tests.artifact.pipeline_helpers import REPO
 
 CFF_REQUIRED = ("cff-version", "message", "title", "authors")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import SMALL_CONFIG, akvc, small_claim, snakemake
+
+from tests.artifact.pipeline_helpers import SMALL_CONFIG, akvc, small_claim, snakemake
 
 
 def _setup(root: Path, claims: list[dict]) -> None:

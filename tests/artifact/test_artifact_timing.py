@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import small_claim
-
 from agentic_kvc.analysis.experiments import Plan, PlannedRun
 from agentic_kvc.artifact.registry import Claim, Registry
 from agentic_kvc.artifact.timing import measure
+from tests.artifact.pipeline_helpers import small_claim
 
 
 def _run(run_id: str, experiment: str) -> PlannedRun:
