@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from agentic_kvc.config import FleetConfig
-from agentic_kvc.metrics.prometheus import parse_vllm_metrics
+from agentic_kvc.metrics.prometheus import parse_labels, parse_vllm_metrics
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.client import completion_body, new_http_session, send_completion
 from agentic_kvc.replay.driver import ReplaySettings, replay_async
@@ -216,6 +216,16 @@ def _proxy_inflight(proxy_url: str, instance: int) -> int:
     return int(parse_proxy_gauges(text).get(instance, {}).get("router_inflight", 0))
 
 
+def _proxy_decoding(proxy_url: str, instance: int) -> int:
+    """Requests on `instance` past their first token, by the proxy's /metrics."""
+    for line in httpx.get(proxy_url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("akvc_proxy_decode_requests{"):
+            labels = parse_labels(line[line.index("{") + 1 : line.rindex("}")])
+            if labels.get("instance") == str(instance):
+                return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
 @pytest.mark.reliability
 def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     fleet, tiny_model, tmp_path
@@ -244,7 +254,12 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
         while await asyncio.to_thread(_proxy_inflight, proxy_url, 1) < 2:
             assert time.monotonic() < deadline, "no request reached instance 1"
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)  # past the prefill: the streams are producing tokens
+        # ... and one of them streams tokens, so the kill cuts a stream, not a prefill (a
+        # fixed 0.2 s wait here may end inside the prefills on a loaded host: the suspected
+        # cause of a flake in which no request was cut off mid-stream).
+        while await asyncio.to_thread(_proxy_decoding, proxy_url, 1) < 1:
+            assert time.monotonic() < deadline, "no stream on instance 1 got a first token"
+            await asyncio.sleep(0.05)
         t_kill = time.monotonic() - origin
         fleet.kill(1)
         recs = await asyncio.wait_for(task, timeout=300)  # never a hang
