@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 from types import ModuleType
 
@@ -124,3 +125,72 @@ def test_the_fit_sees_only_the_calibration_replays(bench: ModuleType, tmp_path: 
         "calibration": {"1": [1.0, 5.0, 9.0], "2": [3.0, 7.0, 11.0]},
         "check": {"1": [2.0, 6.0, 10.0], "2": [4.0, 8.0, 12.0]},
     }
+
+
+def _session(path: Path, seed: int, one: list[float], two: list[float]) -> Path:
+    """A minimal benchmark output: real repeats per fleet size (every metric alike)."""
+    cases = []
+    for n, values, tol in ((1, one, 0.15), (2, two, None)):
+        runs = [
+            {m: v for m in ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")} for v in values
+        ]
+        metrics = {m: {"pass": True, "inside_range": True} for m in runs[0]}
+        cases.append({"instances": n, "vllm_runs": runs, "mean_tolerance": tol, "metrics": metrics})
+    doc = {"benchmark": "sim_vs_vllm", "config": {"seed": seed}, "started_at": "t", "cases": cases}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_sessions_baseline_judges_one_hours_mean_by_anothers_envelope(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "sim_vs_vllm_sessions", BENCH.with_name("sim_vs_vllm_sessions.py")
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = _session(tmp_path / "a.json", 11, [1.0, 1.2], [2.0, 4.0])  # means 1.1 and 3.0
+    b = _session(tmp_path / "b.json", 11, [1.2, 1.4], [2.5, 3.5])  # means 1.3 and 3.0
+    other_seed = _session(tmp_path / "c.json", 13, [9.0, 9.0], [9.0, 9.0])
+    result = mod.cross_session([mod.load_session(p) for p in (a, b, other_seed)])
+    by = {
+        (Path(p["predictor"]).name, p["instances"]): p["metrics"]["ttft_p50_s"]
+        for p in result["pairs"]
+    }
+    assert set(by) == {("a.json", 1), ("a.json", 2), ("b.json", 1), ("b.json", 2)}  # seed 13 alone
+    # a's 1-instance mean 1.1 is below b's range 1.2..1.4, b's 1.3 above a's 1.0..1.2.
+    assert not by[("a.json", 1)]["inside_range"] and not by[("b.json", 1)]["inside_range"]
+    # 2 instances, no mean tolerance: 3.0 lies inside both ranges.
+    assert by[("a.json", 2)]["pass"] and by[("b.json", 2)]["pass"]
+    assert by[("a.json", 1)]["error"] == pytest.approx(1.1 / 1.3 - 1)
+    assert result["real_checks"] == 16 and result["real_passes"] == 8
+
+
+def test_offline_compare_pairs_the_same_checks_of_two_model_versions() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "sim_vs_vllm_offline", BENCH.with_name("sim_vs_vllm_offline.py")
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def doc(sims: dict[str, float]) -> dict:
+        # Two sessions, 2 instances, pooled fit; real mean 1.0 on every metric.
+        return {
+            "results": [
+                {
+                    "fit": "pooled",
+                    "session": s,
+                    "cases": {"2": {m: {"sim": v, "real_mean": 1.0} for m, v in sims.items()}},
+                }
+                for s in ("a", "b")
+            ]
+        }
+
+    before = doc({"ttft_p50_s": 2.0, "e2e_p90_s": 1.5})  # over-predicts
+    after = doc({"ttft_p50_s": 1.0, "e2e_p90_s": 1.5})  # one metric now exact
+    (row,) = mod.compare(before, after)
+    assert (row["fit"], row["instances"], row["checks"]) == ("pooled", 2, 4)
+    assert (row["better"], row["worse"]) == (2, 0)
+    mean, lo, hi = row["abs_error_change"]
+    assert mean == pytest.approx(-math.log(2.0) / 2) and lo <= mean <= hi <= 0
+    assert row["bias_after"][0] == pytest.approx(math.log(1.5) / 2)

@@ -166,15 +166,26 @@ class ServingRun:
         self.real = quantiles(rows)
         self.load1 = _replay_load1(run_dir)
         self.sim_config = cfg.model_copy(update={"backend": "sim"})
+        # Repeats of one config simulate alike (`repeat` only names a distinct real run): a
+        # fit simulates each distinct config once per profile.
+        self.sim_key = self.sim_config.model_copy(update={"repeat": 0}).run_id()
         self._simulate = prepare_sim(self.sim_config)
 
     def simulate(self, profile: EngineProfile) -> dict[str, float]:
         return quantiles(self._simulate(profile))
 
-    def quantile_loss(self, profile: EngineProfile) -> float:
+    def quantile_loss(self, sim: dict[str, float]) -> float:
         """Mean squared log ratio simulated/real of TTFT and E2E p50 and p90."""
-        sim = self.simulate(profile)
         return float(np.mean([math.log(sim[k] / self.real[k]) ** 2 for k in self.real]))
+
+
+def mean_loss(runs: Sequence[ServingRun], profile: EngineProfile) -> float:
+    """The runs' mean quantile loss under `profile`, one simulation per distinct config."""
+    sims: dict[str, dict[str, float]] = {}
+    for r in runs:
+        if r.sim_key not in sims:
+            sims[r.sim_key] = r.simulate(profile)
+    return float(np.mean([r.quantile_loss(sims[r.sim_key]) for r in runs]))
 
 
 def _grid_search(
@@ -215,7 +226,7 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
 
     def scale_loss(x: np.ndarray) -> float:
         prof = apply_fit(base, float(x[0]), None)
-        return float(np.mean([r.quantile_loss(prof) for r in spare]))
+        return mean_loss(spare, prof)
 
     before = scale_loss(np.ones(1))
     (scale,), loss = _grid_search(scale_loss, np.array([0.5]), np.array([4.0]), points=15, rounds=3)
@@ -232,7 +243,7 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
 
         def slow_loss(x: np.ndarray) -> float:
             prof = apply_fit(base, float(scale), (float(x[0]), float(x[1])))
-            return float(np.mean([r.quantile_loss(prof) for r in shared]))
+            return mean_loss(shared, prof)
 
         (slow_p, slow_s), slow_fit = _grid_search(
             slow_loss, np.array([1.0, 1.0]), np.array([8.0, 8.0]), points=9, rounds=3
