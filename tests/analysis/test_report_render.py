@@ -75,3 +75,17 @@ def test_findings_open_with_each_study_question_and_answer(tmp_path: Path) -> No
     assert question in findings
     assert f"\n- {s.findings[0]}\n" in findings
     assert findings.index(question) < findings.index(s.findings[0])
+
+
+def test_a_finding_the_answer_already_states_is_not_listed_again(tmp_path: Path) -> None:
+    from agentic_kvc.analysis.studies.base import Section
+
+    s = Section("toy", "Toy study", "Does the toy policy offload at low load?")
+    stated = "Toy offloaded 0% at the lowest load: the expectation does not hold"
+    s.answer = f"{stated}. TTFT p90 against never offloading: +1.0% [-2.0, +4.0] n.s."
+    s.findings = [stated, "toy vs never, TTFT p90: +1.0% [-2.0, +4.0] n.s. (5 paired replicates)"]
+    s.write(tmp_path / "tables" / "study_toy")
+    text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path, sections=["toy"]))
+    findings = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert findings.count(stated) == 1  # in the answer only
+    assert f"\n- {s.findings[1]}\n" in findings

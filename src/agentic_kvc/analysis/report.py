@@ -224,14 +224,16 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
             )
             continue
         meta = json.loads(fj.read_text())
+        answer = meta.get("answer", "")
         out.append(
             {
                 "name": name,
                 "title": meta.get("title", name),
                 "question": meta.get("question", ""),
-                "answer": meta.get("answer", ""),
+                "answer": answer,
                 "markdown": md.read_text(),
-                "findings": list(meta.get("findings", [])),
+                # A finding the answer already states word for word is not listed again.
+                "findings": [f for f in meta.get("findings", []) if f.rstrip(". ") not in answer],
                 "missing": "",
             }
         )
