@@ -478,7 +478,7 @@ class SimFleet:
 
     def _step_end(self, inst: Instance) -> None:
         busy = self._busy
-        if inst in busy:
+        if busy and inst in busy:
             busy.remove(inst)
             if len(busy) == 1:  # the other one has the cores to itself again
                 assert self.profile.contended_cost is not None
