@@ -365,16 +365,7 @@ class Instance:
             and n_running_scheduled == len(running)
         ):
             return self._decode_run(now, seqs, nums)
-        # `step_shape`, inlined: this is the hot path of every mixed step.
-        chunks = []
-        batch = kv = 0
-        for s, n in zip(seqs, nums, strict=True):
-            if n == 1 and s.generated > 0:
-                batch += 1
-                kv += s.num_computed + 1
-            else:
-                chunks.append((n, s.num_computed))
-        dt = self.cost.step_s(chunks, batch, kv)
+        dt = self.cost.step_s(*step_shape(seqs, nums))
         return Step(now, seqs, nums, now + dt, transfers=transfers)
 
     def _decode_run(self, now: float, seqs: list[Seq], nums: list[int]) -> Step:
