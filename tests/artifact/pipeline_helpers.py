@@ -51,13 +51,15 @@ def small_claim(claim_id: str, reference: float, direction: str) -> dict:
     }
 
 
-def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def run_module(cwd: Path, module: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """`python -m module args` in `cwd` with this interpreter, its venv's bin first on PATH
+    (Snakemake's shell rules call `akvc` by name)."""
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         env={
             **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -65,11 +67,9 @@ def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_module(cwd, "snakemake", *args, timeout=600)
+
+
 def akvc(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "agentic_kvc.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module(cwd, "agentic_kvc.cli", *args, timeout=300)
