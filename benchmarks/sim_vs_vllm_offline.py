@@ -37,8 +37,6 @@ from sim_vs_vllm import MEAN_TOLERANCE_1_INSTANCE, envelope
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving
 
-HOST_CORES = 2  # the sessions' host: 1 instance has a spare core, 2 share them
-
 
 def parse_session(spec: str) -> tuple[str, Path, Path]:
     name, sep, dirs = spec.partition("=")
@@ -60,14 +58,16 @@ def fit_params(fit: dict[str, Any]) -> dict[str, Any]:
     return {"scale": fit["prefill_scale"], "contended": (slow["prefill"], slow["step"])}
 
 
-def judge(base: Any, params: dict[str, Any], checks: list[ServingRun]) -> dict[str, Any]:
+def judge(
+    base: Any, params: dict[str, Any], checks: list[ServingRun], host_cores: int
+) -> dict[str, Any]:
     """The envelope of one fit on one session's check runs, per fleet size."""
     out: dict[str, Any] = {}
     for n in sorted({r.instances for r in checks}):
         runs = [r for r in checks if r.instances == n]
-        contended = tuple(params["contended"]) if n >= HOST_CORES else None
+        contended = tuple(params["contended"]) if n >= host_cores else None
         sim = runs[0].simulate(apply_fit(base, params["scale"], contended))  # one config per size
-        tol = MEAN_TOLERANCE_1_INSTANCE if n < HOST_CORES else None
+        tol = MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None
         out[str(n)] = envelope(sim, [r.real for r in runs], tol)
     metrics = [m for size in out.values() for m in size.values()]
     return {
@@ -133,6 +133,12 @@ def main() -> None:
         "--session", type=parse_session, action="append", required=True, metavar="NAME=CAL:CHECK"
     )
     ap.add_argument("--pool", nargs="+", default=[], help="sessions whose replays fit together")
+    ap.add_argument(
+        "--host-cores",
+        type=int,
+        default=2,
+        help="cores of the sessions' host: fleets this large share them (the contended cost)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     names = [s[0] for s in args.session]
@@ -143,17 +149,17 @@ def main() -> None:
     calibration = {name: runs_in(cal) for name, cal, _ in args.session}
     checks = {name: runs_in(check) for name, _, check in args.session}
     fits = {
-        f"session/{n}": {n: fit_params(fit_serving(base, calibration[n], HOST_CORES))}
+        f"session/{n}": {n: fit_params(fit_serving(base, calibration[n], args.host_cores))}
         for n in names
     }
     if args.pool:
         pooled = [r for n in args.pool for r in calibration[n]]
-        params = fit_params(fit_serving(base, pooled, HOST_CORES))
+        params = fit_params(fit_serving(base, pooled, args.host_cores))
         fits["pooled"] = dict.fromkeys(names, params)
     results = []
     for fit_name, per in fits.items():
         for session, params in per.items():
-            verdict = judge(base, params, checks[session])
+            verdict = judge(base, params, checks[session], args.host_cores)
             results.append({"fit": fit_name, "session": session, **verdict})
             misses = [
                 f"{n}i {m.removesuffix('_s')} {v['sim_rel_error']:+.0%}"
