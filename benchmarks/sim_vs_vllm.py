@@ -43,6 +43,7 @@ from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute, hardware_info
+from agentic_kvc.serve.neighbours import busy_neighbours
 from agentic_kvc.sim.backend import profile_for, run_sim
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
@@ -99,6 +100,11 @@ def host_load(run_dir: Path) -> dict[str, Any] | None:
         "steal_mean": (shares.get("steal") or {}).get("mean"),
         "steal_max": (shares.get("steal") or {}).get("max"),
         "busy": (window.get("overall") or {}).get("busy"),
+        # Busy cores outside the run's own process tree (neighbours, steal): recorded since
+        # 2026-11-25 (serve/hostload.py).
+        "others_cores": (window.get("cores") or {}).get("others_cores"),
+        "own_cores": (window.get("cores") or {}).get("own_cores"),
+        "others_runnable": (window.get("others_runnable") or {}).get("mean"),
         "loadavg_start": (load.get("loadavg_start") or {}).get("load1"),
     }
 
@@ -164,15 +170,18 @@ def compare(
     both: Sequence[str] = (),
     real_only: Sequence[str] = (),
     profile_file: Path | None = None,
+    neighbours: int = 0,
 ) -> dict[str, Any]:
-    """The simulator against `repeats` real runs of the same config."""
+    """The simulator against `repeats` real runs of the same config (each beside
+    `neighbours` spinning processes)."""
     reals = []
     for k in range(repeats):
         t0 = time.monotonic()
         # Real runs are kept under `results` (a rerun reuses complete ones): repeat k is its
         # own run_id.
         cfg = config_for(instances, "vllm", seed, k, [*both, *real_only])
-        run_dir = execute(cfg, results, log=log)
+        with busy_neighbours(neighbours):
+            run_dir = execute(cfg, results, log=log)
         stats = {**run_stats(run_dir), "wall_s": round(time.monotonic() - t0, 2)}
         stats["prefix_hits_vllm_counters"] = engine_hits(run_dir)
         stats["host_load"] = host_load(run_dir)
@@ -183,8 +192,15 @@ def compare(
     t0 = time.monotonic()
     sim_cfg = config_for(instances, "sim", seed, 0, both)
     profile = sim_profile(sim_cfg, profile_file)
+    # On the real repeats' mean background (runnable threads of other processes), when every one
+    # recorded it; only a profile with a background term reads it (sim/serving_fit.py).
+    others = [(r["host_load"] or {}).get("others_runnable") for r in reals]
+    background = statistics.fmean(others) if None not in others else 0.0  # type: ignore[arg-type]
+    sim_cfg = sim_cfg.model_copy(
+        update={"sim": sim_cfg.sim.model_copy(update={"host_neighbour_threads": background})}
+    )
     run_dir = execute(sim_cfg, root, backend=lambda c, d: run_sim(c, d, profile), log=log)
-    sim = {**run_stats(run_dir), "profile": profile.source}
+    sim = {**run_stats(run_dir), "profile": profile.source, "background_threads": background}
     sim["wall_s"] = round(time.monotonic() - t0, 2)
     shutil.rmtree(root)
     metrics = envelope(sim, reals, tolerance)
@@ -282,11 +298,21 @@ def table(cases: list[dict[str, Any]], calibration_load: dict[str, list[Any]] | 
                 f"| {m['sim_rel_error']:+.1%} | {yes(m['inside_range'])} | {yes(m['pass'])} |"
             )
     fmt = lambda xs: ", ".join("?" if x is None else f"{x:.2f}" for x in xs)  # noqa: E731
-    lines += ["", "| instances | check runs' load1 | calibration replays' load1 |", "|---|---|---|"]
+    lines += [
+        "",
+        "| instances | check runs' load1 | their runnable threads of other processes "
+        "| simulated on | calibration replays' load1 |",
+        "|---|---|---|---|---|",
+    ]
     for c in cases:
         checks = [(r["host_load"] or {}).get("load1_mean") for r in c["vllm_runs"]]
+        others = [(r["host_load"] or {}).get("others_runnable") for r in c["vllm_runs"]]
         cal = (calibration_load or {}).get(str(c["instances"]))
-        lines.append(f"| {c['instances']} | {fmt(checks)} | {fmt(cal) if cal else '-'} |")
+        on = (c.get("sim") or {}).get("background_threads", 0.0)
+        lines.append(
+            f"| {c['instances']} | {fmt(checks)} | {fmt(others)} | {on:.2f} "
+            f"| {fmt(cal) if cal else '-'} |"
+        )
     return "\n".join(lines)
 
 
@@ -354,7 +380,19 @@ def main() -> None:
         "check runs (calibration, check per size and round; --results/calibration), over the "
         "step probes of --profile or the package's; simulate with that fit (CPU only)",
     )
+    ap.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        help="run each real run beside this many processes spinning a core each, outside the "
+        "run's process tree (serve/neighbours.py): a known neighbour load. Use a --results root "
+        "of its own (real runs are reused by run id, which does not see this)",
+    )
     args = ap.parse_args()
+    if args.neighbours < 0:
+        ap.error("--neighbours must be >= 0")
+    if args.neighbours and args.calibrate_interleaved:
+        ap.error("--neighbours: calibrate beside neighbours with sim_vs_vllm_neighbours.py")
     if args.seed == SERVING_SEED:
         ap.error(f"seed {SERVING_SEED} is the serving calibration workload's: pick another")
     if args.repeats < 2:
@@ -383,6 +421,7 @@ def main() -> None:
             args.both,
             args.real_set,
             args.profile,
+            args.neighbours,
         )
         log(
             f"{n} instance(s): "
@@ -409,6 +448,7 @@ def main() -> None:
         "config": config_for(1, "vllm", args.seed, 0, [*args.both, *args.real_set]).canonical()
         | {"instances": list(args.instances), "repeats": args.repeats},
         "overrides": {"both": args.both, "real_only": args.real_set},
+        "neighbours": args.neighbours,
         "goal": {
             "envelope": "simulated TTFT/E2E p50/p90 inside the real repeats' min..max",
             "mean_tolerance": args.mean_tolerance,

@@ -6,10 +6,12 @@ folder of check runs (another seed, 5 repeats per fleet size). For the simulator
 package's step probes as they are in this checkout, this script fits the serving stage
 (sim/serving_fit.py) on
 
-- each session's own calibration replays (`session`), and
+- each session's own calibration replays (`session`; `--no-session-fits` skips them), and
 - the calibration replays of the sessions named by `--pool`, together (`pooled`),
 
-and judges each fit on every session's check runs with the benchmark's envelope (inside the
+takes any profile file as it is (`--profile NAME=FILE`: its serving fit and background stage),
+and judges each on every session's check runs (on their mean recorded background, which only a
+profile with a background term reads) with the benchmark's envelope (inside the
 real repeats' min..max; within 15% of their mean on 1 instance). The check runs never reach a
 fit. A model change is compared by running it at two commits (one simulation is ~0.1 s; a
 fit ~60 s). `--compare BEFORE.json AFTER.json` then gives, per fit family and fleet size,
@@ -26,6 +28,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_vllm import MEAN_TOLERANCE_1_INSTANCE, envelope
 
+from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving
 
@@ -58,24 +62,38 @@ def fit_params(fit: dict[str, Any]) -> dict[str, Any]:
     return {"scale": fit["prefill_scale"], "contended": (slow["prefill"], slow["step"])}
 
 
+def fitted_profiles(
+    base: EngineProfile, params: dict[str, Any], host_cores: int
+) -> Callable[[int], EngineProfile]:
+    """The profile of a serving fit's parameters for a fleet of n instances."""
+    return lambda n: apply_fit(
+        base, params["scale"], tuple(params["contended"]) if n >= host_cores else None
+    )
+
+
 def judge(
-    base: Any, params: dict[str, Any], checks: list[ServingRun], host_cores: int
+    profile_for: Callable[[int], EngineProfile], checks: list[ServingRun], host_cores: int
 ) -> dict[str, Any]:
-    """The envelope of one fit on one session's check runs, per fleet size."""
+    """The envelope of one profile on one session's check runs, per fleet size: simulated
+    once per size, on the check runs' mean background (0 if any did not record one; only a
+    profile with a background term reads it)."""
     out: dict[str, Any] = {}
+    backgrounds: dict[str, float] = {}
     for n in sorted({r.instances for r in checks}):
         runs = [r for r in checks if r.instances == n]
-        contended = tuple(params["contended"]) if n >= host_cores else None
-        sim = runs[0].simulate(apply_fit(base, params["scale"], contended))  # one config per size
+        others = [r.background for r in runs]
+        background = float(np.mean(others)) if None not in others else 0.0  # type: ignore[arg-type]
+        sim = runs[0].simulate(profile_for(n), background)
         tol = MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None
         out[str(n)] = envelope(sim, [r.real for r in runs], tol)
+        backgrounds[str(n)] = background
     metrics = [m for size in out.values() for m in size.values()]
     return {
-        "params": params,
         "inside_range": sum(m["inside_range"] for m in metrics),
         "envelope": sum(m["pass"] for m in metrics),
         "checks": len(metrics),
         "cases": out,
+        "background_threads": backgrounds,
     }
 
 
@@ -101,7 +119,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any
     fleet size, each one's mean signed log error (bias) and the paired difference of |log error|
     (after - before) over the same checks, with 95% intervals."""
     out = []
-    for fit in ("session", "pooled"):
+    for fit in sorted({r["fit"].split("/")[0] for r in (*before["results"], *after["results"])}):
         for n in ("1", "2"):
             a, b = log_errors(before, fit, n), log_errors(after, fit, n)
             keys = sorted(a.keys() & b.keys())
@@ -139,6 +157,19 @@ def main() -> None:
         default=2,
         help="cores of the sessions' host: fleets this large share them (the contended cost)",
     )
+    ap.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="also judge this profile file as it is (its serving fit and background stage) on "
+        "every session, e.g. package=src/agentic_kvc/sim/profiles/data/cpu-tiny.json",
+    )
+    ap.add_argument(
+        "--no-session-fits",
+        action="store_true",
+        help="skip each session's own fit (judge --pool and --profile only)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     names = [s[0] for s in args.session]
@@ -148,19 +179,33 @@ def main() -> None:
     base = load_cpu_profile(CPU_TINY_FILE, serving_fit=False)
     calibration = {name: runs_in(cal) for name, cal, _ in args.session}
     checks = {name: runs_in(check) for name, _, check in args.session}
-    fits = {
-        f"session/{n}": {n: fit_params(fit_serving(base, calibration[n], args.host_cores))}
-        for n in names
-    }
+
+    def fit(runs: list[ServingRun]) -> dict[str, Any]:
+        return fit_params(fit_serving(base, runs, args.host_cores))
+
+    # family -> session -> (parameters to report, profile per fleet size)
+    fits: dict[str, dict[str, tuple[Any, Callable[[int], EngineProfile]]]] = {}
+    for n in [] if args.no_session_fits else names:
+        params = fit(calibration[n])
+        fits[f"session/{n}"] = {n: (params, fitted_profiles(base, params, args.host_cores))}
     if args.pool:
-        pooled = [r for n in args.pool for r in calibration[n]]
-        params = fit_params(fit_serving(base, pooled, args.host_cores))
-        fits["pooled"] = dict.fromkeys(names, params)
+        params = fit([r for n in args.pool for r in calibration[n]])
+        fits["pooled"] = dict.fromkeys(
+            names, (params, fitted_profiles(base, params, args.host_cores))
+        )
+    for spec in args.profile:
+        label, _, file = spec.partition("=")
+        path = Path(file)
+        if not (label and path.is_file()):
+            ap.error(f"--profile {spec!r}: want NAME=FILE of an existing profile")
+        profiles = {n: load_cpu_profile(path, instances=n) for n in (1, args.host_cores)}
+        profile_for = lambda n, p=profiles: p[1 if n < args.host_cores else args.host_cores]  # noqa: E731
+        fits[f"profile:{label}"] = dict.fromkeys(names, (str(path), profile_for))
     results = []
     for fit_name, per in fits.items():
-        for session, params in per.items():
-            verdict = judge(base, params, checks[session], args.host_cores)
-            results.append({"fit": fit_name, "session": session, **verdict})
+        for session, (params, profile_for) in per.items():
+            verdict = judge(profile_for, checks[session], args.host_cores)
+            results.append({"fit": fit_name, "session": session, "params": params, **verdict})
             misses = [
                 f"{n}i {m.removesuffix('_s')} {v['sim_rel_error']:+.0%}"
                 for n, case in verdict["cases"].items()

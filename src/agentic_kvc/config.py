@@ -92,6 +92,11 @@ class SimConfig(_Strict):
     # KV retention across tool pauses: a session's KV stays held this long after its turn
     # ends (sim/engine.py). 0 (default) is vLLM's plain LRU; left out of the run id then.
     kv_retention_ttl_s: float = Field(0.0, ge=0)
+    # CPU hosts: the mean number of the host's other threads ready to run during the run (a
+    # real run records it as host_load's others_runnable). A profile with a background term
+    # (sim/serving_fit.py) delays requests or slows steps by it; others ignore it. 0 (default):
+    # an idle host, left out of the run id.
+    host_neighbour_threads: float = Field(0.0, ge=0)
 
 
 class ReplayConfig(_Strict):
@@ -125,8 +130,9 @@ class RunConfig(_Strict):
         # Only a non-zero repeat is hashed, so every run_id from before the field is unchanged.
         if not out["repeat"]:
             del out["repeat"]
-        if not out["sim"]["kv_retention_ttl_s"]:  # likewise: ids from before it unchanged
-            del out["sim"]["kv_retention_ttl_s"]
+        for key in ("kv_retention_ttl_s", "host_neighbour_threads"):
+            if not out["sim"][key]:  # likewise: ids from before these fields unchanged
+                del out["sim"][key]
         return out
 
     def run_id(self) -> str:

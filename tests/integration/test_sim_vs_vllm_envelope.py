@@ -13,13 +13,18 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_vs_vllm.py"
 
 
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_vs_vllm", BENCH)
+def _script(name: str) -> ModuleType:
+    """A benchmark script beside sim_vs_vllm.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, BENCH.with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _script("sim_vs_vllm")
 
 
 def _runs(bench: ModuleType, values: list[float]) -> list[dict[str, float]]:
@@ -68,13 +73,32 @@ def test_table_has_one_row_per_case_and_metric(bench: ModuleType) -> None:
     case = {
         "instances": 2,
         "metrics": bench.envelope(dict.fromkeys(bench.METRIC_NAMES, 0.25), reals, None),
-        "vllm_runs": [{"host_load": {"load1_mean": 1.5}}, {"host_load": None}],
+        "vllm_runs": [
+            {"host_load": {"load1_mean": 1.5, "others_runnable": 0.25}},
+            {"host_load": None},
+        ],
+        "sim": {"background_threads": 0.25},
     }
     rows = bench.table([case], {"2": [3.25]}).splitlines()
     assert len(rows) == 2 + len(bench.METRIC_NAMES) + 4
     assert rows[2] == "| 2 | TTFT p50 | 150 ms | 100..200 ms | 66.7% | 250 ms | +66.7% | no | no |"
-    assert rows[-1] == "| 2 | 1.50, ? | 3.25 |"
-    assert bench.table([case]).splitlines()[-1] == "| 2 | 1.50, ? | - |"
+    assert rows[-1] == "| 2 | 1.50, ? | 0.25, ? | 0.25 | 3.25 |"
+    assert bench.table([case]).splitlines()[-1] == "| 2 | 1.50, ? | 0.25, ? | 0.25 | - |"
+
+
+def test_neighbour_levels_rotate_by_round_and_calibrate_in_the_first_rounds() -> None:
+    mod = _script("sim_vs_vllm_neighbours")
+    steps = mod.plan([0, 1, 2], [1, 2], rounds=3, calibration_rounds=1)
+    firsts = [next(lvl for k, lvl, _, _ in steps if k == r) for r in range(3)]
+    assert firsts == [0, 1, 2]  # no level always runs first
+    checks = [(lvl, n) for _, lvl, n, role in steps if role == "check"]
+    assert sorted(checks) == sorted((lvl, n) for lvl in (0, 1, 2) for n in (1, 2) for _ in range(3))
+    cal = [(k, lvl, n) for k, lvl, n, role in steps if role == "calibration"]
+    assert len(cal) == 6 and {k for k, _, _ in cal} == {0}
+    # Each calibration replay runs right before the check run of its level and size.
+    for i, (k, lvl, n, role) in enumerate(steps):
+        if role == "calibration":
+            assert steps[i + 1] == (k, lvl, n, "check")
 
 
 def test_interleaved_order_alternates_calibration_and_check_per_round(bench: ModuleType) -> None:
@@ -142,12 +166,7 @@ def _session(path: Path, seed: int, one: list[float], two: list[float]) -> Path:
 
 
 def test_sessions_baseline_judges_one_hours_mean_by_anothers_envelope(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "sim_vs_vllm_sessions", BENCH.with_name("sim_vs_vllm_sessions.py")
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("sim_vs_vllm_sessions")
     a = _session(tmp_path / "a.json", 11, [1.0, 1.2], [2.0, 4.0])  # means 1.1 and 3.0
     b = _session(tmp_path / "b.json", 11, [1.2, 1.4], [2.5, 3.5])  # means 1.3 and 3.0
     other_seed = _session(tmp_path / "c.json", 13, [9.0, 9.0], [9.0, 9.0])
@@ -166,12 +185,7 @@ def test_sessions_baseline_judges_one_hours_mean_by_anothers_envelope(tmp_path: 
 
 
 def test_offline_compare_pairs_the_same_checks_of_two_model_versions() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "sim_vs_vllm_offline", BENCH.with_name("sim_vs_vllm_offline.py")
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("sim_vs_vllm_offline")
 
     def doc(sims: dict[str, float]) -> dict:
         # Two sessions, 2 instances, pooled fit; real mean 1.0 on every metric.

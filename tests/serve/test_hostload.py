@@ -9,10 +9,14 @@ import pytest
 
 from agentic_kvc.serve.hostload import (
     HostLoadSampler,
+    TreeReading,
     cpu_shares,
+    own_and_others,
     read_cpu_times,
     read_loadavg,
+    read_tree,
 )
+from agentic_kvc.serve.neighbours import busy_neighbours
 
 STAT = """cpu  {u} 0 {s} {i} 0 0 0 {st} 0 0
 cpu0 {u0} 0 {s} {i} 0 0 0 {st} 0 0
@@ -104,3 +108,60 @@ def test_sampler_on_this_machine() -> None:
     overall = out["run"]["overall"]
     assert overall is not None and 0.0 <= overall["busy"] <= 1.0
     assert out["loadavg_start"] is not None
+
+
+def _proc_stat(
+    proc: Path, pid: int, ppid: int, jiffies: tuple[int, int, int, int], states: str = "S"
+) -> None:
+    """A fake /proc/<pid>: the process's stat and one task per letter of `states`."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+
+    def line(state: str) -> str:
+        # A command name with a space and a parenthesis: fields are read after the last ')'.
+        fields = [state, str(ppid), *["0"] * 9, *map(str, jiffies), "20", "0"]
+        return f"{pid} (odd (name) x) {' '.join(fields)}\n"
+
+    _write(proc / str(pid) / "stat", line(states[0]))
+    for k, state in enumerate(states):
+        task = proc / str(pid) / "task" / str(pid + 1000 * k)
+        task.mkdir(parents=True, exist_ok=True)
+        _write(task / "stat", line(state))
+
+
+def test_tree_sums_a_process_and_its_descendants_against_the_rest(tmp_path: Path) -> None:
+    _proc_stat(tmp_path, 10, 1, (5, 1, 0, 0), "RS")  # the root: one thread runnable
+    _proc_stat(tmp_path, 11, 10, (100, 20, 3, 2), "RRS")  # a child, with reaped children
+    _proc_stat(tmp_path, 12, 11, (7, 0, 0, 0))  # a grandchild, asleep
+    _proc_stat(tmp_path, 20, 1, (999, 0, 0, 0), "RR")  # a neighbour: not ours
+    _proc_stat(tmp_path, 21, 1, (5, 0, 0, 0), "S")  # an idle one
+    assert read_tree(10, tmp_path) == TreeReading(6 + 125 + 7, own_runnable=3, others_runnable=2)
+    assert read_tree(11, tmp_path) == TreeReading(125 + 7, own_runnable=2, others_runnable=3)
+    assert read_tree(99, tmp_path) is None
+
+
+def test_busy_cores_split_into_own_and_others() -> None:
+    a = (0, 0, 0, 0, 0, 0, 0, 0)
+    b = (120, 0, 30, 40, 0, 0, 0, 10)  # 200 jiffies on 2 CPUs: 160 busy (1.6 cores)
+    split = own_and_others(a, b, 2, own_jiffies=100)  # we used 1 core of the 1.6
+    assert split == {"own_cores": 1.0, "others_cores": pytest.approx(0.6)}
+    # Our count can run ahead of the machine's by a tick: never negative others.
+    assert own_and_others(a, b, 2, own_jiffies=170) == {"own_cores": 1.6, "others_cores": 0.0}
+    assert own_and_others(a, a, 2, own_jiffies=0) is None
+
+
+def test_sampler_splits_this_tree_from_a_busy_neighbour() -> None:
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("no /proc")
+    with busy_neighbours(1) as pids:
+        assert len(pids) == 1 and Path(f"/proc/{pids[0]}").exists()
+        with HostLoadSampler(0.2) as sampler:
+            time.sleep(1.0)
+    run = sampler.summary()["run"]
+    # The neighbour spins a whole core; we mostly sleep.
+    assert run["cores"]["others_cores"] > 0.6
+    assert run["cores"]["own_cores"] < 0.4
+    assert run["others_cores"]["mean"] > 0.6  # per sample too
+    assert run["others_runnable"]["mean"] >= 0.9  # the spinner is always runnable
+    time.sleep(0.1)
+    status = Path(f"/proc/{pids[0]}/stat")
+    assert not status.exists() or status.read_text().split(")")[1].split()[0] == "Z"

