@@ -28,7 +28,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,9 @@ def _mean_interval(values: list[float], seed: int = 0) -> tuple[float, float, fl
     return float(x.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+def compare(
+    before: dict[str, Any], after: dict[str, Any], sessions: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """Two outputs of this script (e.g. two commits) on the same sessions: per fit family and
     fleet size, each one's mean signed log error (bias) and the paired difference of |log error|
     (after - before) over the same checks, with 95% intervals."""
@@ -122,7 +124,7 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any
     for fit in sorted({r["fit"].split("/")[0] for r in (*before["results"], *after["results"])}):
         for n in ("1", "2"):
             a, b = log_errors(before, fit, n), log_errors(after, fit, n)
-            keys = sorted(a.keys() & b.keys())
+            keys = sorted(k for k in a.keys() & b.keys() if not sessions or k[0] in sessions)
             if not keys:
                 continue
             diff = [abs(b[k]) - abs(a[k]) for k in keys]
@@ -242,8 +244,10 @@ def compare_main(argv: list[str]) -> None:
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--sessions", nargs="+", default=[], help="pair these sessions' checks only")
     args = ap.parse_args(argv)
-    rows = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
+    before, after = (json.loads(f.read_text()) for f in (args.before, args.after))
+    rows = compare(before, after, args.sessions)
     if not rows:
         ap.error("the two files share no (session, fit, metric) check")
     for r in rows:

@@ -267,6 +267,16 @@ def test_values_are_the_measured_figures(tmp_path: Path) -> None:
     assert rows[0].value == "74.9 us (unified; fastest 50 us)"  # the stale verdict is not read
 
 
+def test_sim_vs_vllm_says_beside_how_many_neighbour_threads_it_simulated(tmp_path: Path) -> None:
+    doc = sim_vs_vllm()
+    doc["cases"][1]["sim"] = {"background_threads": 1.4}  # 1 instance, beside neighbours
+    rows = {r.measure: r.value for r in summarize(tmp_path, "sim_vs_vllm", doc)}
+    one = rows["1 instance: TTFT/E2E p50/p90 inside the real runs' range (3 repeats)"]
+    two = rows["2 instances: TTFT/E2E p50/p90 inside the real runs' range (3 repeats)"]
+    assert one.endswith("; simulated beside 1.40 runnable threads of other processes")
+    assert "beside" not in two  # none recorded: a quiet host is not claimed
+
+
 def test_a_goal_without_its_figure_is_not_measured(tmp_path: Path) -> None:
     doc = proxy_overhead()
     del doc["results"]["akvc:unified"]
@@ -386,6 +396,7 @@ def test_known_benchmarks_are_registered() -> None:
         "sim_scale",
         "sim_speed",
         "sim_vs_vllm",
+        "sim_vs_vllm_beside_a_neighbour",
         "workload_load",
     }
     assert known <= set(registered())

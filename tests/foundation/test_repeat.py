@@ -31,10 +31,11 @@ def test_existing_run_ids_do_not_move() -> None:
 def test_repeat_zero_is_not_in_the_canonical_form(base_config: dict[str, Any]) -> None:
     cfg = load_config(base_config)
     assert cfg.repeat == 0 and "repeat" not in cfg.canonical()
-    # The canonical form is every field but a zero repeat and a zero KV retention TTL (both
-    # added later, so earlier run ids stay): nothing else left out.
+    # The canonical form is every field but a zero repeat, a zero KV retention TTL and no host
+    # neighbours (all added later, so earlier run ids stay): nothing else left out.
     dumped = cfg.model_dump(mode="json")
     assert dumped.pop("repeat") == 0 and dumped["sim"].pop("kv_retention_ttl_s") == 0
+    assert dumped["sim"].pop("host_neighbour_threads") == 0
     assert dumped == cfg.canonical()
 
 
