@@ -275,6 +275,10 @@ def test_sim_vs_vllm_says_beside_how_many_neighbour_threads_it_simulated(tmp_pat
     two = rows["2 instances: TTFT/E2E p50/p90 inside the real runs' range (3 repeats)"]
     assert one.endswith("; simulated beside 1.40 runnable threads of other processes")
     assert "beside" not in two  # none recorded: a quiet host is not claimed
+    assert "processes spinning a core beside each real run" not in rows
+    doc["neighbours"] = 1  # `--neighbours 1`: said, without a goal
+    rows = {r.measure: r.value for r in summarize(tmp_path, "sim_vs_vllm_n1", doc)}
+    assert rows["processes spinning a core beside each real run"] == "1"
 
 
 def test_a_goal_without_its_figure_is_not_measured(tmp_path: Path) -> None:
@@ -396,7 +400,6 @@ def test_known_benchmarks_are_registered() -> None:
         "sim_scale",
         "sim_speed",
         "sim_vs_vllm",
-        "sim_vs_vllm_beside_a_neighbour",
         "workload_load",
     }
     assert known <= set(registered())
