@@ -202,39 +202,25 @@ def _background_runs(
 @pytest.mark.parametrize(("form", "value"), [("slowdown", 0.3), ("delay", 0.12)])
 def test_background_stage_recovers_a_known_term(tmp_path: Path, form: str, value: float) -> None:
     fitted, runs = _background_runs(tmp_path, form, value)
-    result = fit_background(lambda n, k: fitted, runs, host_cores=2, form=form)
+    result = fit_background(lambda n: fitted, runs, host_cores=2, form=form)
     assert result["form"] == form and "contended" not in result  # no run without a spare core
     assert result["spare"] == pytest.approx(value, rel=0.15)
     assert result["spare_loss"] < result["spare_loss_before"] / 5
     assert [r["background_threads"] for r in result["runs"]] == [0.0, 1.0, 2.0]
 
 
-def test_background_stage_can_refit_the_scale_beside_known_neighbours(tmp_path: Path) -> None:
-    """The serving fit's own replays had unrecorded neighbours, so its scale may hold some of
-    their cost: refitted jointly with the term, the scale of a host without them comes back."""
-    _, runs = _background_runs(tmp_path, "delay", 0.12)  # truth: scale 1.4
-    base = load_cpu_profile(tmp_path / "known.json", serving_fit=False)
-    result = fit_background(
-        lambda n, k: apply_fit(base, 1.8 * k, None), runs, host_cores=2, refit_scale=True
-    )
-    assert 1.8 * result["rescale"] == pytest.approx(1.4, rel=0.08)
-    assert result["spare"] == pytest.approx(0.12, rel=0.2)
-    fixed = fit_background(lambda n, k: apply_fit(base, 1.8 * k, None), runs, host_cores=2)
-    assert "rescale" not in fixed and fixed["spare_loss"] > 3 * result["spare_loss"]
-
-
 def test_background_stage_refuses_runs_that_cannot_tell_it(tmp_path: Path) -> None:
     fitted, runs = _background_runs(tmp_path, "delay", 0.1)
     with pytest.raises(ValueError, match="background form 'both'"):
-        fit_background(lambda n, k: fitted, runs, host_cores=2, form="both")
+        fit_background(lambda n: fitted, runs, host_cores=2, form="both")
     # All on a quiet host (within half a runnable thread): the term cannot be told from the scale.
     for r, b in zip(runs, (0.0, 0.2, 0.4), strict=True):
         r.background = b
     with pytest.raises(ValueError, match=r"span 0\.40 runnable threads"):
-        fit_background(lambda n, k: fitted, runs, host_cores=2)
+        fit_background(lambda n: fitted, runs, host_cores=2)
     runs[1].background = None  # a run from before backgrounds were recorded
     with pytest.raises(ValueError, match=r"no recorded background.*b1"):
-        fit_background(lambda n, k: fitted, runs, host_cores=2)
+        fit_background(lambda n: fitted, runs, host_cores=2)
 
 
 def test_profile_file_carries_the_background_stage(tmp_path: Path) -> None:

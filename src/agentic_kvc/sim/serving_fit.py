@@ -324,20 +324,17 @@ def with_background(profile: EngineProfile, form: str, value: float) -> EnginePr
 
 
 def fit_background(
-    fitted: Callable[[int, float], EngineProfile],
+    fitted: Callable[[int], EngineProfile],
     runs: Sequence[ServingRun],
     host_cores: int,
     form: str = "delay",
-    refit_scale: bool = False,
 ) -> dict[str, Any]:
     """The third stage: the background term per class (`spare`: fleets with a spare core,
-    `contended`: without), on top of the serving fit (`fitted(instances, rescale)`: the profile
-    with it, its scale times `rescale`), against replays whose recorded backgrounds span at
-    least MIN_BACKGROUND_SPREAD threads (beside known neighbours:
-    benchmarks/sim_vs_vllm_neighbours.py). Each replay is simulated on its own background; the
-    loss is the serving fit's. With `refit_scale` the spare class fits a `rescale` of the serving
-    fit jointly with its term (the serving fit's own replays had unrecorded neighbours, so its
-    scale holds their average); both classes then use it."""
+    `contended`: without), on top of the serving fit (`fitted(instances)`: the profile with
+    it), against replays whose recorded backgrounds span at least MIN_BACKGROUND_SPREAD threads
+    (beside known neighbours: benchmarks/sim_vs_vllm_neighbours.py). Each replay is simulated
+    on its own background; the loss is the serving fit's. (Refitting the scale jointly with
+    the term was tried and lost on held-out checks: docs/sim_profiles.md, "Neighbours".)"""
     if form not in BACKGROUND_FORMS:
         raise ValueError(f"background form {form!r}: one of {', '.join(BACKGROUND_FORMS)}")
     missing = [str(r.run_dir) for r in runs if r.background is None]
@@ -353,37 +350,23 @@ def fit_background(
         )
     _key, unit, top = BACKGROUND_FORMS[form]
     out: dict[str, Any] = {"form": form, "measure": "others_runnable", "host_cores": host_cores}
-    rescale: float | None = None if refit_scale else 1.0
-
-    def term_of(x: np.ndarray) -> float:
-        return max(0.0, float(x[0]) - 1.0) * unit
-
     for cls, members in (
         ("spare", [r for r in runs if r.instances < host_cores]),
         ("contended", [r for r in runs if r.instances >= host_cores]),
     ):
         if not members:
             continue
-        n = members[0].instances
-        joint = rescale is None  # the first class (spare) when refitting the scale
+        base = fitted(members[0].instances)
 
-        def loss(
-            x: np.ndarray, n: int = n, members: list = members, k: float | None = rescale
-        ) -> float:
-            # k: the rescale found so far, or None to fit it here (x[1]).
-            prof = with_background(fitted(n, float(x[1]) if k is None else k), form, term_of(x))
-            return mean_loss(members, prof)
+        def loss(x: np.ndarray, base: EngineProfile = base, members: list = members) -> float:
+            return mean_loss(members, with_background(base, form, (float(x[0]) - 1) * unit))
 
-        lo, hi = [1.0, *([0.5] if joint else [])], [1.0 + top / unit, *([2.0] if joint else [])]
         best, value = _grid_search(
-            loss, np.array(lo), np.array(hi), points=9 if joint else 15, rounds=3
+            loss, np.array([1.0]), np.array([1.0 + top / unit]), points=15, rounds=3
         )
-        if rescale is None:
-            rescale = out["rescale"] = round(float(best[1]), 4)
-        term = round(term_of(best), 4)
-        base = fitted(n, rescale)
+        term = round(max(0.0, float(best[0]) - 1) * unit, 4)
         out[cls] = term
-        out[f"{cls}_loss_before"] = mean_loss(members, fitted(n, 1.0))
+        out[f"{cls}_loss_before"] = mean_loss(members, base)
         out[f"{cls}_loss"] = value
         out.setdefault("runs", []).extend(
             {
@@ -399,26 +382,28 @@ def fit_background(
     return out
 
 
-def fit_and_store(
-    profile_path: Path,
-    run_dirs: Sequence[Path],
-    host_cores: int,
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    """Fit the serving stage against `run_dirs` and write it into the profile JSON."""
+def _stamped(result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with when and by what command it was fitted (`--fit-runs` and
+    `--fit-background` refits leave the probes' own `command` untouched)."""
     import datetime as dt
 
+    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    argv0 = "akvc" if Path(sys.argv[0]).name == "akvc" else sys.argv[0]
+    result["command"] = " ".join([argv0, *sys.argv[1:]])
+    return result
+
+
+def fit_and_store(
+    profile_path: Path, run_dirs: Sequence[Path], host_cores: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Fit the serving stage against `run_dirs` and write it into the profile JSON."""
     from agentic_kvc.io import atomic_write_json
     from agentic_kvc.sim.profiles import load_cpu_profile
 
     base = load_cpu_profile(profile_path, serving_fit=False)
     runs = [ServingRun(Path(d)) for d in run_dirs]
     log(f"fitting against {len(runs)} real run(s): " + ", ".join(str(r.run_dir) for r in runs))
-    result = fit_serving(base, runs, host_cores)
-    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    # How it was made (`--fit-runs` refits leave the probes' own `command` untouched).
-    argv0 = "akvc" if Path(sys.argv[0]).name == "akvc" else sys.argv[0]
-    result["command"] = " ".join([argv0, *sys.argv[1:]])
+    result = _stamped(fit_serving(base, runs, host_cores))
     doc = json.loads(profile_path.read_text())
     doc["serving_fit"] = result
     atomic_write_json(profile_path, doc)
@@ -431,11 +416,8 @@ def fit_and_store_background(
     host_cores: int,
     log: Callable[[str], None],
     form: str = "delay",
-    refit_scale: bool = False,
 ) -> dict[str, Any]:
     """Fit the background stage on top of the profile's serving fit; store it there."""
-    import datetime as dt
-
     from agentic_kvc.io import atomic_write_json
     from agentic_kvc.sim.profiles import load_cpu_profile
 
@@ -444,18 +426,14 @@ def fit_and_store_background(
         raise ValueError(f"{profile_path}: no serving fit to add a background term to")
     runs = [ServingRun(Path(d)) for d in run_dirs]
     log(f"fitting the background term ({form}) against {len(runs)} real run(s)")
-    base = load_cpu_profile(profile_path, serving_fit=False)
-    serving = doc["serving_fit"]
-    slow = serving.get("contended_slowdown")
-
-    def fitted(n: int, rescale: float) -> EngineProfile:
-        contended = (slow["prefill"], slow["step"]) if slow and n >= host_cores else None
-        return apply_fit(base, float(serving["prefill_scale"]) * rescale, contended)
-
-    result = fit_background(fitted, runs, host_cores, form, refit_scale)
-    result["date"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    argv0 = "akvc" if Path(sys.argv[0]).name == "akvc" else sys.argv[0]
-    result["command"] = " ".join([argv0, *sys.argv[1:]])
+    result = _stamped(
+        fit_background(
+            lambda n: load_cpu_profile(profile_path, instances=n, background=False),
+            runs,
+            host_cores,
+            form,
+        )
+    )
     doc["serving_fit"]["background"] = result
     atomic_write_json(profile_path, doc)
     return result

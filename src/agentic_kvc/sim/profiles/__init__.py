@@ -106,8 +106,6 @@ def load_cpu_profile(
         stage = (fit.get("background") or {}) if background else {}
         term = float(stage.get("contended" if no_spare else "spare", 0.0))
         form = stage.get("form", "delay")
-        # Refitted beside known neighbours, the scale of a host without them.
-        scale *= float(stage.get("rescale", 1.0))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: field 'serving_fit': {exc!r}") from None
     how = f"serving fit x{scale:.3g}"
