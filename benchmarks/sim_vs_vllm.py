@@ -39,6 +39,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from agentic_kvc.analysis.envelope import (
+    MEAN_TOLERANCE_1_INSTANCE,
+    envelope,
+    perfect_model_passes,
+)
 from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
@@ -56,10 +63,6 @@ from agentic_kvc.sim.serving_fit import (
 )
 
 VALIDATION_SEED = 11
-METRIC_NAMES = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "e2e_p90_s")
-# The envelope: inside the repeats' range always; within this of their mean on 1 instance (a
-# spare core for the frontends, so the engine agrees with itself far better than on 2).
-MEAN_TOLERANCE_1_INSTANCE = 0.15
 
 
 def config_for(
@@ -134,32 +137,6 @@ def run_stats(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def envelope(
-    sim: dict[str, float], reals: list[dict[str, float]], mean_tolerance: float | None
-) -> dict[str, dict[str, Any]]:
-    """Per metric: the real repeats' mean/min/max/spread, the simulator's error to the mean,
-    and whether it lies inside min..max (and within `mean_tolerance` of the mean, if given)."""
-    out = {}
-    for n in METRIC_NAMES:
-        values = [r[n] for r in reals]
-        mean, lo, hi = statistics.fmean(values), min(values), max(values)
-        err = (sim[n] - mean) / mean
-        ok = lo <= sim[n] <= hi and (mean_tolerance is None or abs(err) <= mean_tolerance)
-        out[n] = {
-            "sim": sim[n],
-            "real_mean": mean,
-            "real_min": lo,
-            "real_max": hi,
-            "real_spread_rel": (hi - lo) / mean,
-            "real_cv": statistics.stdev(values) / mean if len(values) > 1 else None,
-            "sim_rel_error": err,
-            "inside_range": lo <= sim[n] <= hi,
-            "within_mean_tolerance": None if mean_tolerance is None else abs(err) <= mean_tolerance,
-            "pass": ok,
-        }
-    return out
-
-
 def compare(
     instances: int,
     results: Path,
@@ -221,6 +198,8 @@ def compare(
         "prefix_hits": hits,
         "envelope_pass": all(m["pass"] for m in metrics.values()),
         "max_abs_rel_error": max(abs(m["sim_rel_error"]) for m in metrics.values()),
+        # How often a model with no error would pass this envelope (analysis/envelope.py).
+        "perfect_model": perfect_model_passes(reals, tolerance),
     }
 
 
@@ -279,24 +258,42 @@ def load_summary(order: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[fl
     return out
 
 
+def perfect_model_of(case: dict[str, Any]) -> dict[str, Any]:
+    """A case's perfect-model pass rates: stored, or (older files) computed from its runs."""
+    return case.get("perfect_model") or perfect_model_passes(
+        case["vllm_runs"], case.get("mean_tolerance")
+    )
+
+
 def table(cases: list[dict[str, Any]], calibration_load: dict[str, list[Any]] | None = None) -> str:
     """The envelope as a Markdown table (what docs/sim_profiles.md quotes), then each real
     run's mean load1 (and the calibration replays', when calibrated alongside)."""
     yes = lambda b: "yes" if b else "no"  # noqa: E731
     lines = [
         "| instances | metric | real mean | real min..max | real spread | simulator | error "
-        "| inside range | in envelope |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| inside range | in envelope | a perfect model passes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
+        perfect = perfect_model_of(c)
         for n, m in c["metrics"].items():
             name = n.removesuffix("_s").replace("_", " ").upper().replace(" P", " p")
             lines.append(
                 f"| {c['instances']} | {name} | {m['real_mean'] * 1e3:.0f} ms "
                 f"| {m['real_min'] * 1e3:.0f}..{m['real_max'] * 1e3:.0f} ms "
                 f"| {m['real_spread_rel']:.1%} | {m['sim'] * 1e3:.0f} ms "
-                f"| {m['sim_rel_error']:+.1%} | {yes(m['inside_range'])} | {yes(m['pass'])} |"
+                f"| {m['sim_rel_error']:+.1%} | {yes(m['inside_range'])} | {yes(m['pass'])} "
+                f"| {perfect['per_metric'][n]:.0%} |"
             )
+    passed = sum(m["pass"] for c in cases for m in c["metrics"].values())
+    perfect = [perfect_model_of(c) for c in cases]
+    lines += [
+        "",
+        f"In the envelope: the simulator {passed} of {sum(p['checks'] for p in perfect)}; a "
+        f"model with no error {sum(p['expected'] for p in perfect):.1f} on average (all of "
+        f"them with probability {np.prod([p['all'] for p in perfect]):.0%}: the repeats' own "
+        "scatter, analysis/envelope.py).",
+    ]
     fmt = lambda xs: ", ".join("?" if x is None else f"{x:.2f}" for x in xs)  # noqa: E731
     lines += [
         "",

@@ -34,9 +34,12 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_vs_vllm import MEAN_TOLERANCE_1_INSTANCE, envelope
-
+from agentic_kvc.analysis.envelope import (
+    MEAN_TOLERANCE_1_INSTANCE,
+    envelope,
+    perfect_model_passes,
+    perfect_model_total,
+)
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving
@@ -71,6 +74,22 @@ def fitted_profiles(
     )
 
 
+def envelope_sizes(checks: list[ServingRun], host_cores: int) -> list[tuple[int, float | None]]:
+    """The fleet sizes of a session's check runs, each with its envelope's mean tolerance."""
+    return [
+        (n, MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None)
+        for n in sorted({r.instances for r in checks})
+    ]
+
+
+def envelope_runs(
+    checks: list[ServingRun], n: int, host_cores: int
+) -> tuple[list[dict[str, float]], float | None]:
+    """One fleet size's real repeats (their quantiles) and its envelope's mean tolerance."""
+    tol = MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None
+    return [r.real for r in checks if r.instances == n], tol
+
+
 def judge(
     profile_for: Callable[[int], EngineProfile], checks: list[ServingRun], host_cores: int
 ) -> dict[str, Any]:
@@ -79,16 +98,20 @@ def judge(
     profile with a background term reads it)."""
     out: dict[str, Any] = {}
     backgrounds: dict[str, float] = {}
-    for n in sorted({r.instances for r in checks}):
+    for n, tol in envelope_sizes(checks, host_cores):
         runs = [r for r in checks if r.instances == n]
         others = [r.background for r in runs]
         background = float(np.mean(others)) if None not in others else 0.0  # type: ignore[arg-type]
         sim = runs[0].simulate(profile_for(n), background)
-        tol = MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None
         out[str(n)] = envelope(sim, [r.real for r in runs], tol)
         backgrounds[str(n)] = background
     metrics = [m for size in out.values() for m in size.values()]
     return {
+        # How many of these checks a model with no error would pass (analysis/envelope.py).
+        "perfect_model_expected": sum(
+            perfect_model_passes(envelope_runs(checks, n, host_cores)[0], tol)["expected"]
+            for n, tol in envelope_sizes(checks, host_cores)
+        ),
         "inside_range": sum(m["inside_range"] for m in metrics),
         "envelope": sum(m["pass"] for m in metrics),
         "checks": len(metrics),
@@ -221,8 +244,28 @@ def main() -> None:
                 + (f" (misses: {'; '.join(misses)})" if misses else ""),
                 flush=True,
             )
+    # The same checks for a model with no error: what the repeats' own scatter lets pass.
+    perfect = perfect_model_total(
+        [
+            envelope_runs(checks[s], n, args.host_cores)
+            for s in names
+            for n, _ in envelope_sizes(checks[s], args.host_cores)
+        ]
+    )
+    print(
+        f"a perfect model: {perfect['expected']:.1f} of {perfect['checks']} in the envelope on "
+        f"average (90%: {perfect['p05']:.0f}..{perfect['p95']:.0f}); all of them with "
+        f"probability {perfect['all']:.2g}"
+    )
+    for fit_name in fits:
+        mine = [r for r in results if r["fit"] == fit_name]
+        print(
+            f"{fit_name:14s}: {sum(r['envelope'] for r in mine)} of "
+            f"{sum(r['checks'] for r in mine)} in the envelope"
+        )
     doc = {
         "benchmark": "sim_vs_vllm_offline",
+        "perfect_model": perfect,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "sessions": {n: {"calibration": str(c), "check": str(k)} for n, c, k in args.session},
         "pool": args.pool,

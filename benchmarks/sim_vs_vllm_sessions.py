@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from itertools import permutations
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_vs_vllm import METRIC_NAMES, envelope
+from agentic_kvc.analysis.envelope import METRIC_NAMES, envelope
 
 
 def load_session(path: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from agentic_kvc.analysis.bench_summary import (
     NO_GOAL,
     NOT_MEASURED,
     NOT_MET,
+    SIM_VS_VLLM_METRICS,
     UNREADABLE,
     BenchRow,
     registered,
@@ -279,6 +280,21 @@ def test_sim_vs_vllm_says_beside_how_many_neighbour_threads_it_simulated(tmp_pat
     doc["neighbours"] = 1  # `--neighbours 1`: said, without a goal
     rows = {r.measure: r.value for r in summarize(tmp_path, "sim_vs_vllm_n1", doc)}
     assert rows["processes spinning a core beside each real run"] == "1"
+
+
+def test_sim_vs_vllm_sets_the_simulator_beside_a_model_with_no_error(tmp_path: Path) -> None:
+    doc = sim_vs_vllm(sim_ttft=0.2)  # outside the range: 3 of 4 in the envelope
+    measure = "1 instance: checks in the envelope, simulator vs a model with no error"
+    assert measure not in {r.measure for r in summarize(tmp_path, "a", doc)}  # no run values
+    # Older files: computed from the real runs' quantiles (repeats that never scatter).
+    doc["cases"][1]["vllm_runs"] = [dict.fromkeys(SIM_VS_VLLM_METRICS, 0.1)] * 3
+    rows = {r.measure: r for r in summarize(tmp_path, "b", doc)}
+    assert rows[measure].value.startswith("3 of 4 vs 4.0 on average (all 4 with probability 100.0%")
+    assert rows[measure].verdict == NO_GOAL
+    # Stored by the benchmark: taken as it is.
+    doc["cases"][1]["perfect_model"] = {"expected": 3.25, "all": 0.5}
+    rows = {r.measure: r for r in summarize(tmp_path, "c", doc)}
+    assert rows[measure].value.startswith("3 of 4 vs 3.2 on average (all 4 with probability 50.0%")
 
 
 def test_a_goal_without_its_figure_is_not_measured(tmp_path: Path) -> None:
