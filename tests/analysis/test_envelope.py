@@ -7,6 +7,7 @@ import pytest
 
 from agentic_kvc.analysis.envelope import (
     METRIC_NAMES,
+    against_perfect_model,
     envelope,
     perfect_model_pass_draws,
     perfect_model_passes,
@@ -101,3 +102,17 @@ def test_total_over_envelopes_adds_expectations_and_multiplies_all() -> None:
     assert total["expected"] == pytest.approx(sum(p["expected"] for p in parts))
     assert total["all"] == pytest.approx(parts[0]["all"] * parts[1]["all"], abs=0.02)
     assert total["p05"] <= total["expected"] <= total["p95"]
+
+
+def test_a_session_is_judged_against_what_a_perfect_model_reaches_in_95_percent() -> None:
+    reals = _runs([0.1, 0.1, 0.1])  # no scatter: a perfect model passes every check
+    metrics = envelope(dict.fromkeys(METRIC_NAMES, 0.1), reals, 0.15)
+    case = {"metrics": metrics, "vllm_runs": reals, "mean_tolerance": 0.15}
+    bar = against_perfect_model([case, case])
+    assert bar["passed"] == 8 and bar["perfect_model"]["p05"] == 8 and bar["met"]
+    off = {**case, "metrics": envelope(dict.fromkeys(METRIC_NAMES, 0.2), reals, 0.15)}
+    bar = against_perfect_model([case, off])
+    assert bar["passed"] == 4 and not bar["met"]
+    # Scattered repeats lower the bar below every check.
+    loose = {**case, "vllm_runs": _scattered(0.5), "metrics": off["metrics"]}
+    assert against_perfect_model([loose])["perfect_model"]["p05"] < 4
