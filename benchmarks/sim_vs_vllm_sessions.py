@@ -6,7 +6,9 @@ still be judged against one hour's neighbours. This script takes several session
 that benchmark (same workload seed, real runs at different hours) and applies the same rule to
 the real engine itself: session A's mean of its repeats, as if it were the prediction, against
 session B's envelope, for every ordered pair (A, B) of sessions with the same seed. Beside it,
-each session's own simulator verdicts, so the two pass rates can be read together.
+each session's own simulator verdicts, so the two pass rates can be read together, and per seed
+and fleet size whether any one value could pass every session's envelope at all (a simulator
+given the same inputs predicts one value).
 
     .venv/bin/python benchmarks/sim_vs_vllm_sessions.py A.json B.json ... --out OUT.json
 """
@@ -20,7 +22,7 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.envelope import METRIC_NAMES, envelope
+from agentic_kvc.analysis.envelope import METRIC_NAMES, common_envelope, envelope
 
 
 def load_session(path: Path) -> dict[str, Any]:
@@ -65,8 +67,19 @@ def cross_session(sessions: list[dict[str, Any]]) -> dict[str, Any]:
                     },
                 }
             )
+    # Per seed and fleet size seen in several sessions: could one prediction pass them all?
+    common = []
+    for seed in sorted({s["seed"] for s in sessions}):
+        group = [s for s in sessions if s["seed"] == seed]
+        for n in sorted({n for s in group for n in s["cases"]}):
+            cases = [s["cases"][n] for s in group if n in s["cases"]]
+            if len(cases) < 2:
+                continue
+            both = common_envelope([(c["vllm_runs"], c["mean_tolerance"]) for c in cases])
+            common.append({"seed": seed, "instances": n, "sessions": len(cases), "metrics": both})
     return {
         "pairs": pairs,
+        "common_envelope": common,
         "real_passes": sum(v["pass"] for p in pairs for v in p["metrics"].values()),
         "real_inside": sum(v["inside_range"] for p in pairs for v in p["metrics"].values()),
         "real_checks": sum(len(p["metrics"]) for p in pairs),
@@ -126,6 +139,13 @@ def main() -> None:
         f"real engine at another hour: {result['real_passes']}/{result['real_checks']} in the "
         f"envelope, {result['real_inside']}/{result['real_checks']} inside the range"
     )
+    for c in result["common_envelope"]:
+        none = [m for m, v in c["metrics"].items() if not v["feasible"]]
+        print(
+            f"seed {c['seed']}, {c['instances']} instance(s), {c['sessions']} sessions: no one "
+            f"value passes them all on {len(none)} of {len(c['metrics'])} metrics"
+            + (f" ({', '.join(none)})" if none else "")
+        )
     for s in result["sim"]:
         print(
             f"simulator in {s['file']}: {s['passes']}/{s['checks']} in the envelope, "

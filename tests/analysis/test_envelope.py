@@ -8,6 +8,7 @@ import pytest
 from agentic_kvc.analysis.envelope import (
     METRIC_NAMES,
     against_perfect_model,
+    common_envelope,
     envelope,
     perfect_model_pass_draws,
     perfect_model_passes,
@@ -116,3 +117,17 @@ def test_a_session_is_judged_against_what_a_perfect_model_reaches_in_95_percent(
     # Scattered repeats lower the bar below every check.
     loose = {**case, "vllm_runs": _scattered(0.5), "metrics": off["metrics"]}
     assert against_perfect_model([loose])["perfect_model"]["p05"] < 4
+
+
+def test_one_prediction_cannot_pass_envelopes_that_do_not_overlap() -> None:
+    early, late = _runs([1.0, 1.2]), _runs([1.5, 2.0])
+    apart = common_envelope([(early, None), (late, None)])
+    assert not apart["ttft_p50_s"]["feasible"]
+    assert (apart["ttft_p50_s"]["low"], apart["ttft_p50_s"]["high"]) == (1.5, 1.2)
+    both = common_envelope([(early, None), (_runs([1.1, 1.6]), None)])
+    assert both["e2e_p90_s"]["feasible"] and both["e2e_p90_s"]["low"] == 1.1
+    # The mean tolerance narrows each envelope: ranges that overlap (1.15..1.2) can still
+    # leave no value within 15% of both means (1.1 and 1.5).
+    assert common_envelope([(early, None), (_runs([1.15, 1.85]), None)])["ttft_p50_s"]["feasible"]
+    tight = common_envelope([(early, 0.15), (_runs([1.15, 1.85]), 0.15)])
+    assert not tight["ttft_p50_s"]["feasible"]

@@ -140,3 +140,24 @@ def against_perfect_model(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "perfect_model": perfect,
         "met": passed >= perfect["p05"],
     }
+
+
+def common_envelope(
+    sessions: Sequence[tuple[Sequence[Mapping[str, float]], float | None]],
+) -> dict[str, dict[str, Any]]:
+    """Per metric, the values one prediction could take to pass every one of several
+    envelopes of the same configuration (each: real repeats, mean tolerance): the largest of
+    their lower bounds to the smallest of their upper bounds, `feasible` when that is not
+    empty. A simulator given the same inputs for each (same config, nothing recorded that
+    differs) predicts one value, so where no value is feasible it must fail some of them."""
+    out = {}
+    for m in METRIC_NAMES:
+        lo, hi = 0.0, float("inf")
+        for reals, tolerance in sessions:
+            values = [r[m] for r in reals]
+            lo, hi = max(lo, min(values)), min(hi, max(values))
+            if tolerance is not None:
+                mean = statistics.fmean(values)
+                lo, hi = max(lo, mean * (1 - tolerance)), min(hi, mean * (1 + tolerance))
+        out[m] = {"low": lo, "high": hi, "feasible": lo <= hi}
+    return out
