@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -59,6 +58,7 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.sim.serving_fit import (
     SERVING_SEED,
     fit_and_store,
+    mean_background,
     quantiles,
     serving_config,
     serving_sizes,
@@ -173,8 +173,7 @@ def compare(
     profile = sim_profile(sim_cfg, profile_file)
     # On the real repeats' mean background (runnable threads of other processes), when every one
     # recorded it; only a profile with a background term reads it (sim/serving_fit.py).
-    others = [(r["host_load"] or {}).get("others_runnable") for r in reals]
-    background = statistics.fmean(others) if None not in others else 0.0  # type: ignore[arg-type]
+    background = mean_background([(r["host_load"] or {}).get("others_runnable") for r in reals])
     sim_cfg = sim_cfg.model_copy(
         update={"sim": sim_cfg.sim.model_copy(update={"host_neighbour_threads": background})}
     )

@@ -42,7 +42,7 @@ from agentic_kvc.analysis.envelope import (
 )
 from agentic_kvc.sim.cost import EngineProfile
 from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
-from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving
+from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving, mean_background
 
 
 def parse_session(spec: str) -> tuple[str, Path, Path]:
@@ -100,8 +100,7 @@ def judge(
     backgrounds: dict[str, float] = {}
     for n, tol in envelope_sizes(checks, host_cores):
         runs = [r for r in checks if r.instances == n]
-        others = [r.background for r in runs]
-        background = float(np.mean(others)) if None not in others else 0.0  # type: ignore[arg-type]
+        background = mean_background([r.background for r in runs])
         sim = runs[0].simulate(profile_for(n), background)
         out[str(n)] = envelope(sim, [r.real for r in runs], tol)
         backgrounds[str(n)] = background

@@ -237,3 +237,11 @@ def test_profile_file_carries_the_background_stage(tmp_path: Path) -> None:
     assert one.background_slowdown == two.background_slowdown == 0.0
     assert "50 ms later per runnable thread" in one.source
     assert load_cpu_profile(path, instances=2, background=False).background_delay_s == 0.0
+
+
+def test_mean_background_is_zero_unless_every_run_recorded_one() -> None:
+    from agentic_kvc.sim.serving_fit import mean_background
+
+    assert mean_background([0.5, 1.5]) == 1.0
+    assert mean_background([0.5, None]) == 0.0  # an older run: no term applies
+    assert mean_background([]) == 0.0

@@ -164,6 +164,14 @@ def _replay_window(run_dir: Path) -> dict[str, Any]:
     return load.get("replay") or load.get("run") or {}
 
 
+def mean_background(recorded: Sequence[float | None]) -> float:
+    """The background a check simulates several real runs on: their mean recorded runnable
+    threads of other processes, or 0 when any run did not record it (older runs)."""
+    if not recorded or any(x is None for x in recorded):
+        return 0.0
+    return float(np.mean([x for x in recorded if x is not None]))
+
+
 def under_background(profile: EngineProfile, threads: float) -> EngineProfile:
     """`profile` beside `threads` runnable threads of other processes: every step cost
     (contended ones too) times 1 + background_slowdown * threads. Unchanged without the term."""
