@@ -74,20 +74,18 @@ def fitted_profiles(
     )
 
 
-def envelope_sizes(checks: list[ServingRun], host_cores: int) -> list[tuple[int, float | None]]:
-    """The fleet sizes of a session's check runs, each with its envelope's mean tolerance."""
+def envelopes(
+    checks: list[ServingRun], host_cores: int
+) -> list[tuple[int, list[ServingRun], float | None]]:
+    """A session's check runs per fleet size, each with its envelope's mean tolerance."""
     return [
-        (n, MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None)
+        (
+            n,
+            [r for r in checks if r.instances == n],
+            MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None,
+        )
         for n in sorted({r.instances for r in checks})
     ]
-
-
-def envelope_runs(
-    checks: list[ServingRun], n: int, host_cores: int
-) -> tuple[list[dict[str, float]], float | None]:
-    """One fleet size's real repeats (their quantiles) and its envelope's mean tolerance."""
-    tol = MEAN_TOLERANCE_1_INSTANCE if n < host_cores else None
-    return [r.real for r in checks if r.instances == n], tol
 
 
 def judge(
@@ -98,19 +96,17 @@ def judge(
     profile with a background term reads it)."""
     out: dict[str, Any] = {}
     backgrounds: dict[str, float] = {}
-    for n, tol in envelope_sizes(checks, host_cores):
-        runs = [r for r in checks if r.instances == n]
+    perfect = 0.0
+    for n, runs, tol in envelopes(checks, host_cores):
         background = mean_background([r.background for r in runs])
         sim = runs[0].simulate(profile_for(n), background)
         out[str(n)] = envelope(sim, [r.real for r in runs], tol)
         backgrounds[str(n)] = background
+        perfect += perfect_model_passes([r.real for r in runs], tol)["expected"]
     metrics = [m for size in out.values() for m in size.values()]
     return {
         # How many of these checks a model with no error would pass (analysis/envelope.py).
-        "perfect_model_expected": sum(
-            perfect_model_passes(envelope_runs(checks, n, host_cores)[0], tol)["expected"]
-            for n, tol in envelope_sizes(checks, host_cores)
-        ),
+        "perfect_model_expected": perfect,
         "inside_range": sum(m["inside_range"] for m in metrics),
         "envelope": sum(m["pass"] for m in metrics),
         "checks": len(metrics),
@@ -246,9 +242,9 @@ def main() -> None:
     # The same checks for a model with no error: what the repeats' own scatter lets pass.
     perfect = perfect_model_total(
         [
-            envelope_runs(checks[s], n, args.host_cores)
+            ([r.real for r in runs], tol)
             for s in names
-            for n, _ in envelope_sizes(checks[s], args.host_cores)
+            for _, runs, tol in envelopes(checks[s], args.host_cores)
         ]
     )
     print(
