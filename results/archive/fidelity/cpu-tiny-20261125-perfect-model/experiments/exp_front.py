@@ -5,7 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 import numpy as np
 sys.path.insert(0, "/work/main/benchmarks")
-from sim_vs_vllm_offline import judge, runs_in, envelope_runs, envelope_sizes
+from sim_vs_vllm_offline import judge, runs_in
 from agentic_kvc.analysis.envelope import perfect_model_total
 from agentic_kvc.calibrate.engine import fit, measurements_from_doc, Measurement
 from agentic_kvc.sim.profiles import load_cpu_profile, CPU_TINY_FILE
