@@ -55,6 +55,36 @@ class WorkloadConfig(_Strict):
         return self
 
 
+class KVTiersConfig(_Strict):
+    """KV tiers below HBM, per instance (issue 29; real engines: issue 30).
+
+    A tier with capacity 0 is off; with every tier off the fleet is HBM-only and the field is
+    left out of the run id. Link numbers left as None come from the hardware profile.
+    """
+
+    # Host memory (DRAM) per instance, GiB, and its link to the device (GB/s, bytes).
+    host_gib: float = Field(0.0, ge=0)
+    host_h2d_gbps: float | None = Field(None, gt=0)
+    host_d2h_gbps: float | None = Field(None, gt=0)
+    host_latency_s: float | None = Field(None, ge=0)
+    # Disk or a remote store: per instance, per node, or one fleet-wide pool.
+    disk_gib: float = Field(0.0, ge=0)
+    disk_scope: Literal["instance", "node", "fleet"] = "node"
+    disk_read_gbps: float | None = Field(None, gt=0)
+    disk_write_gbps: float | None = Field(None, gt=0)
+    disk_latency_s: float | None = Field(None, ge=0)
+    # Store a turn's blocks in the host tier when it ends (vLLM's offloading connector does),
+    # instead of only when HBM evicts them.
+    write_through: bool = False
+    eviction: Literal["lru", "retention"] = "lru"
+    # Real engines only: where the disk tier keeps its files.
+    disk_path: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.host_gib > 0 or self.disk_gib > 0
+
+
 class FleetConfig(_Strict):
     instances: int = Field(2, ge=1, le=1024)
     model: str = "tiny"
@@ -68,6 +98,7 @@ class FleetConfig(_Strict):
     # Real engines only: extra CLI flags and env for every instance.
     vllm_args: list[str] = Field(default_factory=list)
     vllm_env: dict[str, str] = Field(default_factory=dict)
+    kv_tiers: KVTiersConfig = Field(default_factory=KVTiersConfig)
 
     @model_validator(mode="after")
     def _roles_len(self) -> FleetConfig:
@@ -133,6 +164,8 @@ class RunConfig(_Strict):
         for key in ("kv_retention_ttl_s", "host_neighbour_threads"):
             if not out["sim"][key]:  # likewise: ids from before these fields unchanged
                 del out["sim"][key]
+        if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
+            del out["fleet"]["kv_tiers"]
         return out
 
     def run_id(self) -> str:
