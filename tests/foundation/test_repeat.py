@@ -31,12 +31,20 @@ def test_existing_run_ids_do_not_move() -> None:
 def test_repeat_zero_is_not_in_the_canonical_form(base_config: dict[str, Any]) -> None:
     cfg = load_config(base_config)
     assert cfg.repeat == 0 and "repeat" not in cfg.canonical()
-    # The canonical form is every field but a zero repeat, a zero KV retention TTL and no host
-    # neighbours (all added later, so earlier run ids stay): nothing else left out.
+    # The canonical form is every field but a zero repeat, a zero KV retention TTL, no host
+    # neighbours and no KV tiers (all added later, so earlier run ids stay): nothing else.
     dumped = cfg.model_dump(mode="json")
     assert dumped.pop("repeat") == 0 and dumped["sim"].pop("kv_retention_ttl_s") == 0
     assert dumped["sim"].pop("host_neighbour_threads") == 0
+    assert dumped["fleet"].pop("kv_tiers")["host_gib"] == 0
     assert dumped == cfg.canonical()
+
+
+def test_kv_tiers_enter_the_run_id_only_when_on(base_config: dict[str, Any]) -> None:
+    off = load_config(base_config)
+    on = load_config(base_config, ["fleet.kv_tiers.host_gib=64"])
+    assert "kv_tiers" in on.canonical()["fleet"] and on.run_id() != off.run_id()
+    assert load_config(base_config, ["fleet.kv_tiers.write_through=true"]).run_id() == off.run_id()
 
 
 def test_repeats_are_distinct_runs_of_one_config(base_config: dict[str, Any]) -> None:
