@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from agentic_kvc.portable import round_significant
 from agentic_kvc.runs import cpu_model
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
 from agentic_kvc.sim.profiles.models import get_model
@@ -145,7 +146,10 @@ def fit(measurements: Sequence[Measurement]) -> Fit:
     if outliers.any() and len(y) - outliers.sum() >= len(FEATURES):
         keep = ~outliers
         coef = nnls_relative(x[keep], y[keep])
-    cost = LinearStepCost(**{name: float(c) for name, c in zip(FEATURES, coef, strict=True)})
+    # Rounded where made: the solver's last bits depend on the BLAS kernel (agentic_kvc.portable).
+    cost = LinearStepCost(
+        **{name: round_significant(float(c)) for name, c in zip(FEATURES, coef, strict=True)}
+    )
     residuals = []
     for m, kept in zip(measurements, keep, strict=True):
         pred = cost.step_s(m.prefill_chunks, m.decode_batch, m.decode_kv_tokens)

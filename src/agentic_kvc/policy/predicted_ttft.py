@@ -116,6 +116,7 @@ from agentic_kvc.policy.common import (
     uncached_tokens,
 )
 from agentic_kvc.policy.registry import register
+from agentic_kvc.portable import round_significant
 from agentic_kvc.sim.cost import AffineStepCost, StepCost
 
 # The grid of step shapes the fit samples: one prefill chunk (tokens, context it attends to)
@@ -198,7 +199,8 @@ def fit_step_cost(cost: StepCost) -> AffineStepCost:
     x, y = np.array(rows), np.array(times)
     w = 1.0 / y
     coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
-    a, b, c, d, k = (max(float(v), 0.0) for v in coef)
+    # Rounded: LAPACK's last bits depend on the processor's BLAS kernel (agentic_kvc.portable).
+    a, b, c, d, k = (round_significant(max(float(v), 0.0)) for v in coef)
     return AffineStepCost(
         overhead_s=a, per_token_s=b, per_attn_pair_s=c, per_decode_seq_s=d, per_kv_token_s=k
     )

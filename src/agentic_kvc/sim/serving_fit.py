@@ -247,16 +247,25 @@ def _grid_search(
 ) -> tuple[np.ndarray, float]:
     """Minimise `loss` over a log-spaced grid in [lo, hi], then re-grid around the best."""
     best, best_loss = lo, math.inf
-    llo, lhi = np.log(lo), np.log(hi)
+    # math, not numpy, for log and exp: the grid's points are the same bits on any processor
+    # (agentic_kvc.portable).
+    llo, lhi = _log(lo), _log(hi)
     for _ in range(rounds):
-        axes = [np.exp(np.linspace(a, b, points)) for a, b in zip(llo, lhi, strict=True)]
+        axes = [
+            np.array([math.exp(v) for v in np.linspace(a, b, points)])
+            for a, b in zip(llo, lhi, strict=True)
+        ]
         for point in np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(lo), -1).T:
             value = loss(point)
             if value < best_loss:
                 best, best_loss = point, value
         width = (lhi - llo) / (points - 1)
-        llo, lhi = np.log(best) - width, np.log(best) + width
+        llo, lhi = _log(best) - width, _log(best) + width
     return best, best_loss
+
+
+def _log(values: np.ndarray) -> np.ndarray:
+    return np.array([math.log(v) for v in values])
 
 
 def apply_fit(

@@ -16,6 +16,7 @@ Sessions start as a Poisson process; a later turn's `arrival_s` is its nominal r
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,7 @@ def resolve_params(preset: str, params: dict[str, Any] | None = None) -> SynthPa
 
 
 def _lognormal_int(rng: np.random.Generator, median: float, sigma: float, lo: int, hi: int) -> int:
-    value = median * float(np.exp(sigma * rng.standard_normal()))
+    value = median * math.exp(sigma * rng.standard_normal())
     return int(min(hi, max(lo, round(value))))
 
 
@@ -206,7 +207,7 @@ class _SessionBuilder:
 
     def tool_wait(self) -> float:
         p, rng = self.p, self.rng
-        wait = float(p.tool_wait_median_s * np.exp(p.tool_wait_sigma * rng.standard_normal()))
+        wait = p.tool_wait_median_s * math.exp(p.tool_wait_sigma * rng.standard_normal())
         if p.tool_wait_tail_prob > 0:  # drawn from a stream of its own: the body is unchanged
             tail = self.tail_rng
             if tail.random() < p.tool_wait_tail_prob:
@@ -308,7 +309,7 @@ class _SessionBuilder:
             if n_in > p.max_context_tokens and requests:
                 break
             think = (
-                float(p.tool_wait_median_s * np.exp(p.tool_wait_sigma * rng.standard_normal()))
+                p.tool_wait_median_s * math.exp(p.tool_wait_sigma * rng.standard_normal())
                 if turn
                 else 0.0
             )
