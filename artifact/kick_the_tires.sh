@@ -14,12 +14,19 @@ CLAIM=${KTT_CLAIM:-$(python3 -c 'import re,sys; print(re.search(r"^  kick_the_ti
 mkdir -p "$OUT"
 START=$(date +%s)
 FAILED=0
+# Times depend on the processor (a CPU engine ran ~2x slower on an AMD EPYC than on the Intel
+# Xeon of the recorded times): say which one this is. Standard library only, before any venv.
+PROCESSOR=$(PYTHONPATH=src python3 -c 'from agentic_kvc.processor import processor_info; print(processor_info()["label"])' 2>/dev/null || uname -m)
+echo "processor: $PROCESSOR ($(nproc) cores visible, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null))"
+TIMES="$OUT/times.tsv"
+printf 'step\tresult\tseconds\n' > "$TIMES"
 
 step() {
   local name=$1; shift
   local t0; t0=$(date +%s)
   if "$@" > "$OUT/$name.log" 2>&1; then r=PASS; else r=FAIL; FAILED=$((FAILED + 1)); fi
   printf '%s  %-8s %5d s  (%s)\n' "$r" "$name" "$(( $(date +%s) - t0 ))" "$OUT/$name.log"
+  printf '%s\t%s\t%d\n' "$name" "$r" "$(( $(date +%s) - t0 ))" >> "$TIMES"
 }
 
 # Same config for both backends, only `backend` differs: one instance, the trace replayed
@@ -46,5 +53,6 @@ step sim "${RUN[@]}" --set backend=sim
 step sim-ok check_records sim
 step claim sh -c ".venv/bin/snakemake --cores 1 claim_$CLAIM && .venv/bin/akvc artifact check --only $CLAIM"
 TOTAL=$(( $(date +%s) - START ))
-echo "kick-the-tires: $([ $FAILED = 0 ] && echo PASS || echo "FAIL ($FAILED steps)") in $((TOTAL / 60)) min $((TOTAL % 60)) s"
+printf 'total\t%s\t%d\n# processor: %s\n' "$([ $FAILED = 0 ] && echo PASS || echo FAIL)" "$TOTAL" "$PROCESSOR" >> "$TIMES"
+echo "kick-the-tires: $([ $FAILED = 0 ] && echo PASS || echo "FAIL ($FAILED steps)") in $((TOTAL / 60)) min $((TOTAL % 60)) s on $PROCESSOR (times: $TIMES)"
 exit $(( FAILED > 0 ))

@@ -33,6 +33,7 @@ from agentic_kvc.backend import backend_for as _backend_for  # tests substitute 
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from agentic_kvc.metrics.summary import summarize
+from agentic_kvc.processor import processor_info
 from agentic_kvc.security import redact, within_root
 
 RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
@@ -105,6 +106,7 @@ def hardware_info() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "cpu": cpu,
+        "processor": processor_info(),  # vendor, family/model, vector extensions (issue 34)
         "cpu_count": os.cpu_count(),
         "gpus": gpus,
         "python": platform.python_version(),

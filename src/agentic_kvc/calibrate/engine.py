@@ -32,6 +32,7 @@ import httpx
 import numpy as np
 
 from agentic_kvc.portable import round_significant
+from agentic_kvc.processor import processor_info
 from agentic_kvc.runs import cpu_model
 from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
 from agentic_kvc.sim.profiles.models import get_model
@@ -269,6 +270,7 @@ def machine_facts() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "cpu": cpu_model() or "",
+        "processor": processor_info(),
         "cores_visible": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "load_avg_at_start": list(os.getloadavg()),

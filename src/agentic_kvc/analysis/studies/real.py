@@ -10,6 +10,7 @@ config in the simulator, `cpu-tiny` profile) stands beside each measured row.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from agentic_kvc.analysis.studies.base import (
 )
 from agentic_kvc.analysis.studies.common import ordered, study
 from agentic_kvc.analysis.tables import latency_summary
+from agentic_kvc.processor import processor_label, same_processor
 
 NAME = "real"
 TITLE = "7. Real engines: two vLLM CPU instances"
@@ -54,6 +56,51 @@ def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
         "busy": overall.get("busy"),
         "steal": overall.get("steal"),
     }
+
+
+RECALIBRATE = "make recalibrate"
+
+
+def processor_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The recorded processor of a run (older manifests kept only the model name)."""
+    hw = manifest.get("hardware") or {}
+    return hw.get("processor") or {"model_name": hw.get("cpu")}
+
+
+def profile_processor(path: Path | None = None) -> tuple[dict[str, Any], str]:
+    """The processor the `cpu-tiny` profile was calibrated on, and when."""
+    from agentic_kvc.sim.profiles import CPU_TINY_FILE
+
+    try:
+        doc = json.loads((path or CPU_TINY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}, "?"
+    machine = doc.get("machine") or {}
+    return machine.get("processor") or {"model_name": machine.get("cpu")}, str(doc.get("date"))
+
+
+def processor_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> str:
+    """Which processors the real runs ran on, against the simulator profile's, and what to do
+    when they differ: a CPU profile predicts the machine it was fitted on (docs/sim_profiles.md,
+    "Another processor")."""
+    seen: dict[str, dict[str, Any]] = {}
+    for m in manifests:
+        info = processor_of(m)
+        seen.setdefault(info.get("label") or processor_label(info), info)
+    prof, date = profile_processor(profile)
+    prof_label = prof.get("label") or processor_label(prof)
+    runs = "; ".join(sorted(seen)) or "not recorded"
+    text = f"Processor of the real runs: {runs}. The simulator's `cpu-tiny` profile was "
+    text += f"calibrated on {prof_label} ({date})"
+    verdicts = [same_processor(info, prof) for info in seen.values()]
+    if verdicts and all(v is True for v in verdicts):
+        return text + ", the same kind."
+    how = "differs from" if any(v is False for v in verdicts) else "cannot be matched to"
+    return (
+        text + f"; that {how} this machine's, so the simulated column predicts another "
+        f"machine. Recalibrate here with `{RECALIBRATE}` (about 10 minutes on a quiet machine; "
+        'docs/sim_profiles.md, "Another processor").'
+    )
 
 
 def _spread(values: list[float]) -> str:
@@ -169,6 +216,7 @@ def analyse(
             finding_text(c, f"real engines: {v} vs round_robin, TTFT p50")
             + ("" if beyond else "; within the repeats' spread")
         )
+    s.note(processor_note([m for _, m in data.manifests() if m.get("backend") != "sim"]))
     text = "; ".join(parts) if parts else "only one variant has real runs"
     s.answer = text[0].upper() + text[1:] + "."
     return s

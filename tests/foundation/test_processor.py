@@ -1,0 +1,87 @@
+"""Which processor a run ran on (issue 34): parsed from /proc/cpuinfo, compared with the
+`cpu-tiny` profile's, and said in study 7 with the recalibration command when they differ."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentic_kvc.analysis.studies.real import RECALIBRATE, processor_note
+from agentic_kvc.processor import parse_cpuinfo, processor_label, same_processor
+
+INTEL = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+stepping\t: 8
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw amx_bf16 amx_int8
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+"""
+AMD = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu sse4_2 avx avx2 fma
+"""
+ARM = """processor\t: 0
+BogoMIPS\t: 2000.00
+Features\t: fp asimd evtstrm aes sve sve2 bf16
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU part\t: 0xd4f
+"""
+
+
+def test_parse_x86_and_arm() -> None:
+    intel, amd, arm = parse_cpuinfo(INTEL), parse_cpuinfo(AMD), parse_cpuinfo(ARM)
+    assert (intel["vendor"], intel["family"], intel["model"]) == ("GenuineIntel", "6", "143")
+    assert intel["vector_extensions"] == [
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "amx_bf16",
+        "amx_int8",
+    ]
+    assert amd["vector_extensions"] == ["sse4_2", "avx", "avx2", "fma"]
+    assert arm["vendor"] == "0x41" and arm["vector_extensions"] == ["asimd", "sve", "sve2", "bf16"]
+    assert "AMX + AVX-512" in processor_label(intel)
+    assert processor_label(amd).endswith("[AVX2]") and "AuthenticAMD" in processor_label(amd)
+    assert "[SVE]" in processor_label(arm)
+
+
+def test_same_processor() -> None:
+    intel, amd = parse_cpuinfo(INTEL), parse_cpuinfo(AMD)
+    assert same_processor(intel, dict(intel)) is True
+    assert same_processor(intel, amd) is False
+    fewer = {**intel, "vector_extensions": ["avx", "avx2"]}  # same ids, AVX-512 hidden by a VM
+    assert same_processor(intel, fewer) is False
+    # Older records kept only the model name.
+    assert same_processor({"model_name": "AMD EPYC"}, {"model_name": "AMD EPYC"}) is True
+    assert same_processor({"model_name": "AMD EPYC"}, intel) is False
+    assert same_processor(None, intel) is None and same_processor({}, intel) is None
+
+
+def _profile(tmp_path: Path, machine: dict) -> Path:
+    path = tmp_path / "cpu-tiny.json"
+    path.write_text(json.dumps({"date": "2026-11-24T23:07:13Z", "machine": machine}))
+    return path
+
+
+def test_study_note_says_when_the_profile_is_from_another_processor(tmp_path: Path) -> None:
+    intel, amd = parse_cpuinfo(INTEL), parse_cpuinfo(AMD)
+    runs = [{"hardware": {"processor": amd}}, {"hardware": {"processor": amd}}]
+    other = processor_note(runs, _profile(tmp_path, {"processor": intel}))
+    assert "AMD EPYC 7B13" in other and "Platinum 8480+" in other
+    assert "differs" in other and RECALIBRATE in other
+    same = processor_note(runs, _profile(tmp_path, {"processor": amd}))
+    assert same.endswith("the same kind.") and RECALIBRATE not in same
+    # A profile that recorded only a model name that matches nothing is not called the same.
+    unknown = processor_note(runs, _profile(tmp_path, {"cpu": "Intel(R) Xeon(R) Processor"}))
+    assert RECALIBRATE in unknown
