@@ -54,14 +54,27 @@ class PairedResult:
     ci_high: float
     n_pairs: int  # seeds (or other pair keys) both variants have
     n_requests: int  # request ids over those pairs
+    # Requests whose metric input or prefill placement differs between the two sides; 0 means
+    # the two variants behaved identically (the mechanism that tells them apart never acted);
+    # -1: not counted.
+    n_differ: int = -1
 
     @property
     def significant(self) -> bool:
-        return not (self.ci_low <= 0.0 <= self.ci_high)
+        return not self.identical and not (self.ci_low <= 0.0 <= self.ci_high)
+
+    @property
+    def identical(self) -> bool:
+        """Both sides gave the same value for every paired request, placed alike: not "no
+        significant difference" but no difference at all, which the report words apart."""
+        return self.n_differ == 0
 
     @property
     def verdict(self) -> str:
-        """ "higher" / "lower" (candidate against baseline), "n.s." when 0 is inside."""
+        """ "higher" / "lower" (candidate against baseline), "n.s." when 0 is inside,
+        "identical" when no request differs."""
+        if self.identical:
+            return "identical"
         if not self.significant:
             return "n.s."
         return "higher" if self.rel_diff > 0 else "lower"
@@ -193,6 +206,22 @@ def _needs(metric: str) -> tuple[str, ...]:
     return ("input_tokens", "cached_tokens", "prefill_instance")
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise equality where two NaNs (a request missing or failed on both) are equal."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def count_differ(pairs: Sequence[_Pair], cols: Sequence[str]) -> int:
+    """Requests (over all pairs) whose value in any of `cols` or prefill instance differs."""
+    n = 0
+    for p in pairs:
+        same = np.ones(len(p.base["ttft_s"]), dtype=bool)
+        for c in (*cols, "prefill_instance"):
+            same &= _same(p.base[c], p.cand[c])
+        n += int((~same).sum())
+    return n
+
+
 def _take(
     a: dict[str, np.ndarray], idx: np.ndarray, cols: tuple[str, ...]
 ) -> dict[str, np.ndarray]:
@@ -253,6 +282,7 @@ def paired_compare(
         ci_high=float(hi),
         n_pairs=len(pairs),
         n_requests=sum(sizes),
+        n_differ=count_differ(pairs, cols),
     )
 
 
@@ -273,10 +303,56 @@ def paired_table(
     return pl.DataFrame(rows) if rows else pl.DataFrame()
 
 
-def fmt_diff(r: PairedResult | dict[str, Any]) -> str:
-    """`-12.3% [-18.0, -6.1]` (percent, 95% interval), with ` n.s.` when 0 is inside."""
+def signed(x: float, digits: int = 1, extra: int = 3) -> str:
+    """`x` with its sign and `digits` decimals, never a signed zero: a non-zero value that
+    rounds to zero gets up to `extra` more decimals (-0.002 at 0 decimals: "-0.002", not
+    "-0", which would read as an interval touching 0); an exact zero prints unsigned ("0")."""
+    if x == 0:
+        return f"{0:.{digits}f}"
+    for d in range(digits, digits + extra + 1):
+        text = f"{x:+.{d}f}"
+        if float(text) != 0:
+            return text
+    return f"{0:.{digits}f}"
+
+
+def fmt_interval_pct(lo: float, hi: float, digits: int = 1) -> str:
+    """`[-18.0, -6.1]` from relative bounds, no bound printed as a signed zero."""
+    return f"[{signed(lo * 100, digits)}, {signed(hi * 100, digits)}]"
+
+
+def identical_text(r: PairedResult | dict[str, Any]) -> str:
+    """The words for two variants that behaved identically, with the count that shows it."""
     d = r if isinstance(r, dict) else r.to_row()
+    return (
+        "identical: the mechanism never acted "
+        f"({d['n_differ']} of {d['n_requests']} paired requests placed or timed differently)"
+    )
+
+
+def unmoved_text(r: PairedResult | dict[str, Any]) -> str | None:
+    """For a difference whose every resample is exactly 0 while some requests differ (the
+    mechanism acted on requests the statistic does not reach): words with the count, instead
+    of an interval "[0.0, 0.0]" that reads as a measured null. None otherwise."""
+    d = r if isinstance(r, dict) else r.to_row()
+    if d.get("n_differ", -1) > 0 and d["rel_diff"] == 0 and d["ci_low"] == 0 == d["ci_high"]:
+        return (
+            f"unchanged: {d['n_differ']} of {d['n_requests']} paired requests differ, none "
+            f"moves the {d['metric'].rsplit('_', 1)[-1]}"
+        )
+    return None
+
+
+def fmt_diff(r: PairedResult | dict[str, Any]) -> str:
+    """`-12.3% [-18.0, -6.1]` (percent, 95% interval), with ` n.s.` when 0 is inside, or
+    "identical: ..." when no paired request differs (not a difference of 0 with an interval)."""
+    d = r if isinstance(r, dict) else r.to_row()
+    if d.get("n_differ") == 0:
+        return identical_text(d)
+    unmoved = unmoved_text(d)
+    if unmoved is not None:
+        return unmoved
     if not np.isfinite(d["rel_diff"]):
         return "-"
-    text = f"{d['rel_diff'] * 100:+.1f}% [{d['ci_low'] * 100:+.1f}, {d['ci_high'] * 100:+.1f}]"
+    text = f"{signed(d['rel_diff'] * 100)}% {fmt_interval_pct(d['ci_low'], d['ci_high'])}"
     return text if d["significant"] else f"{text} n.s."

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from agentic_kvc.analysis.studies.base import (
+    Expectation,
     Section,
     StudyData,
     compare,
@@ -59,6 +60,78 @@ def with_design_class(df: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(pl.col("design_class").fill_null(pl.col("own_class")))
 
 
+EXPECTED = (
+    "HEAVY requests faster under v1 (routed away from the decode they would block) and "
+    "fastest under v2 (prefilled on another instance); WARM requests' TTFT the same in all"
+)
+SOURCE = "seeds/002, 5. Expected Outcomes"
+LINEAR = "linear"  # the tables' quantile (analysis.tables), so the rows match them
+
+
+def phases(df: pl.DataFrame) -> pl.DataFrame:
+    """Per design class and variant: TTFT p90, the p90 of the time from arrival to the end of
+    the prefill (queue + prefill) and after it (KV transfer and the wait for the decode
+    instance; 0 when both run on one instance), and the prefix hit rate."""
+    ok = df.filter(pl.col("error").is_null() | (pl.col("error") == ""))
+    return ok.group_by("design_class", "variant").agg(
+        pl.col("ttft_s").quantile(0.9, LINEAR).alias("ttft_p90"),
+        (pl.col("t_prefill_done") - pl.col("t_proxy_recv"))
+        .quantile(0.9, LINEAR)
+        .alias("to_prefill_p90"),
+        (pl.col("t_first_token") - pl.col("t_prefill_done"))
+        .quantile(0.9, LINEAR)
+        .alias("after_p90"),
+        (pl.col("cached_tokens").sum() / pl.col("input_tokens").sum()).alias("hit_rate"),
+    )
+
+
+def faced(df: pl.DataFrame, heavy: dict, warm: dict) -> Expectation | None:
+    """Design 002's expected outcomes against the per-class differences of B and D, with the
+    rows (HEAVY and WARM, for A, B and D) whose phases and hit rates say why."""
+    if heavy.get(B) is None or heavy.get(D) is None or warm.get(B) is None:
+        return None
+    holds = (
+        heavy[B].significant
+        and heavy[B].rel_diff < 0
+        and heavy[D].significant
+        and heavy[D].rel_diff < 0
+        and not warm[B].significant
+    )
+    outcome = (
+        f"against A, HEAVY TTFT p90 under B (v1) {diff_cell(heavy[B])}, under D (v2) "
+        f"{diff_cell(heavy[D])}; WARM TTFT p90 under B {diff_cell(warm[B])}"
+        + (f", under D {diff_cell(warm[D])}" if warm.get(D) is not None else "")
+        + "."
+    )
+    ph = {(r["design_class"], r["variant"]): r for r in phases(df).iter_rows(named=True)}
+    header = (
+        "class",
+        "variant",
+        "TTFT p90",
+        "arrival to prefill end p90",
+        "after prefill p90",
+        "hit rate",
+    )
+    rows = tuple(
+        (cls, v, ms(r["ttft_p90"]), ms(r["to_prefill_p90"]), ms(r["after_p90"]), pct(r["hit_rate"]))
+        for cls in ("HEAVY", "WARM")
+        for v in (A, B, D)
+        if (r := ph.get((cls, v))) is not None
+    )
+    get = lambda cls, v, k: ph.get((cls, v), {}).get(k)  # noqa: E731
+    b_pre, a_pre = ms(get("HEAVY", B, "to_prefill_p90")), ms(get("HEAVY", A, "to_prefill_p90"))
+    why = (
+        f"HEAVY requests under D wait {ms(get('HEAVY', D, 'after_p90'))} ms at p90 after their "
+        "prefill (the KV transfer and the decode instance's queue), which the design's \"best\" "
+        f"leaves out; under B they reach the end of their prefill {b_pre} ms after arrival at "
+        f"p90 against A's {a_pre} ms: the "
+        "instance with the least decode is not the one with the shortest prefill queue. WARM "
+        f"requests find {pct(get('WARM', B, 'hit_rate'))} of their input cached under B against "
+        f"{pct(get('WARM', A, 'hit_rate'))} under A, where HEAVY prefills share their instances."
+    )
+    return Expectation(EXPECTED, SOURCE, outcome, bool(holds), header, rows, why)
+
+
 @study(NAME, TITLE, QUESTION)
 def analyse(
     s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
@@ -90,7 +163,7 @@ def analyse(
             for v in variants
         ],
     )
-    rows, heavy = [], {}
+    rows, heavy, warm = [], {}, {}
     per_class = variant_summary(df, ("variant", "design_class"))
     for cls in CLASSES:
         sub = df.filter(pl.col("design_class") == cls)
@@ -104,6 +177,8 @@ def analyse(
             c = compare(sub, A, v, "ttft_p90") if v != A else None
             if cls == "HEAVY":
                 heavy[v] = c
+            elif cls == "WARM":
+                warm[v] = c
             rows.append(
                 [
                     cls,
@@ -145,6 +220,9 @@ def analyse(
     )
     if fig is not None:
         s.figure(fig, "Per-instance KV-cache usage over time, one panel per variant.", root)
+    e = faced(df, heavy, warm)
+    if e is not None:
+        s.expect(e)
     thresholds = [v for v in variants if v.startswith(("B:", "C:"))]
     best_t = min(thresholds, key=lambda v: overall[v]["ttft_s_p90"], default=None)
     parts = []

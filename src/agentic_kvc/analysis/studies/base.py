@@ -30,7 +30,15 @@ from agentic_kvc.analysis.load import (
     find_runs,
     records_frame,
 )
-from agentic_kvc.analysis.paired import PairedResult, fmt_diff, paired_compare
+from agentic_kvc.analysis.paired import (
+    PairedResult,
+    fmt_diff,
+    fmt_interval_pct,
+    identical_text,
+    paired_compare,
+    signed,
+    unmoved_text,
+)
 from agentic_kvc.io import atomic_write_text
 
 # Matrix keys whose values are replicates of one variant (pairs), not variants of their own.
@@ -155,18 +163,24 @@ def finding_text(r: PairedResult, what: str) -> str:
 
 def direction(r: PairedResult | None, what: str) -> str:
     """Words for a paired difference on `what` (e.g. "TTFT p90"): "lowers TTFT p90 by 12%
-    [-15, -8]", or "does not significantly change TTFT p90 (+2%, interval [-3, +6] contains
-    0)"."""
+    [-15, -8]", "does not significantly change TTFT p90 (+2%, interval [-3, +6] contains
+    0)", or, when no paired request differs, "leaves TTFT p90 unchanged (identical: the
+    mechanism never acted, ...)". No bound is printed as a signed zero ("[-13, -0.2]")."""
     if r is None:
         return f"has no paired runs to compare {what}"
-    interval = f"[{r.ci_low * 100:+.0f}, {r.ci_high * 100:+.0f}]"
+    if r.identical:
+        return f"leaves {what} unchanged, {identical_text(r)}"
+    unmoved = unmoved_text(r)
+    if unmoved is not None:
+        return f"leaves {what} {unmoved}"
+    interval = fmt_interval_pct(r.ci_low, r.ci_high, 0)
     if not r.significant:
         return (
-            f"does not significantly change {what} ({r.rel_diff * 100:+.0f}%, "
+            f"does not significantly change {what} ({signed(r.rel_diff * 100, 0)}%, "
             f"interval {interval} contains 0)"
         )
     verb = "lowers" if r.rel_diff < 0 else "raises"
-    return f"{verb} {what} by {abs(r.rel_diff) * 100:.0f}% {interval}"
+    return f"{verb} {what} by {signed(abs(r.rel_diff) * 100, 0).lstrip('+')}% {interval}"
 
 
 # --- formatting -------------------------------------------------------------------------------
@@ -199,6 +213,44 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = 
     return "\n".join(out)
 
 
+@dataclass(slots=True, frozen=True)
+class Expectation:
+    """A design document's stated expectation faced with the records: what the design expects
+    (and where it says so), what the runs show, whether it holds, and the table row(s) that
+    explain the difference (header and cells, generated from the same numbers as the study's
+    tables) with a sentence reading them."""
+
+    expected: str
+    source: str
+    outcome: str
+    holds: bool
+    header: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+    why: str = ""
+
+    def markdown(self) -> str:
+        verdict = "holds" if self.holds else "does not hold"
+        parts = [
+            f"**Design expectation** ({self.source}): {self.expected}",
+            f"**Outcome**: {self.outcome} The expectation {verdict}.",
+        ]
+        if self.rows:
+            what = "row that explains it" if len(self.rows) == 1 else "rows that explain it"
+            parts.append(f"**The {what}**:\n\n" + md_table(list(self.header), self.rows))
+        if self.why:
+            parts.append(f"**Why**: {self.why}")
+        return "\n\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "expected": self.expected,
+            "source": self.source,
+            "outcome": self.outcome,
+            "holds": self.holds,
+            "why": self.why,
+        }
+
+
 @dataclass(slots=True)
 class Section:
     name: str
@@ -209,12 +261,18 @@ class Section:
     blocks: list[str] = field(default_factory=list)  # markdown: tables, notes, figure links
     theirs: str = ""  # the design documents' own numbers, rendered
     figures: list[Path] = field(default_factory=list)  # for the notebook to show inline
+    expectations: list[Expectation] = field(default_factory=list)
 
     def table(self, caption: str, header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
         self.blocks.append(f"{caption}\n\n{md_table(header, rows)}")
 
     def note(self, text: str) -> None:
         self.blocks.append(text)
+
+    def expect(self, e: Expectation) -> None:
+        """Face a design expectation with the outcome (shown in the section and findings)."""
+        self.expectations.append(e)
+        self.blocks.append(e.markdown())
 
     def figure(self, path: Path, caption: str, report_root: Path | None = None) -> None:
         self.figures.append(path)
@@ -241,6 +299,7 @@ class Section:
                     "question": self.question,
                     "answer": self.answer,
                     "findings": self.findings,
+                    "expectations": [e.to_json() for e in self.expectations],
                 },
                 indent=1,
             )
