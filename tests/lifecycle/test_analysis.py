@@ -44,9 +44,10 @@ def test_section_reports_fit_incremental_bytes_and_break_even(tmp_path: Path) ->
         cfg = r["config"]
         name = f"C{cfg['prior_context']}_N{cfg['current_new_tokens']}_O1_rep{cfg['rep']}.json"
         (tmp_path / name).write_text(json.dumps(r))
+    (tmp_path / lifecycle.EVENTS_FILE).write_text('{"ev": "layout", "layers": 2}\n')
     s = lifecycle.analyse(tmp_path)
     md = s.markdown()
-    assert "| 1 breakdown complete (residual < 5%) | met |" in md
+    assert "| 1 breakdown complete: every point observed, in order, no probe error | met |" in md
     assert "| 4 bytes independent of C | met |" in md
     assert "| 5 clear (N, C) break-even | met |" in md
     fit = lifecycle.fit_transfer(recs)

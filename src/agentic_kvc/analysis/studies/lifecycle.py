@@ -184,7 +184,11 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     unobs = sorted({p for r in recs for p in r["breakdown_ms"].get("unobserved", [])})
     negative = sum(bool(r["breakdown_ms"].get("negative_phases")) for r in recs)
     worst = max((f for f in fracs if f is not None), default=float("nan"))
-    c1 = all(f is not None and f < RESIDUAL_LIMIT for f in fracs) and not unobs
+    probes = probe_errors(Path(records_dir))
+    # The residual is 0 whenever every point is present (phases are consecutive points), so
+    # it is no evidence; what can go wrong is a point missing, points out of order (a negative
+    # phase) or a probe that failed (the connector logs it and serving goes on).
+    c1 = breakdown_checked(fracs, unobs, negative, probes)
     # Phase table per cell (means).
     phases = [p for p in PHASE_ORDER]
     rows = []
@@ -277,10 +281,12 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
 
     crit = [
         [
-            "1 breakdown complete (residual < 5%)",
+            "1 breakdown complete: every point observed, in order, no probe error",
             "met" if c1 else "not met",
-            f"worst residual {worst:.1%}; unobserved points: {unobs or 'none'}; "
-            f"records with a negative phase: {negative}",
+            f"unobserved points: {unobs or 'none'}; records with points out of order (a "
+            f"negative phase): {negative}; probe errors: "
+            f"{'no probe log, not checked' if probes is None else probes}; worst residual "
+            f"{worst:.1%} (0 by construction when every point is present)",
         ],
         [
             f"2 transfer > prefill at the largest N ({n_max})",
@@ -329,13 +335,64 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     if over_rows:
         s.findings.append(f"Lifecycle: PD - colocated TTFT at (C, N, O) max: {over_rows[-1][3]}.")
     s.answer = (
-        f"Phases sum to e2e with worst residual {worst:.1%}; at N={n_max} the transfer phase "
+        (
+            "Every point of every request was observed, in order, with no probe error"
+            if c1
+            else f"The breakdown is incomplete ({breakdown_gaps(unobs, negative, probes)})"
+        )
+        + f"; at N={n_max} the transfer phase "
         f"takes {tr_big:.0f} ms vs {pf_big:.0f} ms of P prefill; {be}."
     )
     _decider(s, recs, Path(records_dir), bool(cheaper))
     if figures_dir is not None:
         _figures(s, recs, cells, tf, Path(figures_dir))
     return s
+
+
+EVENTS_FILE = "engine_events.jsonl"  # the connector's probe log (lifecycle.connector)
+
+
+def probe_errors(records_dir: Path) -> int | None:
+    """Probe failures the connector logged (`ev: probe_error`) beside the records; None when
+    the run left no probe log, so the check cannot be made."""
+    path = records_dir / EVENTS_FILE
+    if not path.is_file():
+        return None
+    n = 0
+    for line in path.read_text().splitlines():
+        try:
+            n += json.loads(line).get("ev") == "probe_error"
+        except ValueError:
+            n += 1  # a torn line is a logging failure too
+    return n
+
+
+def breakdown_checked(
+    fracs: list[float | None], unobs: list[str], negative: int, probes: int | None
+) -> bool:
+    """Criterion 1: every record's points present (a residual computed), none missing, none
+    out of order, and a probe log that shows no failure."""
+    return (
+        bool(fracs)
+        and all(f is not None and f < RESIDUAL_LIMIT for f in fracs)
+        and not unobs
+        and negative == 0
+        and probes == 0
+    )
+
+
+def breakdown_gaps(unobs: list[str], negative: int, probes: int | None) -> str:
+    """What keeps criterion 1 from being met, in words."""
+    gaps = []
+    if unobs:
+        gaps.append(f"unobserved points {', '.join(unobs)}")
+    if negative:
+        gaps.append(f"{negative} record(s) with points out of order")
+    if probes is None:
+        gaps.append("no probe log to check")
+    elif probes:
+        gaps.append(f"{probes} probe error(s)")
+    return "; ".join(gaps) or "a residual over 5%"
 
 
 def _r2m(fq: dict[str, Any]) -> str:
