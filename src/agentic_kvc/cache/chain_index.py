@@ -37,7 +37,7 @@ store per holding instance, plus a walk per exception; `record` and eviction kee
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agentic_kvc.cache.prefix_index import IndexClock
 from agentic_kvc.policy.base import RequestView
@@ -119,6 +119,9 @@ class ChainedPrefixIndex(IndexClock):
         # live segment head -> the instances holding a segment starting with it.
         self._groups: dict[int, _Group] = {}
         self._where: dict[int, set[int]] = {}
+        # Called with (instance, hashes) for every run of blocks the capacity evicts, in
+        # chain order (the tier-aware index demotes them: `tier_index.py`); None: nothing.
+        self.on_evict: Callable[[int, Sequence[int]], None] | None = None
 
     @property
     def n_instances(self) -> int:
@@ -295,6 +298,8 @@ class ChainedPrefixIndex(IndexClock):
                 r = runs[0]
                 k = min(excess, r.end - r.a)
                 if k > 0:
+                    if self.on_evict is not None:
+                        self.on_evict(instance, r.hashes[r.end - k - r.off : r.end - r.off])
                     if k == r.end - r.a:
                         self._del_head(instance, r.hashes[r.a - r.off], r)
                         r.end -= k

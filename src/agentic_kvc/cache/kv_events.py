@@ -18,6 +18,20 @@ loop: events decoded without importing vLLM, sequence gaps counted, the engine's
 adopted, and vLLM's lookup rule (a hit never covers the prompt's last token, and counts whole
 blocks), so its prediction is the engine's `cached_tokens`, not an upper bound.
 `KVEventSubscriber` feeds it from one SUB socket per instance, as an asyncio task.
+
+Tiers below HBM (issue 29). Each event's `medium` says which tier it is about: None / "GPU"
+is HBM; "CPU" (vLLM's OffloadingConnector with `self_describing_kv_events`, llm-d's
+"cpu_pinned", SGLang HiCache's "CPU_PINNED") is host memory; "DISK" / "FS" / "OBJ" is disk
+(`prefix_index.MEDIUM_TIERS`; an unknown medium is an error naming it). The view keeps one
+block map per tier and instance, and answers, besides `matched_tokens` (HBM only, as before):
+
+    view.tier_hits(request, n_instances) -> list[TierHits]   # per instance: hbm, host, disk
+    view.blocks(instance, tier="hbm")                        # blocks held in that tier
+
+`tier_hits` takes the HBM prefix first, then the host blocks right after it, then the disk
+blocks after those, as vLLM's scheduler does (its prefix hit, then the connector's), capped
+by vLLM's lookup rule (never the last prompt token). A proxy that routes on tiers needs no
+other change: `FleetView.tier_hits` asks this method.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from typing import Any
 import msgspec
 
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
-from agentic_kvc.policy.base import RequestView
+from agentic_kvc.policy.base import RequestView, TierHits
 
 log = logging.getLogger("agentic_kvc.kv_events")
 _unpack = msgspec.msgpack.Decoder().decode
@@ -125,16 +139,31 @@ class ExactCacheView:
             request = replace(request, block_hashes=request.block_hashes[:usable])
         return self.index.matched_tokens(request, n_instances)
 
-    def blocks(self, instance: int) -> int:
-        return self.index.blocks(instance)
+    def tier_hits(self, request: RequestView, n_instances: int) -> list[TierHits]:
+        """Per instance, the prompt's leading tokens in HBM, then host, then disk (contiguous,
+        in that order), by vLLM's rule: whole blocks, never the last prompt token."""
+        bs = request.block_size
+        usable = max(request.input_tokens - 1, 0) // bs
+        if usable < len(request.block_hashes):
+            request = replace(request, block_hashes=request.block_hashes[:usable])
+        return self.index.tier_hits(request, n_instances)
+
+    def blocks(self, instance: int, tier: str = "hbm") -> int:
+        """Blocks `instance` holds in `tier` (hbm, host or disk)."""
+        return self.index.blocks(instance, tier)
 
     def stats(self) -> dict[str, Any]:
-        return {
+        out = {
             "events": self.index.events,
             "unkeyed_blocks": self.index.unkeyed_blocks,
             "lost_batches": sum(s.gaps for s in self.streams),
             "blocks": [self.index.blocks(i) for i in range(self.n_instances)],
         }
+        for tier in ("host", "disk"):
+            held = [self.index.blocks(i, tier) for i in range(self.n_instances)]
+            if any(held):
+                out[f"{tier}_blocks"] = held
+        return out
 
 
 class KVEventSubscriber:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import is_
 from typing import Any
 
 from agentic_kvc.cache.hashing import extend_block_hashes
-from agentic_kvc.policy.base import RequestView
+from agentic_kvc.policy.base import RequestView, TierHits
 
 
 class _Record:
@@ -317,6 +317,20 @@ class BlockIndex:
     def blocks(self, instance: int) -> int:
         return len(self._ensure(instance))
 
+    def held_from(self, instance: int, block_hashes: Sequence[int], start: int) -> int:
+        """How many consecutive blocks of `block_hashes` from position `start` `instance`
+        holds."""
+        if instance >= len(self._held) or start >= len(block_hashes):
+            return 0
+        held = self._held[instance]
+        if not held or block_hashes[start] not in held:
+            return 0
+        flags = list(map(held.__contains__, islice(block_hashes, start, None)))
+        try:
+            return flags.index(False)
+        except ValueError:
+            return len(flags)
+
     def holders(self, block_hash: int) -> list[int]:
         mask = self._where.get(block_hash, 0)
         return [i for i in range(mask.bit_length()) if mask >> i & 1]
@@ -354,15 +368,51 @@ def _field(event: Any, name: str, default: Any = None) -> Any:
     return getattr(event, name, default)
 
 
+# KV-event `medium` names -> the router's tiers. vLLM's GPU events carry None or "GPU"; its
+# OffloadingConnector's self-describing events name "CPU" (llm-d weighs "cpu_pinned", SGLang
+# HiCache and Dynamo publish "CPU_PINNED"); disk-like stores publish "DISK" or, in vLLM's
+# tiering spec, "FS" / "OBJ" (docs/policies.md).
+MEDIUM_TIERS: dict[str, str] = {
+    "gpu": "hbm",
+    "cpu": "host",
+    "cpu_pinned": "host",
+    "host": "host",
+    "disk": "disk",
+    "fs": "disk",
+    "obj": "disk",
+}
+TIERS = ("hbm", "host", "disk")
+
+
+def medium_tier(medium: str | None) -> str:
+    """The tier (hbm / host / disk) a KV event's `medium` names; None is the GPU."""
+    if medium is None:
+        return "hbm"
+    got = MEDIUM_TIERS.get(str(medium).lower())
+    if got is None:
+        raise ValueError(
+            f"KV event medium {medium!r} is not known; known: {sorted(MEDIUM_TIERS)} "
+            "(add it to cache.prefix_index.MEDIUM_TIERS)"
+        )
+    return got
+
+
 class ExactPrefixIndex:
-    """The exact cache view's index: a `BlockIndex` kept up to date from vLLM KV events.
+    """The exact cache view's index: a `BlockIndex` per tier kept up to date from vLLM KV
+    events.
 
     Events name blocks by vLLM's own hashes, requests by the router's keys (`hashing.py`). A
     BlockStored event carries its blocks' token ids and its parent block's engine hash, so the
     stored blocks are re-keyed with the router's hash by continuing the parent's key
     (`extend_block_hashes`): the router never needs vLLM's hash recipe, and a request's keys
-    match exactly the blocks the engine reports. Only GPU-resident blocks count (`medium` None
-    or "GPU"): that is what vLLM's prefix lookup reuses.
+    match exactly the blocks the engine reports.
+
+    Each event's `medium` names its tier (`medium_tier`): None or "GPU" is HBM, what vLLM's
+    prefix lookup reuses and what `index` / `matched_tokens` answer; "CPU" (host memory) and
+    "DISK" (or "FS"/"OBJ") go to `tiers["host"]` / `tiers["disk"]`, which `tier_hits` reads
+    after the HBM prefix. A parent may sit in any tier (an offloaded block's parent is often
+    still on the GPU), so the engine -> router key of a block is looked up in every tier's
+    map of that instance.
 
     A stored block whose parent this index never saw (events lost, or the subscriber started
     late) cannot be keyed; it is skipped and counted in `unkeyed_blocks`, so the view can
@@ -373,39 +423,58 @@ class ExactPrefixIndex:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
-        self.index = BlockIndex(n_instances)
-        self._keys: list[dict[int, int]] = [{} for _ in range(n_instances)]  # engine -> router
+        self.tiers: dict[str, BlockIndex] = {t: BlockIndex(n_instances) for t in TIERS}
+        self.index = self.tiers["hbm"]
+        # Per tier, per instance: engine hash -> router key of the blocks that tier holds.
+        self._keys: dict[str, list[dict[int, int]]] = {
+            t: [{} for _ in range(n_instances)] for t in TIERS
+        }
         self.unkeyed_blocks = 0
         self.events = 0
 
-    def _held(self, instance: int) -> dict[int, int]:
-        self.index._ensure(instance)
-        while instance >= len(self._keys):
-            self._keys.append({})
-        return self._keys[instance]
+    def _held(self, instance: int, tier: str = "hbm") -> dict[int, int]:
+        if instance < 0:
+            raise IndexError(f"instance index must be >= 0, got {instance}")
+        for t in TIERS:
+            self.tiers[t]._ensure(instance)
+            keys = self._keys[t]
+            while instance >= len(keys):
+                keys.append({})
+        return self._keys[tier][instance]
+
+    def _router_key(self, instance: int, engine_hash: int) -> int | None:
+        for t in TIERS:
+            got = self._keys[t][instance].get(engine_hash)
+            if got is not None:
+                return got
+        return None
 
     def apply(self, instance: int, event: Any) -> None:
         """Apply one event (BlockStored / BlockRemoved / AllBlocksCleared) from `instance`.
 
         The kind is the event's class name, or a dict's "type" key; anything else is an error
-        that names it (a silently ignored event would leave the view wrong).
+        that names it (a silently ignored event would leave the view wrong), as is a medium
+        no tier is known for.
         """
         kind = event.get("type") if isinstance(event, Mapping) else type(event).__name__
         self.events += 1
+        medium = _field(event, "medium")
         if kind == "AllBlocksCleared":
-            self.clear(instance)
+            if medium is None:
+                self.clear(instance)
+            else:
+                self.clear(instance, medium_tier(medium))
         elif kind not in ("BlockStored", "BlockRemoved"):
             raise ValueError(f"instance {instance}: unknown KV event type {kind!r}")
-        elif _field(event, "medium") not in (None, "GPU", "gpu"):
-            return  # an offloaded copy (CPU, disk): not what a prefix lookup reuses
         elif kind == "BlockStored":
-            self._stored(instance, event)
+            self._stored(instance, event, medium_tier(medium))
         else:
-            held = self._held(instance)
+            tier = medium_tier(medium)
+            held = self._held(instance, tier)
             hashes = [int(h) for h in _field(event, "block_hashes", [])]
-            self.index.remove(instance, [held.pop(h) for h in hashes if h in held])
+            self.tiers[tier].remove(instance, [held.pop(h) for h in hashes if h in held])
 
-    def _stored(self, instance: int, event: Any) -> None:
+    def _stored(self, instance: int, event: Any, tier: str) -> None:
         size = int(_field(event, "block_size", self.block_size))
         if size != self.block_size:
             raise ValueError(
@@ -414,27 +483,55 @@ class ExactPrefixIndex:
             )
         engine_hashes = [int(h) for h in _field(event, "block_hashes", [])]
         tokens = list(_field(event, "token_ids", []))
+        held = self._held(instance, tier)
+        if not tokens and tier != "hbm":
+            # An offload event without token ids: its blocks are known by their engine hashes
+            # (stored on the GPU first), keyed as they were there.
+            keys = [self._router_key(instance, h) for h in engine_hashes]
+            known = [(e, k) for e, k in zip(engine_hashes, keys, strict=True) if k is not None]
+            self.unkeyed_blocks += len(engine_hashes) - len(known)
+            held.update(known)
+            self.tiers[tier].add(instance, [k for _, k in known])
+            return
         if len(tokens) != size * len(engine_hashes):
             raise ValueError(
                 f"instance {instance}: BlockStored has {len(tokens)} token ids for "
                 f"{len(engine_hashes)} blocks of {size}"
             )
-        held = self._held(instance)
         parent = _field(event, "parent_block_hash")
-        if parent is not None and int(parent) not in held:
-            self.unkeyed_blocks += len(engine_hashes)
-            return
-        start = None if parent is None else held[int(parent)]
+        start = None
+        if parent is not None:
+            start = self._router_key(instance, int(parent))
+            if start is None:
+                self.unkeyed_blocks += len(engine_hashes)
+                return
         keys = extend_block_hashes(start, tokens, size)
         held.update(zip(engine_hashes, keys, strict=True))
-        self.index.add(instance, keys)
+        self.tiers[tier].add(instance, keys)
 
-    def clear(self, instance: int) -> None:
-        self._held(instance).clear()
-        self.index.clear(instance)
+    def clear(self, instance: int, tier: str | None = None) -> None:
+        """Forget what `instance` holds in `tier` (None: every tier)."""
+        self._held(instance)
+        for t in TIERS if tier is None else (tier,):
+            self._keys[t][instance].clear()
+            self.tiers[t].clear(instance)
 
-    def blocks(self, instance: int) -> int:
-        return self.index.blocks(instance)
+    def blocks(self, instance: int, tier: str = "hbm") -> int:
+        self._held(instance)
+        return self.tiers[tier].blocks(instance)
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
         return self.index.matched_tokens(request, n_instances)
+
+    def tier_hits(self, request: RequestView, n_instances: int) -> list[TierHits]:
+        """Per instance: HBM prefix, then the host blocks after it, then the disk blocks after
+        those (tokens, whole blocks)."""
+        hashes, bs = request.block_hashes, request.block_size
+        hbm = self.index.matched_blocks(hashes, n_instances)
+        host, disk = self.tiers["host"], self.tiers["disk"]
+        out = []
+        for i, m in enumerate(hbm):
+            h = host.held_from(i, hashes, m)
+            d = disk.held_from(i, hashes, m + h)
+            out.append(TierHits(m * bs, h * bs, d * bs))
+        return out

@@ -37,6 +37,11 @@ class InstanceView:
     engine_waiting: int | None = None
     kv_usage: float | None = None
     scrape_age_s: float | None = None
+    # Tier reloads the router routed here and has not yet seen finish (first token): prompt
+    # tokens predicted to come from host memory / disk. The link's queue as the router can
+    # know it (issue 29); always 0 without KV tiers.
+    pending_host_reload_tokens: int = 0
+    pending_disk_reload_tokens: int = 0
 
     @property
     def ongoing_tokens(self) -> int:
@@ -61,10 +66,45 @@ class RequestView:
     output_tokens: int
     block_hashes: Sequence[int] = ()  # router hashes of the prompt's full blocks, in order
     block_size: int = 16
+    # The session's finish signal: True on its last turn (an agent framework that says so),
+    # False when more turns follow, None when the client does not say.
+    last_turn: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TierHits:
+    """Where one instance holds a prompt's leading tokens, by KV tier (issue 29).
+
+    Contiguous and in this order, as vLLM takes them: `hbm` leading tokens from its GPU prefix
+    cache, then the `host` tokens after them from host memory, then the `disk` tokens after
+    those (the scheduler asks the offloading connector for the rest of the prompt after the
+    HBM hit). Everything after hbm + host + disk is recomputed.
+    """
+
+    hbm: int
+    host: int = 0
+    disk: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.hbm + self.host + self.disk
+
+    def capped(self, cap: int) -> TierHits:
+        """At most `cap` tokens in all, taken in tier order (vLLM's last-token rule)."""
+        if self.hbm + self.host + self.disk <= cap:
+            return self
+        hbm = min(self.hbm, cap)
+        host = min(self.host, cap - hbm)
+        return TierHits(hbm, host, min(self.disk, cap - hbm - host))
 
 
 class CacheView(Protocol):
-    """A prefix-cache view: for a request, how many leading tokens each instance holds."""
+    """A prefix-cache view: for a request, how many leading tokens each instance holds.
+
+    `matched_tokens` is the HBM hit. A view that knows tiers below HBM also has
+    `tier_hits(request, n_instances) -> list[TierHits]` (its `hbm` equal to `matched_tokens`);
+    `FleetView.tier_hits` asks it when present and reports HBM only otherwise.
+    """
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]: ...
 
@@ -82,6 +122,7 @@ class FleetView:
     session_turns: Mapping[str, int] = field(default_factory=dict)
     now: float = 0.0
     _matched: dict[str, list[int]] = field(default_factory=dict)
+    _tiers: dict[str, list[TierHits]] = field(default_factory=dict)
     # The healthy instances able to run both phases, as `RouterState` keeps them between
     # health changes (None: `colocated_candidates` filters `instances` itself). Read-only.
     colocated: Sequence[InstanceView] | None = None
@@ -113,6 +154,28 @@ class FleetView:
             return self.cached_tokens(request)[index]
         return min(one(request, index), max(request.input_tokens - 1, 0))
 
+    def tier_hits(self, request: RequestView) -> list[TierHits]:
+        """Per instance, the prompt's leading tokens held in HBM, then host, then disk,
+        computed once per request and capped at input_tokens - 1 in all (as `cached_tokens`).
+        A cache view without tiers gives `TierHits(cached_tokens, 0, 0)`."""
+        got = self._tiers.get(request.request_id)
+        if got is None:
+            ask = getattr(self.cache, "tier_hits", None)
+            if ask is None:
+                got = [TierHits(h) for h in self.cached_tokens(request)]
+            else:
+                cap = max(request.input_tokens - 1, 0)
+                got = [t.capped(cap) for t in ask(request, len(self.instances))]
+                # The HBM hit is the same answer whichever way it is asked.
+                self._matched.setdefault(request.request_id, [t.hbm for t in got])
+            self._tiers[request.request_id] = got
+        return got
+
+    @property
+    def knows_tiers(self) -> bool:
+        """Whether the cache view reports tiers below HBM (else every hit is HBM)."""
+        return getattr(self.cache, "tier_hits", None) is not None
+
     def healthy(self) -> list[InstanceView]:
         return [i for i in self.instances if i.healthy]
 
@@ -134,6 +197,12 @@ class Decision:
     policy: str = ""
     predicted_cached_tokens: int = 0  # on the prefill instance, by the cache view used
     scores: dict[int, Any] = field(default_factory=dict)
+    # Prompt tokens the prefill instance is predicted to reload from host memory / disk (after
+    # its HBM hit): not prefilled, so not counted as pending prefill; they are the link's
+    # queue until the first token (RouterState). Not in the receipt (records carry the
+    # engine's own per-tier counts).
+    predicted_host_tokens: int = 0
+    predicted_disk_tokens: int = 0
 
     @property
     def disaggregated(self) -> bool:

@@ -18,6 +18,7 @@ from agentic_kvc.policy.base import (
     NoHealthyInstance,
     Policy,
     RequestView,
+    TierHits,
     colocating,
 )
 
@@ -222,6 +223,9 @@ class ColocatingPolicy(Policy):
     def __init__(self, params: BaseModel | None = None) -> None:
         super().__init__(params)
         self.tie = RoundRobinTie()
+        # Set by a tier-aware `choose` (issue 29): this decision's per-instance tier hits, so
+        # the receipt names the host / disk tokens the chosen instance reloads.
+        self.reload_tiers: Sequence[TierHits] | None = None
 
     def choose(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
@@ -229,6 +233,7 @@ class ColocatingPolicy(Policy):
         raise NotImplementedError
 
     def decide(self, request: RequestView, fleet: FleetView) -> Decision:
+        self.reload_tiers = None
         try:
             return self._decide(request, fleet)
         finally:
@@ -265,7 +270,7 @@ class ColocatingPolicy(Policy):
         hit = cached[p.index]
         klass = self.params if isinstance(self.params, ClassParams) else DEFAULT_CLASSES
         cls = request_class or classify(request.input_tokens, hit, klass)
-        return Decision(
+        out = Decision(
             prefill=p.index,
             decode=d.index,
             route_class=route_class(cls, p.index != d.index),
@@ -274,6 +279,10 @@ class ColocatingPolicy(Policy):
             predicted_cached_tokens=hit,
             scores=scores,
         )
+        if self.reload_tiers is not None:
+            t = self.reload_tiers[p.index]
+            out.predicted_host_tokens, out.predicted_disk_tokens = t.host, t.disk
+        return out
 
 
 class _CachedOn:

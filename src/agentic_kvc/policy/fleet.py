@@ -29,7 +29,8 @@ from agentic_kvc.policy.base import (
 
 
 class RecordingCacheView(Protocol):
-    """A cache view the router updates itself on every routed prompt (the estimated view)."""
+    """A cache view the router updates itself on every routed prompt (the estimated view).
+    It may also answer `tier_hits` (base.CacheView)."""
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]: ...
 
@@ -94,9 +95,14 @@ class RouterState:
 
     def admit(self, request: RequestView, decision: Decision, now: float = 0.0) -> Ticket:
         p = self.instances[decision.prefill]
-        uncached = max(request.input_tokens - decision.predicted_cached_tokens, 0)
+        host, disk = decision.predicted_host_tokens, decision.predicted_disk_tokens
+        # Tokens reloaded from a tier below HBM are not prefilled: they wait on the link.
+        uncached = max(request.input_tokens - decision.predicted_cached_tokens - host - disk, 0)
         p.num_requests += 1
         p.pending_prefill_tokens += uncached
+        if host or disk:
+            p.pending_host_reload_tokens += host
+            p.pending_disk_reload_tokens += disk
         if request.session_id is not None:
             self.affinity[request.session_id] = decision.decode
             self.session_turns[request.session_id] = (
@@ -112,6 +118,9 @@ class RouterState:
         if not t.prefill_released:
             p = self.instances[t.decision.prefill]
             p.pending_prefill_tokens -= t.uncached_tokens
+            # Its reloads are done by then (the engine waits for them before the prefill).
+            p.pending_host_reload_tokens -= t.decision.predicted_host_tokens
+            p.pending_disk_reload_tokens -= t.decision.predicted_disk_tokens
             t.prefill_released = True
 
     def _move_to_decode(self, t: Ticket) -> None:

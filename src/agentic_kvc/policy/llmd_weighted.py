@@ -61,10 +61,7 @@ class LlmdWeighted(ColocatingPolicy):
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         p: LlmdParams = self.params  # type: ignore[assignment]
-        cached = fleet.cached_tokens(request)
-        bs = max(request.block_size, 1)
-        total_blocks = max(request.input_tokens // bs, 1)
-        prefix = {i.index: min(cached[i.index] // bs / total_blocks, 1.0) for i in candidates}
+        prefix = self.prefix_scores(request, fleet, candidates)
         reason = "weighted"
         pool = list(candidates)
         if p.affinity_filter:
@@ -82,7 +79,23 @@ class LlmdWeighted(ColocatingPolicy):
             usage = fresh_engine_value(i.kv_usage, i, p.max_scrape_age_s)
             kv = 1.0 - float(usage) if usage is not None else 1.0
             scores[i.index] = (
-                p.queue_weight * queue + p.kv_weight * kv + p.prefix_weight * prefix[i.index]
+                p.queue_weight * queue
+                + p.kv_weight * kv
+                + p.prefix_weight * prefix[i.index]
+                + self.extra_score(i)
             )
         best = argmin(pool, lambda i: (-scores[i.index],), self.tie, len(fleet.instances))
         return best, reason, scores
+
+    def prefix_scores(
+        self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
+    ) -> dict[int, float]:
+        """The prefix scorer: matched (HBM) blocks / prompt blocks, per candidate."""
+        cached = fleet.cached_tokens(request)
+        bs = max(request.block_size, 1)
+        total_blocks = max(request.input_tokens // bs, 1)
+        return {i.index: min(cached[i.index] // bs / total_blocks, 1.0) for i in candidates}
+
+    def extra_score(self, inst: InstanceView) -> float:
+        """Weighted scores of further scorers (a subclass's); none here."""
+        return 0.0

@@ -22,6 +22,8 @@ POLICY_MODULES = (
     "consistent_hash",
     "sglang_cache_aware",
     "llmd_weighted",
+    "llmd_tiered",  # llmd_precise and llmd_tiered (tiers below HBM)
+    "session_affinity",  # sticky_least_loaded and session_ttl
     "dynamo_kv",  # also defines dynamo_lmetric
     "conditional_disagg",
     "predicted_ttft",

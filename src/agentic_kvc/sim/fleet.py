@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_kvc.cache.chain_index import ChainedPrefixIndex
+from agentic_kvc.cache.tier_index import estimated_view
 from agentic_kvc.config import RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView
@@ -77,6 +77,15 @@ class ExactCacheView:
 
     def record(self, instance: int, block_hashes: Any, now: float) -> None:  # never called
         pass
+
+
+class TieredExactCacheView(ExactCacheView):
+    """The exact view of a fleet with KV tiers: also where each instance holds a prompt below
+    HBM, as KV events with their `medium` would report it (`Instance.tier_hits`)."""
+
+    def tier_hits(self, request: RequestView, n_instances: int) -> list[Any]:
+        hashes = request.block_hashes
+        return [inst.tier_hits(hashes) for inst in self.instances[:n_instances]]
 
 
 @dataclass(slots=True, eq=False)
@@ -172,15 +181,27 @@ class SimFleet:
         if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index
             self.state = RouterState(fc.instances, roles, None)
         elif config.policy.cache_view == "exact":
+            exact = TieredExactCacheView if fc.kv_tiers.enabled else ExactCacheView
             self.state = RouterState(
-                fc.instances, roles, ExactCacheView(self.instances), record_on_route=False
+                fc.instances, roles, exact(self.instances), record_on_route=False
             )
         else:
             # The proxy sizes its estimate by the engines' KV blocks (cache_config_info). The
             # proxy's `EstimatedPrefixIndex`, kept by chain segments: the same answers for
-            # chained hashes (as `engine_block_hashes` are), no dict entry per block.
+            # chained hashes (as `engine_block_hashes` are), no dict entry per block. With KV
+            # tiers, the same HBM estimate plus the router's model of the tiers below it
+            # (cache/tier_index.py); without, exactly the ChainedPrefixIndex.
             self.state = RouterState(
-                fc.instances, roles, ChainedPrefixIndex(fc.instances, self.num_blocks)
+                fc.instances,
+                roles,
+                estimated_view(
+                    fc.instances,
+                    self.num_blocks,
+                    self.bs,
+                    fc.kv_tiers,
+                    profile.kv_bytes_per_token,
+                    fc.hardware,
+                ),
             )
         self.scrape_s = config.sim.scrape_interval_s
         self.sample_s = config.sim.sample_interval_s
@@ -381,6 +402,7 @@ class SimFleet:
             output,
             hashes,
             self.bs,
+            k + 1 >= len(srun.session.requests),  # the session's finish signal
         )
         if self.scrape_s == 0:
             self._scrape(now)

@@ -1,0 +1,266 @@
+"""The router's estimate of which KV tier holds a prompt's blocks (issue 29, item 2).
+
+`TieredPrefixIndex` extends the estimated prefix index (`ChainedPrefixIndex`: every routed
+prompt recorded for the instance that prefilled it, an LRU per instance sized by the engine's
+KV blocks) with the tiers below HBM, the way llm-d's approximate scorer models a CPU tier: an
+LRU per server whose capacity is set from the tier's size (`lruCapacityPerServer`, by hand,
+since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu). Here:
+
+- per instance an HBM LRU (capacity: the engine's KV blocks), as the estimated view has always
+  kept;
+- per instance a host-memory LRU (capacity: `fleet.kv_tiers.host_gib` in blocks), fed in one of
+  two ways, as the engine's offloading is configured:
+  - demote on eviction (`write_through=False`, HiCache's write-back): the blocks the HBM LRU
+    evicts move to the host LRU (the evicted tail is its least recent part), and the blocks of
+    a routed prompt leave it (the engine reloads them into HBM: one copy, one tier);
+  - write-through (vLLM's `OffloadingConnector` stores every block a request computes): every
+    routed prompt's blocks are put in the host LRU too (a superset of HBM when the host tier
+    is the larger), and HBM evictions change nothing there;
+- optionally a disk LRU per instance, per node or one for the fleet (`disk_scope`), fed by the
+  host LRU's evictions, read by every instance that shares it.
+
+`tier_hits(request, n)` answers, per instance, the HBM prefix (what `matched_tokens` gives), then
+how many of the following blocks the host LRU holds, then how many after those the disk holds:
+vLLM's order (HBM prefix hit first, then the offloading connector for the rest).
+
+With no tier (host and disk capacity 0) it answers exactly as `ChainedPrefixIndex` (the HBM
+index is one, and nothing else runs), so a run without tiers keeps its records.
+
+What it cannot know, beyond what the HBM estimate cannot (docs/policies.md): whether a
+reload finished or failed, the engine's real eviction order in the host tier (vLLM's CPU
+manager is an LRU too; HiCache's too), and blocks another router put on a shared disk.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from itertools import islice, repeat
+from typing import TYPE_CHECKING
+
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
+from agentic_kvc.policy.base import RequestView, TierHits
+
+if TYPE_CHECKING:
+    from agentic_kvc.config import KVTiersConfig
+
+GIB = 1 << 30
+
+
+def tier_blocks(gib: float, kv_bytes_per_token: float, block_size: int) -> int:
+    """Whole KV blocks that `gib` GiB hold (0 when the tier is off)."""
+    if gib <= 0:
+        return 0
+    if kv_bytes_per_token <= 0 or block_size < 1:
+        raise ValueError(
+            f"tier_blocks: kv_bytes_per_token ({kv_bytes_per_token}) must be > 0 and "
+            f"block_size ({block_size}) >= 1"
+        )
+    return int(gib * GIB // (kv_bytes_per_token * block_size))
+
+
+def disk_groups(n_instances: int, scope: str, instances_per_node: int | None) -> list[int]:
+    """The disk store each instance uses: its own (`instance`), its node's (`node`, nodes of
+    `instances_per_node`; None: one host for the whole fleet) or the fleet's (`fleet`)."""
+    if scope == "instance":
+        return list(range(n_instances))
+    if scope == "fleet" or instances_per_node is None:
+        return [0] * n_instances
+    if scope != "node":
+        raise ValueError(f"field 'fleet.kv_tiers.disk_scope': unknown scope {scope!r}")
+    if instances_per_node < 1:
+        raise ValueError(f"instances_per_node must be >= 1, got {instances_per_node}")
+    return [i // instances_per_node for i in range(n_instances)]
+
+
+class TierLRU:
+    """One store below HBM: an LRU of block hashes with a capacity in blocks.
+
+    Bulk operations run at C speed (map over an OrderedDict): a long-context turn moves
+    thousands of blocks at once.
+    """
+
+    __slots__ = ("_lru", "capacity")
+
+    def __init__(self, capacity_blocks: int) -> None:
+        if capacity_blocks < 0:
+            raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
+        self.capacity = capacity_blocks
+        self._lru: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, block_hash: int) -> bool:
+        return block_hash in self._lru
+
+    def put(self, hashes: Sequence[int]) -> list[int]:
+        """Insert (or refresh) these blocks, `hashes` least recent first; returns the blocks
+        the capacity evicts, least recent first."""
+        if not self.capacity or not hashes:
+            return []
+        lru = self._lru
+        deque(map(lru.pop, hashes, repeat(None)), maxlen=0)  # a refresh moves it to the end
+        lru.update(dict.fromkeys(hashes))
+        excess = len(lru) - self.capacity
+        if excess <= 0:
+            return []
+        out = list(islice(lru, excess))
+        deque(map(lru.__delitem__, out), maxlen=0)
+        return out
+
+    def discard(self, hashes: Sequence[int]) -> None:
+        if self._lru:
+            deque(map(self._lru.pop, hashes, repeat(None)), maxlen=0)
+
+    def run_from(self, hashes: Sequence[int], start: int) -> int:
+        """How many consecutive blocks of `hashes` from position `start` this store holds."""
+        lru = self._lru
+        if start >= len(hashes) or hashes[start] not in lru:
+            return 0
+        held = list(map(lru.__contains__, islice(hashes, start, None)))
+        try:
+            return held.index(False)
+        except ValueError:
+            return len(held)
+
+    def lru(self) -> list[int]:
+        """Blocks held, least recently used first."""
+        return list(self._lru)
+
+
+class TieredPrefixIndex:
+    """The estimated view with tiers below HBM (module docstring). A `RecordingCacheView`
+    that also answers `tier_hits`."""
+
+    def __init__(
+        self,
+        n_instances: int,
+        hbm_blocks: int | None,
+        host_blocks: int = 0,
+        disk_blocks: int = 0,
+        disk_group: Sequence[int] | None = None,
+        write_through: bool = False,
+        ttl_s: float | None = None,
+    ) -> None:
+        if disk_group is not None and len(disk_group) != n_instances:
+            raise ValueError(
+                f"disk_group has {len(disk_group)} entries for {n_instances} instances"
+            )
+        self.hbm = ChainedPrefixIndex(n_instances, hbm_blocks, ttl_s)
+        self.write_through = write_through
+        self.host = [TierLRU(host_blocks) for _ in range(n_instances)] if host_blocks else []
+        group = list(disk_group) if disk_group is not None else [0] * n_instances
+        self.disk_group = group
+        self.disk = [TierLRU(disk_blocks) for _ in range(max(group) + 1)] if disk_blocks else []
+        if self.host and not write_through:
+            self.hbm.on_evict = self._demote
+        elif self.disk and not self.host:
+            self.hbm.on_evict = self._to_disk  # no host tier: HBM evictions go to disk
+
+    @property
+    def n_instances(self) -> int:
+        return self.hbm.n_instances
+
+    @property
+    def capacity_blocks(self) -> int | None:
+        return self.hbm.capacity_blocks
+
+    # ---- feeding ------------------------------------------------------------------------
+
+    def _demote(self, instance: int, hashes: Sequence[int]) -> None:
+        """HBM evicted these blocks (chain order; the tail is least recent): into host."""
+        out = self.host[instance].put(hashes[::-1])
+        if out and self.disk:
+            self.disk[self.disk_group[instance]].put(out)
+
+    def _to_disk(self, instance: int, hashes: Sequence[int]) -> None:
+        self.disk[self.disk_group[instance]].put(hashes[::-1])
+
+    def advance(self, now: float) -> None:
+        self.hbm.advance(now)
+
+    def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
+        """The router sent a prompt with these full blocks to `instance` at time `now`."""
+        if self.host:
+            host = self.host[instance]
+            if self.write_through:
+                out = host.put(block_hashes[::-1])  # the tail least recent, as HBM's LRU
+                if out and self.disk:
+                    self.disk[self.disk_group[instance]].put(out)
+            else:
+                host.discard(block_hashes)  # reloaded (or computed) into HBM
+        self.hbm.record(instance, block_hashes, now)
+
+    def clear(self, instance: int) -> None:
+        """Forget an instance's HBM and host tiers (a shared disk keeps what it holds)."""
+        self.hbm.clear(instance)
+        if self.host:
+            self.host[instance] = TierLRU(self.host[instance].capacity)
+
+    # ---- querying -----------------------------------------------------------------------
+
+    def blocks(self, instance: int) -> int:
+        """HBM blocks believed cached on `instance` (as the estimated view)."""
+        return self.hbm.blocks(instance)
+
+    def tier_blocks(self, instance: int) -> TierHits:
+        """Blocks believed held by `instance` per tier (disk: its shared store's)."""
+        return TierHits(
+            self.hbm.blocks(instance),
+            len(self.host[instance]) if self.host else 0,
+            len(self.disk[self.disk_group[instance]]) if self.disk else 0,
+        )
+
+    def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
+        return self.hbm.matched_tokens(request, n_instances)
+
+    def matched_tokens_at(self, request: RequestView, instance: int) -> int:
+        return self.hbm.matched_tokens_at(request, instance)
+
+    def tier_hits(self, request: RequestView, n_instances: int) -> list[TierHits]:
+        """Per instance: the HBM prefix, then the host blocks after it, then the disk blocks
+        after those, in tokens (whole blocks)."""
+        hashes, bs = request.block_hashes, request.block_size
+        hbm = self.hbm.matched_blocks(hashes, n_instances)
+        host, disk, group = self.host, self.disk, self.disk_group
+        if not host and not disk:
+            return [TierHits(m * bs) for m in hbm]
+        out = []
+        for i, m in enumerate(hbm):
+            h = host[i].run_from(hashes, m) if host and i < len(host) else 0
+            d = disk[group[i]].run_from(hashes, m + h) if disk and i < len(group) else 0
+            out.append(TierHits(m * bs, h * bs, d * bs))
+        return out
+
+
+def estimated_view(
+    n_instances: int,
+    hbm_blocks: int,
+    block_size: int,
+    kv_tiers: KVTiersConfig,
+    kv_bytes_per_token: float,
+    hardware: str,
+) -> ChainedPrefixIndex | TieredPrefixIndex:
+    """The router's estimated view for a fleet: `ChainedPrefixIndex` without tiers (as
+    always), else a `TieredPrefixIndex` sized from `fleet.kv_tiers` (host GiB per instance;
+    disk GiB per store of its scope, a node being the hardware profile's
+    `instances_per_node`). The real proxy builds the same from the engines' KV blocks and
+    the tier sizes it is given."""
+    if not kv_tiers.enabled:
+        return ChainedPrefixIndex(n_instances, hbm_blocks)
+    host = tier_blocks(kv_tiers.host_gib, kv_bytes_per_token, block_size)
+    disk = tier_blocks(kv_tiers.disk_gib, kv_bytes_per_token, block_size)
+    per_node = None
+    if disk and kv_tiers.disk_scope == "node":
+        from agentic_kvc.sim.profiles.hardware import tier_links  # loads lazily
+
+        per_node = tier_links(hardware).instances_per_node
+    return TieredPrefixIndex(
+        n_instances,
+        hbm_blocks,
+        host,
+        disk,
+        disk_groups(n_instances, kv_tiers.disk_scope, per_node),
+        kv_tiers.write_through,
+    )

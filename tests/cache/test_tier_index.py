@@ -1,0 +1,121 @@
+"""The router's estimated view of KV tiers (cache/tier_index.py): HBM evictions demote into a
+host LRU, host evictions into a disk store shared by scope, write-through keeps host a
+superset, and with no tier it is the plain estimated index."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
+from agentic_kvc.cache.tier_index import (
+    TieredPrefixIndex,
+    TierLRU,
+    disk_groups,
+    estimated_view,
+    tier_blocks,
+)
+from agentic_kvc.config import KVTiersConfig
+from agentic_kvc.policy.base import RequestView, TierHits
+
+BS = 16
+A = [1, 2, 3, 4]  # a prompt of 4 blocks (chained: a block's hash fixes its prefix)
+B = [11, 12, 13, 14]
+
+
+def _req(hashes: list[int]) -> RequestView:
+    return RequestView("r", "s", 0, len(hashes) * BS + 1, 1, tuple(hashes), BS)
+
+
+def test_eviction_demotes_the_tail_to_host_and_reload_promotes_it() -> None:
+    idx = TieredPrefixIndex(2, hbm_blocks=6, host_blocks=8)
+    idx.record(0, A, 0.0)
+    idx.record(0, B, 1.0)  # 8 blocks in 6: A's last two blocks (its LRU tail) go to host
+    assert idx.tier_hits(_req(A), 2) == [TierHits(2 * BS, 2 * BS, 0), TierHits(0)]
+    assert idx.matched_tokens(_req(A), 2) == [2 * BS, 0]  # matched_tokens stays HBM
+    assert idx.tier_blocks(0) == TierHits(6, 2, 0)
+    # A again: its host blocks are reloaded into HBM (one copy), B's tail goes down instead.
+    idx.record(0, A, 2.0)
+    assert idx.tier_hits(_req(A), 1) == [TierHits(4 * BS, 0, 0)]
+    assert idx.tier_hits(_req(B), 1) == [TierHits(2 * BS, 2 * BS, 0)]
+    assert idx.host[0].lru() == [14, 13]
+
+
+def test_host_evictions_fall_to_the_node_disk_which_its_neighbours_read() -> None:
+    # Instances 0, 1 share node 0's disk; instance 2 is on node 1.
+    idx = TieredPrefixIndex(3, 4, host_blocks=2, disk_blocks=10, disk_group=[0, 0, 1])
+    idx.record(0, A, 0.0)
+    idx.record(0, B, 1.0)  # A leaves HBM: host keeps its head (more recent), disk its tail
+    assert idx.tier_hits(_req(A), 3)[0] == TierHits(0, 2 * BS, 2 * BS)
+    assert idx.disk[0].lru() == [4, 3]
+    # Instance 1 holds no head of A anywhere: the disk run must start where its HBM hit ends.
+    assert idx.tier_hits(_req(A), 3)[1:] == [TierHits(0), TierHits(0)]
+
+
+def test_disk_without_host_takes_hbm_evictions_for_the_whole_node() -> None:
+    idx = TieredPrefixIndex(3, 4, host_blocks=0, disk_blocks=10, disk_group=[0, 0, 1])
+    idx.record(0, A, 0.0)
+    idx.record(0, B, 1.0)
+    assert idx.tier_hits(_req(A), 3) == [
+        TierHits(0, 0, 4 * BS),
+        TierHits(0, 0, 4 * BS),  # same node: reads the shared disk
+        TierHits(0),
+    ]
+
+
+def test_write_through_keeps_host_a_superset() -> None:
+    idx = TieredPrefixIndex(1, 4, host_blocks=8, write_through=True)
+    idx.record(0, A, 0.0)
+    assert idx.tier_hits(_req(A), 1) == [TierHits(4 * BS)]  # host continues after HBM: none
+    assert len(idx.host[0]) == 4
+    idx.record(0, B, 1.0)
+    assert idx.tier_hits(_req(A), 1) == [TierHits(0, 4 * BS, 0)]
+    assert idx.tier_hits(_req(B), 1) == [TierHits(4 * BS)]
+
+
+def test_no_tier_answers_as_the_estimated_index() -> None:
+    rng = random.Random(3)
+    plain, tiered = ChainedPrefixIndex(4, 50), TieredPrefixIndex(4, 50)
+    heads = [[rng.randrange(1 << 40)] for _ in range(6)]
+    for step in range(300):
+        chain = list(rng.choice(heads))
+        n = rng.randrange(1, 40)
+        prompt = chain + [hash((chain[0], j)) for j in range(1, n)]
+        inst = rng.randrange(4)
+        plain.record(inst, prompt, float(step))
+        tiered.record(inst, prompt, float(step))
+        q = _req(prompt[: rng.randrange(1, len(prompt) + 1)])
+        want = plain.matched_tokens(q, 4)
+        assert tiered.matched_tokens(q, 4) == want
+        assert [t.hbm for t in tiered.tier_hits(q, 4)] == want
+        assert all(t.host == t.disk == 0 for t in tiered.tier_hits(q, 4))
+    off = estimated_view(4, 50, BS, KVTiersConfig(), 98_304.0, "h20")
+    assert type(off) is ChainedPrefixIndex
+
+
+def test_sizes_and_scopes_from_the_config() -> None:
+    # 1 GiB of Qwen3-Coder-30B KV (98,304 B/token) in 16-token blocks.
+    assert tier_blocks(1.0, 98_304, 16) == (1 << 30) // (98_304 * 16) == 682
+    assert tier_blocks(0.0, 98_304, 16) == 0
+    assert disk_groups(5, "instance", 2) == [0, 1, 2, 3, 4]
+    assert disk_groups(5, "node", 2) == [0, 0, 1, 1, 2]
+    assert disk_groups(5, "node", None) == [0] * 5
+    assert disk_groups(5, "fleet", 2) == [0] * 5
+    cfg = KVTiersConfig(host_gib=1.0, disk_gib=2.0, disk_scope="instance")
+    view = estimated_view(16, 1000, 16, cfg, 98_304.0, "h20")
+    assert isinstance(view, TieredPrefixIndex)
+    assert view.host[0].capacity == 682 and view.disk[0].capacity == 1365
+    assert view.disk_group == list(range(16))
+    with pytest.raises(ValueError, match="kv_bytes_per_token"):
+        tier_blocks(1.0, 0, 16)
+
+
+def test_tier_lru_puts_refreshes_and_evicts_in_order() -> None:
+    lru = TierLRU(3)
+    assert lru.put([1, 2, 3]) == []
+    assert lru.put([1]) == []  # refreshed: 2 is now the least recent
+    assert lru.put([4, 5]) == [2, 3]
+    assert lru.lru() == [1, 4, 5]
+    assert lru.run_from([9, 1, 4, 7], 1) == 2 and lru.run_from([9, 1], 0) == 0
+    assert TierLRU(0).put([1]) == [] and len(TierLRU(0)) == 0
