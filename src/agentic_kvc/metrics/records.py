@@ -25,7 +25,14 @@ ROUTE_CLASSES = (
 )
 
 
-_OMIT_WHEN_NONE = ("session_source", "parent_session_id")
+_OMIT_WHEN_NONE = (
+    "session_source",
+    "parent_session_id",
+    "host_tokens",
+    "disk_tokens",
+    "recomputed_tokens",
+    "reload_wait_s",
+)
 
 
 @dataclass(slots=True)
@@ -68,6 +75,14 @@ class RequestRecord:
     # when set, so records without them (simulated runs, older files) keep their bytes.
     session_source: str | None = None
     parent_session_id: str | None = None
+    # KV tiers below HBM (issue 29), written only when a run has them: prompt tokens loaded
+    # from host memory and from disk (after the HBM hit, `cached_tokens`), the tokens
+    # prefilled (recomputed: input - HBM - host - disk), and seconds the request waited for
+    # its loads (link queue and transfer). For PD: the prefill side's.
+    host_tokens: int | None = None
+    disk_tokens: int | None = None
+    recomputed_tokens: int | None = None
+    reload_wait_s: float | None = None
 
     def finalize(self) -> RequestRecord:
         """Fill the derived latencies from the timestamps (idempotent)."""
@@ -106,6 +121,14 @@ class InstanceSample:
     router_inflight: int | None = None
     router_pending_prefill_tokens: int | None = None
     healthy: bool = True
+    # KV tiers (issue 29): the share of the host tier / disk store in use; written only when
+    # a run has the tier.
+    host_kv_usage: float | None = None
+    disk_kv_usage: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("host_kv_usage", "disk_kv_usage"):
+            if out[key] is None:
+                del out[key]
+        return out

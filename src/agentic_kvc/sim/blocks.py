@@ -127,6 +127,10 @@ class BlockPool:
         # next_fresh - queued, engine.kv_usages).
         self.queued = 0
         self.evictions = 0  # cached blocks reused for other content
+        # KV tiers below HBM (sim/tiers.py): when a list, every eviction appends the blocks
+        # that left the cache, as (first chain position, hashes in position order), for the
+        # owner to move down.
+        self.evict_log: list[tuple[int, list[int]]] | None = None
 
     @property
     def cached(self) -> dict[int, Piece]:
@@ -411,20 +415,29 @@ class BlockPool:
         if cached is None:
             if lo == p.lo:
                 del self.heads[p.hashes[0]]
+            if self.evict_log is not None:
+                self.evict_log.append((lo, p.hashes[lo - p.lo :]))
             del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
             self.evictions += hi - lo
             return
         hashes = p.hashes[lo - p.lo : hi - p.lo]
         del p.hashes[lo - p.lo :]
+        log = self.evict_log
         if not dups or dups.keys().isdisjoint(hashes):
             deque(map(cached.__delitem__, hashes), maxlen=0)
             self.evictions += hi - lo
+            if log is not None:
+                log.append((lo, hashes))
             return
+        pos = hi
         for h in reversed(hashes):  # queue order: tail first
+            pos -= 1
             others = dups.get(h)
             if others is None:
                 del cached[h]
                 self.evictions += 1
+                if log is not None:
+                    log.append((pos, [h]))
                 continue
             if cached[h] is p:  # another block still holds h: it stays cached
                 cached[h] = others.pop()

@@ -42,6 +42,7 @@ from typing import Any
 
 from agentic_kvc.sim.blocks import BlockPool, BlockTable, Hit
 from agentic_kvc.sim.cost import StepCost
+from agentic_kvc.sim.tiers import InstanceTiers
 
 _SYNTHETIC = 1 << 64  # hashes of blocks holding generated tokens live above every engine hash
 
@@ -68,6 +69,13 @@ class Seq:
     retain_after: bool = False  # hold its KV when it finishes (the session goes on)
     cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
     remote_tokens: int = 0  # prompt tokens received by KV transfer
+    # KV tiers (sim/tiers.py): prompt tokens loaded from host / disk at first admission, the
+    # load in flight (host blocks, disk blocks, when their writes land: host, disk; None: a PD
+    # transfer or none), and the time spent waiting for loads, summed over admissions.
+    host_tokens: int = 0
+    disk_tokens: int = 0
+    reload: tuple[int, int, float, float] | None = None
+    reload_wait_s: float = 0.0
     t_first_token: float | None = None
     t_done: float | None = None
 
@@ -172,6 +180,36 @@ class Instance:
         self.prefill_runs = False
         self._in_flight = 0
         self._held = 0
+        # KV tiers below HBM (None: HBM only). With tiers, the pool logs what it evicts.
+        self.tiers: InstanceTiers | None = None
+
+    def set_tiers(self, tiers: InstanceTiers) -> None:
+        self.tiers = tiers
+        if tiers.top is not None and not tiers.write_through:
+            self.pool.evict_log = []
+
+    def _offload(self, now: float) -> None:
+        """Move what HBM evicted since the last call down a tier (lazy offload)."""
+        log = self.pool.evict_log
+        if log:
+            assert self.tiers is not None
+            self.pool.evict_log = []
+            self.tiers.offload(log, now)
+
+    def tier_hits(self, block_hashes: Sequence[int]) -> Any:
+        """Leading tokens of a prompt (its block hashes) held here: in HBM, then host memory,
+        then disk, contiguous (`policy.base.TierHits`); reads only, as a KV-event-fed router
+        would see them."""
+        try:
+            from agentic_kvc.policy.base import TierHits
+        except ImportError:  # pragma: no cover - the router side's type not there
+            from agentic_kvc.sim.tiers import TierHitsTuple as TierHits
+        n = self.pool.count_hit(block_hashes)
+        host = disk = 0
+        if self.tiers is not None:
+            host, disk = self.tiers.runs(block_hashes, n, len(block_hashes))
+        bs = self.bs
+        return TierHits(n * bs, host * bs, disk * bs)
 
     @property
     def capacity_tokens(self) -> int:
@@ -252,11 +290,16 @@ class Instance:
             hit = self._lookup(seq)
         n_hit = hit.n if hit is not None else 0
         computed = seq.num_computed + n_hit * bs
+        ext = 0
         if seq.kv == KV_NEEDS_BLOCKS:
             n = seq.num_tokens - computed  # all remaining prompt tokens arrive by transfer
         else:
-            n = min(seq.num_tokens - computed, budget)
-        need = -(-(computed + n) // bs) - n_hit - len(seq.blocks)
+            if hit is not None and self.tiers is not None:
+                # vLLM asks the connector for what follows the HBM hit (same cap).
+                host, disk = self.tiers.runs(hit.hashes, n_hit, (seq.num_tokens - 1) // bs)
+                ext = host + disk
+            n = 0 if ext else min(seq.num_tokens - computed, budget)
+        need = -(-(computed + n) // bs) + ext - n_hit - len(seq.blocks)
         if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
             if not self.holds:
                 return None
@@ -277,8 +320,22 @@ class Instance:
         if need > 0:
             pool.allocate(seq.blocks, need)
         seq.num_computed = computed
-        if seq.cached_tokens < 0:
+        first = seq.cached_tokens < 0
+        if first:
             seq.cached_tokens = n_hit * bs
+        if ext:
+            # An asynchronous load (WAITING_FOR_REMOTE_KVS): the blocks are taken, the request
+            # waits, skipped, until they land (`kv_landed`), then is scheduled again.
+            assert hit is not None and self.tiers is not None
+            ready = self.tiers.claim(hit.hashes, n_hit, host, disk)
+            seq.num_computed = computed + ext * bs
+            seq.reload = (host, disk, *ready)
+            if first:
+                seq.host_tokens, seq.disk_tokens = host * bs, disk * bs
+            seq.kv = KV_IN_FLIGHT
+            self._in_flight += 1
+            transfers.append(seq)
+            return 0
         if seq.kv == KV_NEEDS_BLOCKS:
             seq.remote_tokens = n
             seq.kv = KV_IN_FLIGHT
@@ -290,6 +347,12 @@ class Instance:
 
     def schedule(self, now: float) -> Step | None:
         """Plan the next step at `now`; None if there is nothing to do."""
+        step = self._schedule(now)
+        if self.pool.evict_log:
+            self._offload(now)
+        return step
+
+    def _schedule(self, now: float) -> Step | None:
         if self.holds:
             self._expire(now)
         budget = self.max_batched
@@ -530,6 +593,8 @@ class Instance:
             if s.generated >= s.max_output:
                 s.t_done = t
                 done = True
+                if self.tiers is not None:
+                    self._turn_end(s, t)
                 if s.retain_after and s.retain_key is not None and self.retention_ttl_s > 0:
                     self._hold(s.retain_key, s, t + self.retention_ttl_s)
                 elif not s.hold_blocks:
@@ -540,7 +605,20 @@ class Instance:
                     touched.append(s)
         if done:
             self.running = [s for s in self.running if s.t_done is None]
+        if self.pool.evict_log:
+            self._offload(t)
         return touched
+
+    def _turn_end(self, seq: Seq, t: float) -> None:
+        """Tiers at a turn's end: with write-through, its full blocks are stored below HBM
+        (as vLLM's OffloadingConnector stores every computed block); with retention, a
+        session that goes on has its prompt's blocks held there for the TTL."""
+        tiers = self.tiers
+        assert tiers is not None
+        if tiers.write_through and tiers.top is not None:
+            tiers.top.put([(0, seq.block_hashes(0, seq.blocks.n_hashed))], t)
+        if seq.retain_after and self.retention_ttl_s > 0:
+            tiers.hold(seq.hashes, t + self.retention_ttl_s)
 
     # ---- events from the fleet -------------------------------------------------------
 
@@ -548,9 +626,16 @@ class Instance:
         self.waiting.append(seq)
 
     def kv_landed(self, seq: Seq) -> None:
-        """The transfer for a remote prefill finished: the prompt's KV is here."""
+        """The transfer for a remote prefill, or a load from a tier below HBM, finished: the
+        prompt's KV is here (vLLM's `_update_waiting_for_remote_kv` caches the blocks)."""
         seq.kv = KV_LOCAL
         self._in_flight -= 1
+        if seq.reload is not None:
+            host, disk = seq.reload[:2]
+            seq.reload = None
+            self._cache_full(seq, seq.num_computed)  # short of the prompt's last token
+            self.external_hits += (host + disk) * self.bs
+            return
         seq.num_computed = seq.num_tokens - 1  # vLLM recomputes the last prompt token
         self._cache_full(seq, seq.num_tokens)
         self.external_hits += seq.remote_tokens

@@ -1,0 +1,482 @@
+"""KV tiers below HBM for the simulated fleet: host memory and disk (issue 29; docs/kv_tiers.md).
+
+What vLLM 0.32 does, and what is modelled (the code read is cited in docs/kv_tiers.md):
+- Moving down. `SimpleCPUOffloadConnector` in lazy mode copies cached GPU blocks to host as
+  they near the head of the GPU free queue, i.e. as HBM evicts them; `OffloadingConnector`
+  (and the simple one in eager mode) stores every block once computed. Here: with
+  `write_through` off, blocks go down when HBM evicts them (`BlockPool.on_evict`); with it on,
+  a turn's full blocks are stored when it finishes. A block evicted from the host tier goes to
+  the disk tier when there is one. Each write is a transfer on its link (device->host, or the
+  disk's write side), FIFO behind that link's others.
+- Finding and reloading. The scheduler first takes the HBM prefix hit, then asks the connector
+  (`get_num_new_matched_tokens`) for the tokens right after it; a hit there is loaded
+  asynchronously: the request gets its blocks, waits in WAITING_FOR_REMOTE_KVS while the engine
+  steps the others, and is scheduled again once the load is done. Here: after the HBM prefix,
+  the host tier's contiguous run, then the disk tier's; both loads start when the request is
+  admitted, each FIFO on its link (host->device; the disk store's read side), and the request
+  waits for the later one. Loads of blocks whose write has not landed yet wait for it.
+- Each tier evicts by its own policy: LRU with a request's blocks touched tail first (so a
+  prompt's head is evicted last, as vLLM's `LRUCachePolicy.touch` does), or "retention": blocks
+  of a session in a tool pause (a turn that ended in a tool call) are evicted only after every
+  other block, for `sim.kv_retention_ttl_s` after the turn's end (the HBM retention of
+  sim/engine.py, applied to the tier).
+
+Blocks are kept by their chained hashes, one dict entry each: a tier holds at most a few
+hundred thousand blocks, and the tier's work per request is a few C-level dict passes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, NamedTuple
+
+from agentic_kvc.cache.chain_index import agree_until
+from agentic_kvc.config import KVTiersConfig
+from agentic_kvc.sim.profiles.hardware import TierLinks
+
+if TYPE_CHECKING:
+    from agentic_kvc.sim.cost import EngineProfile
+
+GIB = 1024**3
+
+
+class Link:
+    """One direction of a link: transfers run one after another (FIFO), each taking
+    `latency_s + bytes / bytes_per_s`."""
+
+    __slots__ = ("busy_s", "bytes", "bytes_per_s", "free_at", "latency_s", "transfers")
+
+    def __init__(self, gbps: float, latency_s: float) -> None:
+        self.bytes_per_s = gbps * 1e9
+        self.latency_s = latency_s
+        self.free_at = 0.0
+        self.transfers = 0
+        self.bytes = 0
+        self.busy_s = 0.0
+
+    def send(self, now: float, nbytes: int, after: float = 0.0) -> float:
+        """Queue a transfer of `nbytes` at `now` that cannot start before `after`; its end."""
+        start = max(now, self.free_at, after)
+        dt = self.latency_s + nbytes / self.bytes_per_s
+        self.free_at = start + dt
+        self.transfers += 1
+        self.bytes += nbytes
+        self.busy_s += dt
+        return self.free_at
+
+
+MARK = 16  # every run's blocks at chain positions divisible by this are indexed (and its head)
+
+
+class Run:
+    """Blocks stored together: chain positions [lo, lo + len(hashes)) of one prompt, whose
+    write lands at `ready`. Recency is kept per run; eviction eats a run from its tail (a
+    prompt's head goes last)."""
+
+    __slots__ = ("hashes", "lo", "ready")
+
+    def __init__(self, lo: int, hashes: list[int], ready: float = 0.0) -> None:
+        self.lo = lo
+        self.hashes = hashes
+        self.ready = ready
+
+
+class TierStore:
+    """One tier's blocks: `capacity` blocks, written over `write` and read over `read`.
+
+    Blocks are kept as runs (`Run`), and no block is held twice. The dict `index` maps the
+    hash of each run's first block, and of its blocks at chain positions divisible by `MARK`,
+    to the run: a block hash fixes its chain position (hashes are chained), so the run holding
+    position j, if any, has an indexed block among positions j, j-1, ..., down to the multiple
+    of MARK at or below j, and a lookup probes at most MARK + 1 of them per run it crosses. The
+    per-block work of storing, finding and evicting is then list slicing, not dict entries: a
+    long-context run moves millions of blocks through the tiers.
+
+    A block is findable from the moment its write is queued (vLLM's lazy offload copies a block
+    before the GPU reuses it); a load that includes it waits for the write to land (`ready`).
+    Eviction: `lru` orders runs, oldest first; with retention, a run whose session is in a pause
+    (its first block's `held_until` in the future) is moved aside to `held` instead; `held` is
+    evicted, oldest first, once its oldest run's pause is over or `lru` is empty.
+    """
+
+    __slots__ = (
+        "below",
+        "block_bytes",
+        "capacity",
+        "evicted",
+        "held",
+        "held_until",
+        "index",
+        "lru",
+        "n",
+        "name",
+        "read",
+        "retention",
+        "write",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        block_bytes: int,
+        write: Link,
+        read: Link,
+        retention: bool = False,
+        below: TierStore | None = None,
+    ) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.block_bytes = block_bytes
+        self.write = write
+        self.read = read
+        self.retention = retention
+        self.below = below
+        self.index: dict[int, Run] = {}
+        self.lru: OrderedDict[Run, None] = OrderedDict()
+        self.held: OrderedDict[Run, None] = OrderedDict()
+        self.held_until: dict[int, float] = {}
+        self.n = 0  # blocks stored
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def usage(self) -> float:
+        return self.n / self.capacity
+
+    def _find(self, hashes: Sequence[int], j: int, base: int) -> Run | None:
+        """The run holding hashes[j] (chain position base + j), if any.
+
+        When `hashes` starts after the multiple of MARK at or below j (a run handed down by
+        an eviction), the probe also looks up to the next multiple; a stored run that starts
+        before hashes[0] and ends before that is not seen, and its blocks may then be stored
+        a second time (capacity, never a wrong hit: both hold the same blocks)."""
+        index = self.index
+        h = hashes[j]
+        floor = j - (base + j) % MARK
+        i = j
+        while i >= floor and i >= 0:
+            r = index.get(hashes[i])
+            if r is not None:
+                k = base + j - r.lo
+                hs = r.hashes
+                if 0 <= k < len(hs) and hs[k] == h:
+                    return r
+            i -= 1
+        if floor < 0:
+            for i in range(j + 1, min(floor + MARK + 1, len(hashes))):
+                r = index.get(hashes[i])
+                if r is not None:
+                    k = base + j - r.lo
+                    hs = r.hashes
+                    if 0 <= k < len(hs) and hs[k] == h:
+                        return r
+        return None
+
+    def _walk(
+        self, hashes: Sequence[int], start: int, stop: int, base: int = 0
+    ) -> tuple[int, list[Run]]:
+        """The end of the stored stretch of hashes[start:stop] from `start`, and its runs
+        (`base`: the chain position of hashes[0])."""
+        runs: list[Run] = []
+        j = start
+        stop = min(stop, len(hashes))
+        while j < stop:
+            r = self._find(hashes, j, base)
+            if r is None:
+                break
+            hs = r.hashes
+            off = r.lo - base  # where the run starts, as an index into hashes
+            runs.append(r)
+            e = min(off + len(hs), stop)
+            if hs[e - 1 - off] != hashes[e - 1]:  # the prompt leaves the run before e
+                e = agree_until(hs, off, hashes, j + 1, e - 1)
+            j = e
+        return j, runs
+
+    def run(self, hashes: Sequence[int], start: int, stop: int) -> int:
+        """How many of hashes[start:stop] this tier holds, contiguously from `start`."""
+        return self._walk(hashes, start, stop)[0] - start
+
+    def _use(self, runs: list[Run]) -> None:
+        """These runs (a prompt's, in position order) were used or stored: most recent, the
+        head last (vLLM's LRU touches a request's blocks tail first)."""
+        lru, held = self.lru, self.held
+        for r in reversed(runs):
+            if r in lru:
+                lru.move_to_end(r)
+            else:
+                held.pop(r, None)
+                lru[r] = None
+
+    def touch(self, hashes: Sequence[int], start: int, stop: int) -> float:
+        """A load uses hashes[start:stop] (stored): their runs are most recent. Returns when
+        their writes have landed."""
+        runs = self._walk(hashes, start, stop)[1]
+        self._use(runs)
+        return max((r.ready for r in runs), default=0.0)
+
+    def _index(self, r: Run) -> None:
+        index, hs = self.index, r.hashes
+        index[hs[0]] = r
+        first = -r.lo % MARK  # index in hs of the first chain position divisible by MARK
+        index.update(zip(hs[first::MARK], repeat(r)))
+
+    def put(self, runs: Sequence[tuple[int, list[int]]], now: float) -> int:
+        """Store runs (chain position of the first block, hashes in position order), the
+        first one least recent; blocks already stored are touched, the others written in one
+        transfer (FIFO on `write`). Overflow is evicted (down, if a tier is below). Returns
+        how many blocks were new."""
+        index = self.index
+        fresh: list[Run] = []
+        for lo, hashes in runs:
+            if not hashes:
+                continue
+            # The stored stretch from the run's start; after it, any stored block belongs to a
+            # run that starts after it (one covering its end would have extended it), whose
+            # first block is indexed.
+            m, parts = self._walk(hashes, 0, len(hashes), lo)
+            while m < len(hashes):
+                rest = hashes[m:] if m else hashes
+                if index.keys().isdisjoint(rest):
+                    r = Run(lo + m, rest)
+                    self._index(r)
+                    fresh.append(r)
+                    parts.append(r)
+                    break
+                j = m + 1
+                while j < len(hashes) and self._find(hashes, j, lo) is None:
+                    j += 1
+                r = Run(lo + m, hashes[m:j])
+                self._index(r)
+                fresh.append(r)
+                parts.append(r)
+                m, more = self._walk(hashes, j, len(hashes), lo)
+                parts += more
+            self._use(parts)
+        new = sum(len(r.hashes) for r in fresh)
+        if not new:
+            return 0
+        end = self.write.send(now, new * self.block_bytes)
+        for r in fresh:
+            r.ready = end
+        self.n += new
+        over = self.n - self.capacity
+        if over > 0:
+            self._evict(over, now)
+        return new
+
+    def hold(self, hashes: Sequence[int], until: float) -> None:
+        """Retention: these blocks belong to a session in a pause until `until`."""
+        if self.retention:
+            self.held_until.update(zip(hashes, repeat(until)))
+
+    def _evict(self, n: int, now: float) -> None:
+        lru, held, until, index = self.lru, self.held, self.held_until, self.index
+        out: list[tuple[int, list[int]]] = []
+        while n > 0:
+            # Held runs whose pause is over go first, then LRU, then the held ones.
+            if held:
+                r = next(iter(held))
+                t = until.get(r.hashes[0])
+                src = held if (t is None or t <= now or not lru) else lru
+            elif lru:
+                src = lru
+            else:
+                break
+            r = next(iter(src))
+            hs = r.hashes
+            if src is lru and until:
+                t = until.get(hs[0])
+                if t is not None and t > now:  # a paused session's: after every unheld run
+                    del lru[r]
+                    held[r] = None
+                    continue
+            k = min(n, len(hs))
+            cut = len(hs) - k
+            gone = hs[cut:]
+            del hs[cut:]
+            lo = r.lo + cut
+            first = -lo % MARK
+            deque(map(index.pop, gone[first::MARK], repeat(None)), maxlen=0)
+            if not hs:
+                index.pop(gone[0], None)  # the head
+                del src[r]
+            if until:
+                deque(map(until.pop, gone, repeat(None)), maxlen=0)
+            out.append((lo, gone))
+            n -= k
+        dropped = sum(len(g) for _lo, g in out)
+        self.n -= dropped
+        self.evicted += dropped
+        if self.below is not None and out:
+            self.below.put(out, now)
+
+
+class TierHitsTuple(NamedTuple):
+    """Leading prompt tokens in HBM, then host, then disk (policy/base.py's TierHits, for
+    callers that run without it)."""
+
+    hbm: int
+    host: int
+    disk: int
+
+
+class InstanceTiers:
+    """One instance's view of the tiers below its HBM: its host tier and the disk store it
+    shares with its node or fleet (or owns), with the links a reload takes."""
+
+    __slots__ = ("block_bytes", "disk", "h2d", "host", "top", "write_through")
+
+    def __init__(
+        self,
+        host: TierStore | None,
+        h2d: Link | None,
+        disk: TierStore | None,
+        block_bytes: int,
+        write_through: bool,
+    ) -> None:
+        self.host = host
+        self.h2d = h2d
+        self.disk = disk
+        self.top = host if host is not None else disk  # where HBM's blocks go first
+        self.block_bytes = block_bytes
+        self.write_through = write_through
+
+    def runs(self, hashes: Sequence[int], start: int, stop: int) -> tuple[int, int]:
+        """Blocks after an HBM hit of `start` blocks: (from host, then from disk)."""
+        host = self.host.run(hashes, start, stop) if self.host is not None else 0
+        disk = self.disk.run(hashes, start + host, stop) if self.disk is not None else 0
+        return host, disk
+
+    def hold(self, hashes: Sequence[int], until: float) -> None:
+        """Retention: a session's prompt blocks, held below HBM until `until` (its pause)."""
+        for store in (self.host, self.disk):
+            if store is not None:
+                store.hold(hashes, until)
+
+    def offload(self, runs: list[tuple[int, list[int]]], now: float) -> None:
+        """Blocks HBM evicted: runs (first chain position, hashes), in eviction order (the
+        first evicted is the oldest here too)."""
+        top = self.top
+        assert top is not None
+        top.put(runs, now)
+
+    def claim(self, hashes: Sequence[int], a: int, host: int, disk: int) -> tuple[float, float]:
+        """A request will load blocks [a, a + host) from host and the next `disk` from disk:
+        they are used now (vLLM touches them at lookup and pins them for the load). Returns
+        when their writes land (host, disk)."""
+        ready = (0.0, 0.0)
+        if host:
+            assert self.host is not None
+            ready = (self.host.touch(hashes, a, a + host), 0.0)
+        if disk:
+            assert self.disk is not None
+            ready = (ready[0], self.disk.touch(hashes, a + host, a + host + disk))
+        return ready
+
+    def reload(self, host: int, disk: int, ready: tuple[float, float], now: float) -> float:
+        """Load `host` blocks from host and `disk` from disk, each FIFO on its link from `now`
+        (and not before its write landed, `ready`); when both have landed."""
+        end = now
+        if host:
+            assert self.h2d is not None
+            end = self.h2d.send(now, host * self.block_bytes, ready[0])
+        if disk:
+            assert self.disk is not None
+            end = max(end, self.disk.read.send(now, disk * self.block_bytes, ready[1]))
+        return end
+
+
+class FleetTiers:
+    """The tiers of a whole fleet, built from `fleet.kv_tiers` and the hardware's links."""
+
+    def __init__(
+        self,
+        cfg: KVTiersConfig,
+        links: TierLinks,
+        profile: EngineProfile,
+        block_size: int,
+        n_instances: int,
+        retention_ttl_s: float,
+    ) -> None:
+        if cfg.eviction == "retention" and retention_ttl_s <= 0:
+            raise ValueError(
+                "field 'fleet.kv_tiers.eviction': 'retention' holds a paused session's blocks "
+                "for sim.kv_retention_ttl_s, which is 0; set it > 0 or use 'lru'"
+            )
+        self.cfg = cfg
+        self.retention = cfg.eviction == "retention"
+        self.retention_ttl_s = retention_ttl_s
+        block_bytes = profile.kv_bytes_per_token * block_size
+        self.block_bytes = block_bytes
+
+        def blocks(gib: float, field: str) -> int:
+            n = int(gib * GIB // block_bytes)
+            if n < 1:
+                raise ValueError(
+                    f"field 'fleet.kv_tiers.{field}': {gib} GiB holds no KV block of "
+                    f"{block_bytes} bytes ({block_size} tokens x {profile.kv_bytes_per_token})"
+                )
+            return n
+
+        pick = lambda value, default: default if value is None else value  # noqa: E731
+        h2d = pick(cfg.host_h2d_gbps, links.host_h2d_gbps)
+        d2h = pick(cfg.host_d2h_gbps, links.host_d2h_gbps)
+        host_lat = pick(cfg.host_latency_s, links.host_latency_s)
+        d_read = pick(cfg.disk_read_gbps, links.disk_read_gbps)
+        d_write = pick(cfg.disk_write_gbps, links.disk_write_gbps)
+        d_lat = pick(cfg.disk_latency_s, links.disk_latency_s)
+        self.links = {
+            "host_h2d_gbps": h2d,
+            "host_d2h_gbps": d2h,
+            "host_latency_s": host_lat,
+            "disk_read_gbps": d_read,
+            "disk_write_gbps": d_write,
+            "disk_latency_s": d_lat,
+        }
+        # Disk stores: one per instance, per node, or one for the fleet.
+        self.disks: list[TierStore] = []
+        disk_of: list[TierStore | None] = [None] * n_instances
+        if cfg.disk_gib > 0:
+            per = {
+                "instance": 1,
+                "node": links.instances_per_node or n_instances,
+                "fleet": n_instances,
+            }[cfg.disk_scope]
+            cap = blocks(cfg.disk_gib, "disk_gib")
+            for i in range(n_instances):
+                if i % per == 0:
+                    self.disks.append(
+                        TierStore(
+                            f"disk{len(self.disks)}",
+                            cap,
+                            block_bytes,
+                            Link(d_write, d_lat),
+                            Link(d_read, d_lat),
+                            self.retention,
+                        )
+                    )
+                disk_of[i] = self.disks[-1]
+        self.shared_disk = bool(self.disks) and cfg.disk_scope != "instance"
+        self.instances: list[InstanceTiers] = []
+        for i in range(n_instances):
+            host = h2d_link = None
+            if cfg.host_gib > 0:
+                host = TierStore(
+                    f"host{i}",
+                    blocks(cfg.host_gib, "host_gib"),
+                    block_bytes,
+                    Link(d2h, host_lat),
+                    Link(h2d, host_lat),
+                    self.retention,
+                    below=disk_of[i],
+                )
+                h2d_link = host.read
+            self.instances.append(
+                InstanceTiers(host, h2d_link, disk_of[i], block_bytes, cfg.write_through)
+            )
