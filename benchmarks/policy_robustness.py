@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -250,13 +251,26 @@ def merge_tenant(a: Workload, b: Workload) -> Workload:
     return Workload([*a.sessions, *sessions], meta={**a.meta, "tenant_b": b.meta})
 
 
-def run_one(scenario: str, policy: str, seed_i: int, work: Path) -> pl.DataFrame:
-    path = work / scenario / f"{policy.replace(':', '_').replace(',', '_')}_{seed_i}.parquet"
+def run_one(
+    scenario: str,
+    policy: str,
+    seed_i: int,
+    work: Path,
+    extra_sets: Sequence[str] = (),
+    label: str | None = None,
+) -> pl.DataFrame:
+    """One run, cached under `work`. extra_sets: overrides after the policy's own (a
+    misspecified parameter, benchmarks/policy_misspec.py), with `label` naming the variant
+    (its file and its `policy` column; default: the policy spec)."""
+    label = label or policy
+    path = work / scenario / f"{label.replace(':', '_').replace(',', '_')}_{seed_i}.parquet"
     if path.exists():  # labelled by the name asked for (a cached file may predate a rename)
-        return pl.read_parquet(path).with_columns(pl.lit(policy).alias("policy"))
+        return pl.read_parquet(path).with_columns(pl.lit(label).alias("policy"))
     _, base, sets = SCENARIOS[scenario]
     rep = replicate_sets(base, seed_i)
-    config = load_config(REPO / base, [*sets, *rep, *policy_sets(policy, base, [*sets, *rep])])
+    config = load_config(
+        REPO / base, [*sets, *rep, *policy_sets(policy, base, [*sets, *rep]), *extra_sets]
+    )
     workload = load_workload(config.workload, config.seed)
     if scenario in TENANTS:
         preset, n, params = TENANTS[scenario]
@@ -278,7 +292,7 @@ def run_one(scenario: str, policy: str, seed_i: int, work: Path) -> pl.DataFrame
         },
         schema_overrides={"ttft_s": pl.Float64, "tpot_s": pl.Float64, "e2e_s": pl.Float64},
     ).with_columns(
-        pl.lit(policy).alias("policy"),
+        pl.lit(label).alias("policy"),
         pl.lit(seed_i).alias("seed"),
         pl.lit(config.fleet.instances).alias("instances"),
     )

@@ -8,6 +8,10 @@ kind of state whichever backend runs it:
     state.first_token(ticket)                 # prefill released; request now decodes on D
     state.finish(ticket, output_tokens)       # everything released
 
+The last three take the time (`now`) when the backend has it; a policy that fits its cost
+model online (`stream_observer`, profiles/online.py) is then called before each change, and
+reads the TTFT and inter-token gaps off them. Without an observer `now` is unused.
+
 Engine metrics (running, waiting, KV usage) are pushed in by whoever scrapes them, with the
 time of the scrape so policies can tell stale values.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentic_kvc.policy.base import (
     Decision,
@@ -26,6 +30,24 @@ from agentic_kvc.policy.base import (
     Role,
     colocating,
 )
+
+
+class StreamObserverLike(Protocol):
+    """What watches the streams the router relays (profiles/online.py `StreamObserver`): it
+    is called before each change of the bookkeeping, with the time, when the backend gives
+    one."""
+
+    def admitted(self, ticket: Ticket, inst: InstanceView, now: float) -> None: ...
+
+    def advance(self, index: int, instances: Sequence[InstanceView], now: float) -> None: ...
+
+    def first_token(
+        self, ticket: Ticket, instances: Sequence[InstanceView], now: float
+    ) -> None: ...
+
+    def finished(
+        self, ticket: Ticket, output_tokens: int, instances: Sequence[InstanceView], now: float
+    ) -> None: ...
 
 
 class RecordingCacheView(Protocol):
@@ -45,6 +67,7 @@ class Ticket:
     prefill_released: bool = False
     on_decode: bool = False
     finished: bool = False
+    observed: Any = None  # a stream observer's note on this request (StreamObserver)
 
 
 class RouterState:
@@ -68,6 +91,9 @@ class RouterState:
         self._colocated: list[InstanceView] | None = None
         self._scraped_any = False
         self._scraped_together: float | None = None  # every instance's scrape time, if one
+        # A policy that fits its cost model online watches the streams (None: nothing does;
+        # the backend sets it from the policy's `stream_observer`).
+        self.observer: StreamObserverLike | None = None
 
     def view(self, now: float) -> FleetView:
         # A TTL-based cache view needs the clock at decision time, not only at record time.
@@ -98,6 +124,9 @@ class RouterState:
         host, disk = decision.predicted_host_tokens, decision.predicted_disk_tokens
         # Tokens reloaded from a tier below HBM are not prefilled: they wait on the link.
         uncached = max(request.input_tokens - decision.predicted_cached_tokens - host - disk, 0)
+        ticket = Ticket(request, decision, uncached)
+        if self.observer is not None:
+            self.observer.admitted(ticket, p, now)
         p.num_requests += 1
         p.pending_prefill_tokens += uncached
         if host or disk:
@@ -112,7 +141,7 @@ class RouterState:
             self.cache.record(decision.prefill, request.block_hashes, now)
             if decision.disaggregated:
                 self.cache.record(decision.decode, request.block_hashes, now)
-        return Ticket(request, decision, uncached)
+        return ticket
 
     def _release_prefill(self, t: Ticket) -> None:
         if not t.prefill_released:
@@ -134,18 +163,24 @@ class RouterState:
         d.decode_tokens += t.request.input_tokens
         t.on_decode = True
 
-    def prefill_done(self, t: Ticket) -> None:
+    def prefill_done(self, t: Ticket, now: float | None = None) -> None:
         """PD: the prefill instance is done; the request now belongs to the decode instance."""
+        if self.observer is not None and now is not None:
+            self.observer.advance(t.decision.decode, self.instances, now)
         self._release_prefill(t)
         self._move_to_decode(t)
 
-    def first_token(self, t: Ticket) -> None:
+    def first_token(self, t: Ticket, now: float | None = None) -> None:
+        if self.observer is not None and now is not None:
+            self.observer.first_token(t, self.instances, now)
         self._release_prefill(t)
         self._move_to_decode(t)
 
-    def finish(self, t: Ticket, output_tokens: int = 0) -> None:
+    def finish(self, t: Ticket, output_tokens: int = 0, now: float | None = None) -> None:
         if t.finished:
             return
+        if self.observer is not None and now is not None:
+            self.observer.finished(t, output_tokens, self.instances, now)
         self._release_prefill(t)
         if t.on_decode:
             d = self.instances[t.decision.decode]

@@ -98,7 +98,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentic_kvc.policy.base import (
     Decision,
@@ -117,6 +117,7 @@ from agentic_kvc.policy.common import (
 )
 from agentic_kvc.policy.registry import register
 from agentic_kvc.portable import round_significant
+from agentic_kvc.profiles.online import TERMS, OnlineAffineFit, StreamObserver
 from agentic_kvc.sim.cost import AffineStepCost, StepCost
 
 # The grid of step shapes the fit samples: one prefill chunk (tokens, context it attends to)
@@ -171,6 +172,34 @@ class PredictedTTFTParams(StrictParams):
     kv_bytes_per_token: float | None = Field(
         None, gt=0, description="KV bytes per token, all layers; None: the profile's."
     )
+    cost_model: Literal["profile", "online"] = Field(
+        "profile",
+        description="profile: the coefficients are the profile's fit, fixed. online: they are "
+        "fitted from the streams the router relays (profiles/online.py), started from the "
+        "profile's fit (online_prior: profile) or a generic prior.",
+    )
+    cost_scale: dict[str, float] = Field(
+        default_factory=dict,
+        description="Multiplies the profile's fitted coefficients, by term (overhead_s, "
+        "per_token_s, per_attn_pair_s, per_decode_seq_s, per_kv_token_s): a model wrong in a "
+        "known way (benchmarks/policy_misspec.py). With cost_model online it scales the prior.",
+    )
+    online_prior: Literal["profile", "generic"] = Field(
+        "profile", description="cost_model online: start from the profile's fit or a generic one."
+    )
+    online_forgetting: float = Field(
+        0.995, gt=0, le=1, description="cost_model online: RLS forgetting factor (lambda)."
+    )
+
+    @field_validator("cost_scale")
+    @classmethod
+    def _known_terms(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if k not in TERMS:
+                raise ValueError(f"cost_scale: unknown term {k!r}; terms are {', '.join(TERMS)}")
+            if not x > 0:
+                raise ValueError(f"cost_scale: {k} scale {x} must be > 0")
+        return v
 
 
 @lru_cache(maxsize=16)
@@ -206,6 +235,14 @@ def fit_step_cost(cost: StepCost) -> AffineStepCost:
     )
 
 
+def scaled_cost(cost: AffineStepCost, scale: dict[str, float]) -> AffineStepCost:
+    """`cost` with its terms multiplied by `scale` (term name -> factor); `cost` itself when
+    `scale` is empty."""
+    if not scale:
+        return cost
+    return AffineStepCost(**{t: getattr(cost, t) * scale.get(t, 1.0) for t in TERMS})
+
+
 def predict_ttft_s(
     inst: InstanceView,
     uncached: int,
@@ -238,11 +275,47 @@ class PredictedTTFT(ColocatingPolicy):
         "timed by the engine profile's step cost fitted to an affine form."
     )
 
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        p: PredictedTTFTParams = self.params  # type: ignore[assignment]
+        self._cost = scaled_cost(fitted_cost(p.hardware, p.model), p.cost_scale)
+        # cost_model online: the fit, and the observer the backend attaches to its router
+        # state (RouterState.observer); None keeps the profile's coefficients.
+        self.fit: OnlineAffineFit | None = None
+        self.stream_observer: StreamObserver | None = None
+        if p.cost_model == "online":
+            prior = None if p.online_prior == "generic" else [getattr(self._cost, t) for t in TERMS]
+            self.fit = OnlineAffineFit(prior, forgetting=p.online_forgetting)
+            self.stream_observer = StreamObserver(self.fit, p.max_num_batched_tokens)
+        self._fit_seen = -1
+
+    def cost(self) -> AffineStepCost:
+        """The coefficients in use now (the online fit's, rebuilt when it has moved)."""
+        fit = self.fit
+        if fit is not None and fit.observations != self._fit_seen:
+            self._fit_seen = fit.observations
+            self._cost = AffineStepCost(*fit.coefficients())
+        return self._cost
+
+    def _receipt_fit(self, scores: dict[Any, Any]) -> None:
+        """cost_model online: the coefficients this decision used, their standard errors,
+        the fit's recent relative error and how many observations it has (receipt field
+        `scores.cost_model`)."""
+        fit = self.fit
+        if fit is None:
+            return
+        scores["cost_model"] = {
+            "coef": [float(f"{v:.4g}") for v in fit.coefficients()],
+            "coef_sd": [float(f"{v:.3g}") for v in fit.coefficient_sd()],
+            "rel_error": {k: round(v, 3) for k, v in fit.rel_error.items()},
+            "observations": fit.observations,
+        }
+
     def choose(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
     ) -> tuple[InstanceView, str, dict[int, Any]]:
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
-        parts = _Parts(p, request, fleet, candidates)
+        parts = _Parts(p, request, fleet, candidates, self.cost())
         pred = parts.pre
         if parts.decode:
             for i in candidates:
@@ -254,7 +327,8 @@ class PredictedTTFT(ColocatingPolicy):
             self.tie,
             len(fleet.instances),
         )
-        scores = {k: round(v, 4) for k, v in pred.items()}
+        scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
+        self._receipt_fit(scores)
         return best, "min_predicted_ttft", scores
 
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
@@ -276,7 +350,7 @@ class PredictedTTFT(ColocatingPolicy):
                 f"{self.name}: no healthy instance can "
                 f"{'prefill' if not pre_c else 'decode'} request {request.request_id}"
             )
-        parts = _Parts(p, request, fleet, healthy)
+        parts = _Parts(p, request, fleet, healthy, self.cost())
         unc, cached = parts.unc, parts.cached
         dec = {i.index: parts.decode_s(i) if parts.decode else 0.0 for i in dec_c}
         colo = colocated_candidates(fleet)
@@ -310,6 +384,7 @@ class PredictedTTFT(ColocatingPolicy):
                 + dec[d.index]
             )
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in colo_s.items()}
+        self._receipt_fit(scores)
         best_c = (
             argmin(colo, lambda i: (colo_s[i.index], unc[i.index], i.num_requests), self.tie, n)
             if colo
@@ -362,9 +437,12 @@ class _Parts:
         request: RequestView,
         fleet: FleetView,
         candidates: Sequence[InstanceView],
+        cost: AffineStepCost | None = None,
     ) -> None:
         self.p, self.request = p, request
-        self.cost = cost = fitted_cost(p.hardware, p.model)
+        if cost is None:  # the profile's (the policy passes its own: online, or scaled)
+            cost = scaled_cost(fitted_cost(p.hardware, p.model), p.cost_scale)
+        self.cost = cost
         self.cached = cached = fleet.cached_tokens(request)
         self.unc = unc = uncached_tokens(request, cached)
         self.ctx_q = ctx_q = request.input_tokens / 2

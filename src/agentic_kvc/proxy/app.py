@@ -133,6 +133,8 @@ class ProxyApp:
                 self.kv_events = KVEventSubscriber(exact, settings.kv_events)
         else:
             self.state = RouterState(n, settings.roles, make_estimated_index(n))
+        # A policy fitting its cost model online watches the streams (profiles/online.py).
+        self.state.observer = getattr(self.policy, "stream_observer", None)
         self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
@@ -465,7 +467,7 @@ class ProxyApp:
                 if payload is None:
                     payload = _encode(body)
             else:
-                self.state.prefill_done(ticket)
+                self.state.prefill_done(ticket, self.now())
                 rec.t_prefill_done = self.now()
                 rec.kv_transfer_tokens = result.kv_transfer_tokens
                 rec.prefill_cached_tokens = result.prefill_cached_tokens
@@ -578,7 +580,7 @@ class ProxyApp:
                 out, first = tracker.feed(chunk)
                 if first:
                     rec.t_first_token = self.now()
-                    self.state.first_token(ticket)
+                    self.state.first_token(ticket, rec.t_first_token)
                 if tracker.done:
                     # [DONE] ends the stream: end the client's response with it, rather than
                     # on one more wake-up when the engine's end of body arrives.
@@ -656,7 +658,7 @@ class ProxyApp:
         if rec.t_prefill_done is not None:
             _pd_accounting(rec)
         rec.t_done = self.now()
-        self.state.finish(ticket, rec.output_tokens)
+        self.state.finish(ticket, rec.output_tokens, rec.t_done)
         self.metrics.request(path, outcome)
         self.records.add(rec)
 

@@ -68,6 +68,43 @@ class _FleetCollector(Collector):
         yield from families.values()
 
 
+class _CostModelCollector(Collector):
+    """The online cost model's state (`predicted_ttft` with `cost_model: online`,
+    profiles/online.py), read from the router state's stream observer when scraped; nothing
+    when no policy fits one."""
+
+    def __init__(self, state: RouterState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        fit = getattr(self.state.observer, "fit", None)
+        if fit is None:
+            return
+        snap = fit.snapshot()
+        for key, name, doc in (
+            ("coef", "akvc_proxy_cost_model_coefficient", "Fitted step cost term (s per unit)"),
+            ("coef_sd", "akvc_proxy_cost_model_coefficient_sd", "Its standard error"),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["term"])
+            for term, value in snap[key].items():
+                g.add_metric([term], value)
+            yield g
+        err = GaugeMetricFamily(
+            "akvc_proxy_cost_model_rel_error",
+            "Recent relative error of the fit's predictions before each update, by kind",
+            labels=["kind"],
+        )
+        n = GaugeMetricFamily(
+            "akvc_proxy_cost_model_observations", "Observations fitted, by kind", labels=["kind"]
+        )
+        for kind, value in snap["rel_error"].items():
+            err.add_metric([kind], value)
+        for kind, count in snap["observations"].items():
+            n.add_metric([kind], count)
+        yield err
+        yield n
+
+
 class ProxyMetrics:
     def __init__(self, policy: str, state: RouterState, backends: Sequence[BackendClient]) -> None:
         self.policy = policy
@@ -98,6 +135,7 @@ class ProxyMetrics:
             registry=self.registry,
         )
         self.registry.register(_FleetCollector(state, backends))
+        self.registry.register(_CostModelCollector(state))
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[tuple[str, str], Any] = {}
 

@@ -203,6 +203,8 @@ class SimFleet:
                     fc.hardware,
                 ),
             )
+        # A policy fitting its cost model online watches the streams (profiles/online.py).
+        self.state.observer = getattr(self.policy, "stream_observer", None)
         self.scrape_s = config.sim.scrape_interval_s
         self.sample_s = config.sim.sample_interval_s
         self.kv_fixed_s = config.sim.kv_transfer_fixed_s
@@ -533,7 +535,7 @@ class SimFleet:
             rec = flight.record
             if seq.t_first_token == self._now and rec.t_first_token is None:
                 rec.t_first_token = self._now
-                self.state.first_token(flight.ticket)
+                self.state.first_token(flight.ticket, self._now)
                 if flight.prefill_seq is None:
                     rec.cached_tokens = max(seq.cached_tokens, 0)
                     rec.t_prefill_done = self._now
@@ -543,7 +545,7 @@ class SimFleet:
             if seq.t_done is not None:
                 rec.t_done = seq.t_done
                 rec.output_tokens = seq.generated
-                self.state.finish(flight.ticket, seq.generated)
+                self.state.finish(flight.ticket, seq.generated, self._now)
                 rec.finalize()
                 self._request_done(flight.session, k)
                 # A flight and its sequences refer to each other (seq.tag): unlinked, they go
@@ -560,7 +562,7 @@ class SimFleet:
         rec = flight.record
         rec.t_prefill_done = self._now
         rec.cached_tokens = rec.prefill_cached_tokens = max(p.cached_tokens, 0)
-        self.state.prefill_done(flight.ticket)
+        self.state.prefill_done(flight.ticket, self._now)
         d = flight.ticket.decision
         self._uid += 1
         seq = Seq(
