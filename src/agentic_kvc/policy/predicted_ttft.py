@@ -87,6 +87,14 @@ never slower than splitting from P.
 What it does not model: preemption when KV runs out, P's prefill queue growing while the pull
 waits, and queued requests' true contexts. Without `split` a PD fleet (no colocating instance)
 gets the colocated prediction for its prefill instance, as every colocating policy does.
+
+Tiers below HBM (issue 29; `tier_pricing`, on by default, acts only when the cache view knows
+tiers). A candidate's hit is then everything it holds in HBM, host memory or disk (all of it
+context, none recomputed), and it pays the reload it would wait for: the bytes it holds below
+HBM over its links plus what the router has already routed onto them, beyond the queue ahead
+of it (`policy/tier_pricing.py`). No fixed credit per tier; the same terms reach the split
+candidates through P's score. The receipt's hit stays the HBM hit; the host and disk tokens
+are the decision's reloads.
 """
 
 from __future__ import annotations
@@ -116,6 +124,7 @@ from agentic_kvc.policy.common import (
     uncached_tokens,
 )
 from agentic_kvc.policy.registry import register
+from agentic_kvc.policy.tier_pricing import link_speeds, reload_delays
 from agentic_kvc.portable import round_significant
 from agentic_kvc.profiles.online import TERMS, OnlineAffineFit, StreamObserver
 from agentic_kvc.sim.cost import AffineStepCost, StepCost
@@ -171,6 +180,24 @@ class PredictedTTFTParams(StrictParams):
     transfer_gbps: float = Field(200.0, gt=0, description="KV pull bandwidth, Gbit/s.")
     kv_bytes_per_token: float | None = Field(
         None, gt=0, description="KV bytes per token, all layers; None: the profile's."
+    )
+    tier_pricing: bool = Field(
+        True,
+        description="With a cache view that knows tiers below HBM: count host / disk hits as "
+        "held (not recomputed) and add each candidate's reload time beyond its queue "
+        "(policy/tier_pricing.py). False: HBM hits only, as without tiers.",
+    )
+    tier_host_h2d_gbps: float | None = Field(
+        None, gt=0, description="Host-to-device GB/s for reloads; None: the hardware profile's."
+    )
+    tier_host_latency_s: float | None = Field(
+        None, ge=0, description="Per-reload host latency (s); None: the profile's."
+    )
+    tier_disk_read_gbps: float | None = Field(
+        None, gt=0, description="Disk read GB/s for reloads; None: the profile's."
+    )
+    tier_disk_latency_s: float | None = Field(
+        None, ge=0, description="Per-reload disk latency (s); None: the profile's."
     )
     cost_model: Literal["profile", "online"] = Field(
         "profile",
@@ -317,6 +344,7 @@ class PredictedTTFT(ColocatingPolicy):
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
         parts = _Parts(p, request, fleet, candidates, self.cost())
         pred = parts.pre
+        self.reload_tiers = parts.tiers  # the chosen instance's reloads, in the decision
         if parts.decode:
             for i in candidates:
                 pred[i.index] += parts.decode_s(i)
@@ -352,6 +380,7 @@ class PredictedTTFT(ColocatingPolicy):
             )
         parts = _Parts(p, request, fleet, healthy, self.cost())
         unc, cached = parts.unc, parts.cached
+        self.reload_tiers = parts.tiers
         dec = {i.index: parts.decode_s(i) if parts.decode else 0.0 for i in dec_c}
         colo = colocated_candidates(fleet)
         colo_s = {i.index: parts.pre[i.index] + dec[i.index] for i in colo}
@@ -443,7 +472,13 @@ class _Parts:
         if cost is None:  # the profile's (the policy passes its own: online, or scaled)
             cost = scaled_cost(fitted_cost(p.hardware, p.model), p.cost_scale)
         self.cost = cost
-        self.cached = cached = fleet.cached_tokens(request)
+        self.cached = cached = fleet.cached_tokens(request)  # HBM: the receipt's hit
+        # Tiers below HBM: what any tier holds is context, not recompute (tier_pricing.py).
+        self.tiers = tiers = (
+            fleet.tier_hits(request) if p.tier_pricing and fleet.knows_tiers else None
+        )
+        if tiers is not None:
+            cached = [t.total for t in tiers]
         self.unc = unc = uncached_tokens(request, cached)
         self.ctx_q = ctx_q = request.input_tokens / 2
         budget = p.max_num_batched_tokens
@@ -451,6 +486,18 @@ class _Parts:
             i.index: predict_ttft_s(i, unc[i.index], cached[i.index], ctx_q, cost, budget)
             for i in candidates
         }
+        if tiers is not None:  # the reload each candidate would wait for beyond its queue
+            links = link_speeds(
+                p.hardware,
+                p.tier_host_h2d_gbps,
+                p.tier_host_latency_s,
+                p.tier_disk_read_gbps,
+                p.tier_disk_latency_s,
+            )
+            queue = [predict_ttft_s(i, 0, 0, ctx_q, cost, budget) for i in candidates]
+            kvb = p.kv_bytes_per_token or profile_kv_bytes(p.hardware, p.model)
+            for k, late in reload_delays(candidates, tiers, queue, kvb, links).items():
+                pred[k] += late
         self.ttft = dict(pred) if p.split else pred
         self.decode = p.objective in ("ttft+decode", "all") and (
             p.decode_term == "always" or not _holds_own_cache(request, fleet, cached, candidates)
