@@ -44,6 +44,7 @@ def small_claim(claim_id: str, reference: float, direction: str) -> dict:
         "baseline": {"variant": "round_robin"},
         "candidate": {"variant": "lmetric"},
         "direction": direction,
+        **({"equivalence_margin": 1.0} if direction == "none" else {}),
         "reference": reference,
         "tolerance": {"kind": "absolute", "value": 0.05},
         "tier": "sim",

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentic_kvc.analysis.studies.base import md_table
+from agentic_kvc.artifact.evaluate import judge
 from agentic_kvc.artifact.registry import Registry
 from agentic_kvc.artifact.verdict import (
     NOT_REPRODUCED,
     PASSING,
     fmt_interval,
     fmt_value,
-    verdict,
 )
 
 NOT_BUILT = "not built"
@@ -46,16 +46,15 @@ def check(registry: Registry, claims_dir: Path, only: list[str] | None = None) -
             rows.append(Row(c.id, c.tier, c.spec["study"], "-", ref, NOT_BUILT, str(path)))
             continue
         o = json.loads(path.read_text())["obtained"]
-        v, reason = verdict(
-            o["value"],
-            o["ci_low"],
-            o["ci_high"],
-            float(c.spec["reference"]),
-            c.spec["direction"],
-            c.spec["tolerance"],
-            c.unit,
-        )
+        v, reason = judge(c, o)
         got = f"{fmt_value(o['value'], c.unit)} {fmt_interval(o['ci_low'], o['ci_high'], c.unit)}"
+        vs = o.get("vs_strongest")
+        if vs:
+            # The strongest baseline's comparison, named beside the claim's own.
+            reason += (
+                f"; vs the strongest baseline: {fmt_value(vs['value'], c.unit)} "
+                f"{fmt_interval(vs['ci_low'], vs['ci_high'], c.unit)}"
+            )
         rows.append(Row(c.id, c.tier, c.spec["study"], got, ref, v, reason))
     return rows
 

@@ -94,6 +94,41 @@ def appendix_cmd(registry: Path, out: Path, check_only: bool) -> None:
     click.echo(f"wrote {out}")
 
 
+@artifact.command("sync")
+@_registry_opt
+@click.option(
+    "--report", type=click.Path(path_type=Path, dir_okay=False), default=Path("REPORT.md")
+)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("ARTIFACT.md"))
+@click.option("--check", "check_only", is_flag=True, help="Exit 1 on drift; write nothing.")
+def sync_cmd(registry: Path, report: Path, out: Path, check_only: bool) -> None:
+    """Make every claim's reference the value REPORT.md prints on its `report_line`, then
+    regenerate ARTIFACT.md; with --check, list the claims that drifted and exit 1 if any."""
+    from agentic_kvc.artifact.appendix import render
+    from agentic_kvc.artifact.drift import drift, sync
+
+    reg = _load(registry)
+    text = report.read_text()
+    found = drift(reg, text)
+    for d in found:
+        click.echo(f"{d.claim_id}: registry {d.registry}, REPORT.md {d.report}: {d.problem}")
+    if check_only:
+        if found:
+            raise click.ClickException(
+                f"{len(found)} claim(s) drifted from {report}: run `akvc artifact sync`"
+            )
+        click.echo(f"every claim's reference is what {report} prints")
+        return
+    done = sync(registry, reg, text)
+    out.write_text(render(_load(registry)))
+    left = drift(_load(registry), text)
+    click.echo(f"synced {', '.join(done) or 'nothing'}; wrote {out}")
+    if left:
+        raise click.ClickException(
+            "still not in REPORT.md: " + ", ".join(f"{d.claim_id} ({d.problem})" for d in left)
+        )
+
+
 @artifact.command("manifest")
 @click.option("--archive", type=click.Path(path_type=Path), default=Path("results/archive"))
 @click.option("--check", "check_only", is_flag=True, help="Verify instead of writing.")

@@ -17,10 +17,11 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.analysis.paired import QUANTILE_METRICS, paired_compare
 from agentic_kvc.analysis.studies.base import load_study
-from agentic_kvc.artifact.registry import Claim
-from agentic_kvc.artifact.verdict import UNITS, verdict
+from agentic_kvc.analysis.tables import latency_summary
+from agentic_kvc.artifact.registry import REAL_TIERS, Claim
+from agentic_kvc.artifact.verdict import MAX_ERROR_SHARE, UNITS, verdict
 from agentic_kvc.io import atomic_write_text
 
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
@@ -60,6 +61,37 @@ def paired_sides(df: pl.DataFrame, claim: Claim) -> pl.DataFrame:
     )
 
 
+def error_shares(df: pl.DataFrame) -> dict[str, float]:
+    """Per side: the share of its requests that failed (an error recorded)."""
+    failed = pl.col("error").is_not_null() & (pl.col("error") != "")
+    return {
+        r["side"]: float(r["share"])
+        for r in df.group_by("side").agg(failed.mean().alias("share")).iter_rows(named=True)
+    }
+
+
+def repeat_spread(df: pl.DataFrame, metric: str) -> float | None:
+    """docs/statistics.md's spread of real repeats: per side, (max - min) / mean of the
+    per-run statistic; the larger side's. None for a metric that is not a latency quantile."""
+    if metric not in QUANTILE_METRICS:
+        return None
+    col, q = QUANTILE_METRICS[metric]
+    stat = f"{col}_p{round(q * 100)}"
+    per_run = latency_summary(df, ["side", "run_id"])
+    out = []
+    for side in ("baseline", "candidate"):
+        vals = [v for v in per_run.filter(pl.col("side") == side)[stat].to_list() if v is not None]
+        mean = sum(vals) / len(vals) if vals else 0.0
+        if len(vals) >= 2 and mean:
+            out.append((max(vals) - min(vals)) / mean)
+    return max(out) if out else None
+
+
+def _sides(claim: Claim, data_requests: pl.DataFrame, baseline: dict[str, Any]) -> pl.DataFrame:
+    spec = {**claim.spec, "baseline": baseline}
+    return paired_sides(data_requests, Claim(spec))
+
+
 def _paired(
     claim: Claim, results: Path, archive: Path | None, plan: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -71,6 +103,24 @@ def _paired(
     r = paired_compare(
         df, "baseline", "candidate", spec["metric"], by="side", pair_on=("replicate",)
     )
+    extra: dict[str, Any] = {"error_share": error_shares(df)}
+    if claim.tier in REAL_TIERS:
+        extra["spread"] = repeat_spread(df, spec["metric"])
+    if spec.get("strongest_baseline"):
+        # The strongest baseline, beside the weaker one the claim names (issue 32): the same
+        # candidate against it, so a reader sees both.
+        sdf = _sides(claim, data.requests, spec["strongest_baseline"])
+        sr = paired_compare(
+            sdf, "baseline", "candidate", spec["metric"], by="side", pair_on=("replicate",)
+        )
+        extra["vs_strongest"] = {
+            "baseline": spec["strongest_baseline"],
+            "value": sr.rel_diff,
+            "ci_low": sr.ci_low,
+            "ci_high": sr.ci_high,
+            "n_pairs": sr.n_pairs,
+            "error_share": error_shares(sdf),
+        }
     runs = df.select("side", "run_id", "replicate", "backend").unique().sort("side", "replicate")
     sources = {rd.run_id: rd.source for rd, _ in data.runs}
     obtained = {
@@ -81,6 +131,8 @@ def _paired(
         "ci_high": r.ci_high,
         "n_pairs": r.n_pairs,
         "n_requests": r.n_requests,
+        "n_differ": r.n_differ,
+        **extra,
     }
     provenance = {
         "seeds": sorted(set(runs["replicate"].to_list())),
@@ -105,7 +157,16 @@ def _finding(claim: Claim, results: Path) -> tuple[dict[str, Any], dict[str, Any
             f"{path}: no finding starting with {prefix!r} that carries a {unit} interval"
         )
     value, lo, hi = (float(g) / UNITS[unit][0] for g in m.groups())
-    return {"value": value, "ci_low": lo, "ci_high": hi, "finding": line}, {"source": str(path)}
+    obtained: dict[str, Any] = {"value": value, "ci_low": lo, "ci_high": hi, "finding": line}
+    strongest = claim.spec.get("strongest_finding")
+    if strongest:
+        s_line = next((x for x in lines if x.startswith(strongest)), None)
+        sm = _INTERVAL[unit].search(s_line or "")
+        if sm is None:
+            raise ValueError(f"{path}: no finding starting with {strongest!r} (strongest_finding)")
+        sv, slo, shi = (float(g) / UNITS[unit][0] for g in sm.groups())
+        obtained["vs_strongest"] = {"finding": s_line, "value": sv, "ci_low": slo, "ci_high": shi}
+    return obtained, {"source": str(path)}
 
 
 def evaluate(claim: Claim, results: Path, archive: Path | None, plan: Path) -> dict[str, Any]:
@@ -115,15 +176,7 @@ def evaluate(claim: Claim, results: Path, archive: Path | None, plan: Path) -> d
         obtained, provenance = _paired(claim, results, archive, plan)
     else:
         obtained, provenance = _finding(claim, results)
-    v, reason = verdict(
-        obtained["value"],
-        obtained["ci_low"],
-        obtained["ci_high"],
-        float(spec["reference"]),
-        spec["direction"],
-        spec["tolerance"],
-        claim.unit,
-    )
+    v, reason = judge(claim, obtained)
     keys = ("statement", "study", "figure", "tier", "metric", "baseline", "candidate", "where")
     return {
         "id": claim.id,
@@ -138,6 +191,25 @@ def evaluate(claim: Claim, results: Path, archive: Path | None, plan: Path) -> d
         "verdict": v,
         "reason": reason,
     }
+
+
+def judge(claim: Claim, obtained: dict[str, Any]) -> tuple[str, str]:
+    """The verdict of `obtained` (a claim file's) against the claim's spec: its reference,
+    tolerance, equivalence margin, error-share limit and, for real engines, the spread."""
+    spec = claim.spec
+    return verdict(
+        obtained["value"],
+        obtained["ci_low"],
+        obtained["ci_high"],
+        float(spec["reference"]),
+        spec["direction"],
+        spec["tolerance"],
+        claim.unit,
+        margin=spec.get("equivalence_margin"),
+        spread=obtained.get("spread") if claim.tier in REAL_TIERS else None,
+        error_share=obtained.get("error_share"),
+        max_error_share=float(spec.get("max_error_share", MAX_ERROR_SHARE)),
+    )
 
 
 def write_claim(record: dict[str, Any], out: Path) -> None:

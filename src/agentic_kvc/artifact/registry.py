@@ -17,6 +17,8 @@ import jsonschema
 import yaml
 
 REGISTRY = Path("artifact/claims.yaml")
+# Tiers whose runs are real engines: their claims also meet docs/statistics.md's spread rule.
+REAL_TIERS = ("cpu-real", "cpu-archive")
 SCHEMA = Path("artifact/claims.schema.json")
 
 

@@ -216,6 +216,27 @@ def analyse(
             finding_text(c, f"real engines: {v} vs round_robin, TTFT p50")
             + ("" if beyond else "; within the repeats' spread")
         )
+    repin, pinning = ORDER[3], ORDER[4]
+    if source_of.get(repin) and source_of.get(pinning):
+        # Both archived, from one interleaved campaign: their own pair is a finding (C10).
+        c = compare(real, repin, pinning, "ttft_p50")
+        if c is not None:
+            spread = max(spread_of[repin], spread_of[pinning])
+            beyond = c.significant and abs(c.rel_diff) > spread
+            parts.append(
+                f"in the archived campaign, vLLM's own NIXL pinning against the re-pin moves "
+                f"adaptive v2's TTFT p50 by {diff_cell(c)}, "
+                + ("beyond" if beyond else "within")
+                + f" the repeats' spread ({spread * 100:.0f}% of the mean)"
+            )
+            s.findings.append(
+                finding_text(
+                    c,
+                    "real engines (archived campaign): adaptive v2 with vLLM's pinning vs "
+                    "re-pinned, TTFT p50",
+                )
+                + ("" if beyond else "; within the repeats' spread")
+            )
     s.note(processor_note([m for _, m in data.manifests() if m.get("backend") != "sim"]))
     text = "; ".join(parts) if parts else "only one variant has real runs"
     s.answer = text[0].upper() + text[1:] + "."
