@@ -1,6 +1,7 @@
-"""The router's estimated view of KV tiers (cache/tier_index.py): HBM evictions demote into a
-host LRU, host evictions into a disk store shared by scope, write-through keeps host a
-superset, and with no tier it is the plain estimated index."""
+"""The router's estimated view of KV tiers (cache/tier_index.py): HBM evictions go into a
+host LRU, host evictions into a disk store shared by scope, write-through stores every routed
+prompt, a reload keeps the host copy and makes it recent, and with no tier it is the plain
+estimated index."""
 
 from __future__ import annotations
 
@@ -9,13 +10,7 @@ import random
 import pytest
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
-from agentic_kvc.cache.tier_index import (
-    TieredPrefixIndex,
-    TierLRU,
-    disk_groups,
-    estimated_view,
-    tier_blocks,
-)
+from agentic_kvc.cache.tier_index import TieredPrefixIndex, disk_groups, estimated_view, tier_blocks
 from agentic_kvc.config import KVTiersConfig
 from agentic_kvc.policy.base import RequestView, TierHits
 
@@ -28,18 +23,19 @@ def _req(hashes: list[int]) -> RequestView:
     return RequestView("r", "s", 0, len(hashes) * BS + 1, 1, tuple(hashes), BS)
 
 
-def test_eviction_demotes_the_tail_to_host_and_reload_promotes_it() -> None:
+def test_eviction_stores_the_tail_in_host_and_a_reload_keeps_the_copy() -> None:
     idx = TieredPrefixIndex(2, hbm_blocks=6, host_blocks=8)
     idx.record(0, A, 0.0)
     idx.record(0, B, 1.0)  # 8 blocks in 6: A's last two blocks (its LRU tail) go to host
     assert idx.tier_hits(_req(A), 2) == [TierHits(2 * BS, 2 * BS, 0), TierHits(0)]
     assert idx.matched_tokens(_req(A), 2) == [2 * BS, 0]  # matched_tokens stays HBM
     assert idx.tier_blocks(0) == TierHits(6, 2, 0)
-    # A again: its host blocks are reloaded into HBM (one copy), B's tail goes down instead.
+    # A again: its host blocks are reloaded into HBM (the host copy stays, as vLLM's CPU
+    # cache keeps it), B's tail goes down instead.
     idx.record(0, A, 2.0)
     assert idx.tier_hits(_req(A), 1) == [TierHits(4 * BS, 0, 0)]
     assert idx.tier_hits(_req(B), 1) == [TierHits(2 * BS, 2 * BS, 0)]
-    assert idx.host[0].lru() == [14, 13]
+    assert len(idx.host[0]) == 4 and idx.host[0].run(A, 2, 4) == 2
 
 
 def test_host_evictions_fall_to_the_node_disk_which_its_neighbours_read() -> None:
@@ -48,7 +44,7 @@ def test_host_evictions_fall_to_the_node_disk_which_its_neighbours_read() -> Non
     idx.record(0, A, 0.0)
     idx.record(0, B, 1.0)  # A leaves HBM: host keeps its head (more recent), disk its tail
     assert idx.tier_hits(_req(A), 3)[0] == TierHits(0, 2 * BS, 2 * BS)
-    assert idx.disk[0].lru() == [4, 3]
+    assert len(idx.host[0]) == len(idx.disk[0]) == 2
     # Instance 1 holds no head of A anywhere: the disk run must start where its HBM hit ends.
     assert idx.tier_hits(_req(A), 3)[1:] == [TierHits(0), TierHits(0)]
 
@@ -111,11 +107,14 @@ def test_sizes_and_scopes_from_the_config() -> None:
         tier_blocks(1.0, 0, 16)
 
 
-def test_tier_lru_puts_refreshes_and_evicts_in_order() -> None:
-    lru = TierLRU(3)
-    assert lru.put([1, 2, 3]) == []
-    assert lru.put([1]) == []  # refreshed: 2 is now the least recent
-    assert lru.put([4, 5]) == [2, 3]
-    assert lru.lru() == [1, 4, 5]
-    assert lru.run_from([9, 1, 4, 7], 1) == 2 and lru.run_from([9, 1], 0) == 0
-    assert TierLRU(0).put([1]) == [] and len(TierLRU(0)) == 0
+def test_a_reload_makes_the_host_copy_recent() -> None:
+    c = [21, 22, 23, 24]
+    idx = TieredPrefixIndex(1, 4, host_blocks=6)
+    idx.record(0, A, 0.0)
+    idx.record(0, B, 1.0)  # A to host
+    idx.record(0, c, 2.0)  # B to host: 8 > 6, A's tail (least recent) goes
+    assert idx.tier_hits(_req(A), 1) == [TierHits(0, 2 * BS, 0)]
+    idx.record(0, A, 3.0)  # A's host run is reloaded, so used now; C goes to host
+    # 4 over capacity: B is now the least recent run, not A.
+    assert idx.host[0].run(B, 0, 4) == 0 and idx.host[0].run(A, 0, 4) == 2
+    assert idx.tier_hits(_req(c), 1) == [TierHits(0, 4 * BS, 0)]

@@ -119,9 +119,10 @@ class ChainedPrefixIndex(IndexClock):
         # live segment head -> the instances holding a segment starting with it.
         self._groups: dict[int, _Group] = {}
         self._where: dict[int, set[int]] = {}
-        # Called with (instance, hashes) for every run of blocks the capacity evicts, in
-        # chain order (the tier-aware index demotes them: `tier_index.py`); None: nothing.
-        self.on_evict: Callable[[int, Sequence[int]], None] | None = None
+        # Called with (instance, chain position of the first, hashes) for every run of blocks
+        # the capacity evicts, in chain order (the tier-aware index stores them in its host
+        # tier: `tier_index.py`); None: nothing.
+        self.on_evict: Callable[[int, int, Sequence[int]], None] | None = None
 
     @property
     def n_instances(self) -> int:
@@ -299,7 +300,8 @@ class ChainedPrefixIndex(IndexClock):
                 k = min(excess, r.end - r.a)
                 if k > 0:
                     if self.on_evict is not None:
-                        self.on_evict(instance, r.hashes[r.end - k - r.off : r.end - r.off])
+                        lo = r.end - k
+                        self.on_evict(instance, lo, r.hashes[lo - r.off : r.end - r.off])
                     if k == r.end - r.a:
                         self._del_head(instance, r.hashes[r.a - r.off], r)
                         r.end -= k
@@ -435,6 +437,12 @@ class ChainedPrefixIndex(IndexClock):
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
         bs = request.block_size
         return [m * bs for m in self.matched_blocks(request.block_hashes, n_instances)]
+
+    def held_blocks(self, instance: int, block_hashes: Sequence[int]) -> int:
+        """Leading blocks of `block_hashes` that `instance` holds (one instance's probe)."""
+        if not block_hashes or instance >= len(self._heads):
+            return 0
+        return self._held(self._heads[instance], block_hashes, len(block_hashes), self._cutoff())
 
     def matched_tokens_at(self, request: RequestView, instance: int) -> int:
         """`matched_tokens(request, instance + 1)[instance]`, probing that instance only."""

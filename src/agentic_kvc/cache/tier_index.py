@@ -9,15 +9,20 @@ since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu)
 - per instance an HBM LRU (capacity: the engine's KV blocks), as the estimated view has always
   kept;
 - per instance a host-memory LRU (capacity: `fleet.kv_tiers.host_gib` in blocks), fed in one of
-  two ways, as the engine's offloading is configured:
-  - demote on eviction (`write_through=False`, HiCache's write-back): the blocks the HBM LRU
-    evicts move to the host LRU (the evicted tail is its least recent part), and the blocks of
-    a routed prompt leave it (the engine reloads them into HBM: one copy, one tier);
+  two ways, as the engine's offloading is configured (the simulator's engine does the same,
+  sim/tiers.py):
+  - on eviction (`write_through=False`, vLLM's lazy CPU offload): the blocks the HBM LRU
+    evicts are stored in the host LRU (the evicted tail is its least recent part);
   - write-through (vLLM's `OffloadingConnector` stores every block a request computes): every
-    routed prompt's blocks are put in the host LRU too (a superset of HBM when the host tier
-    is the larger), and HBM evictions change nothing there;
+    routed prompt's blocks are put in the host LRU too, and HBM evictions add nothing;
+  a reload leaves the host copy where it is (vLLM's CPU blocks are a cache) and makes it the
+  most recent;
 - optionally a disk LRU per instance, per node or one for the fleet (`disk_scope`), fed by the
   host LRU's evictions, read by every instance that shares it.
+
+Each lower tier is the simulator's own tier store (`sim.tiers.TierStore`: blocks kept as runs
+of a prompt's chain, LRU by run, a run eaten from its tail, overflow handed to the tier below),
+its links unused: the per-block work is list slicing, not a dict entry per block.
 
 `tier_hits(request, n)` answers, per instance, the HBM prefix (what `matched_tokens` gives), then
 how many of the following blocks the host LRU holds, then how many after those the disk holds:
@@ -33,13 +38,12 @@ manager is an LRU too; HiCache's too), and blocks another router put on a shared
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import islice, repeat
 from typing import TYPE_CHECKING
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.policy.base import RequestView, TierHits
+from agentic_kvc.sim.tiers import Link, TierStore
 
 if TYPE_CHECKING:
     from agentic_kvc.config import KVTiersConfig
@@ -73,60 +77,12 @@ def disk_groups(n_instances: int, scope: str, instances_per_node: int | None) ->
     return [i // instances_per_node for i in range(n_instances)]
 
 
-class TierLRU:
-    """One store below HBM: an LRU of block hashes with a capacity in blocks.
-
-    Bulk operations run at C speed (map over an OrderedDict): a long-context turn moves
-    thousands of blocks at once.
-    """
-
-    __slots__ = ("_lru", "capacity")
-
-    def __init__(self, capacity_blocks: int) -> None:
-        if capacity_blocks < 0:
-            raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
-        self.capacity = capacity_blocks
-        self._lru: OrderedDict[int, None] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-    def __contains__(self, block_hash: int) -> bool:
-        return block_hash in self._lru
-
-    def put(self, hashes: Sequence[int]) -> list[int]:
-        """Insert (or refresh) these blocks, `hashes` least recent first; returns the blocks
-        the capacity evicts, least recent first."""
-        if not self.capacity or not hashes:
-            return []
-        lru = self._lru
-        deque(map(lru.pop, hashes, repeat(None)), maxlen=0)  # a refresh moves it to the end
-        lru.update(dict.fromkeys(hashes))
-        excess = len(lru) - self.capacity
-        if excess <= 0:
-            return []
-        out = list(islice(lru, excess))
-        deque(map(lru.__delitem__, out), maxlen=0)
-        return out
-
-    def discard(self, hashes: Sequence[int]) -> None:
-        if self._lru:
-            deque(map(self._lru.pop, hashes, repeat(None)), maxlen=0)
-
-    def run_from(self, hashes: Sequence[int], start: int) -> int:
-        """How many consecutive blocks of `hashes` from position `start` this store holds."""
-        lru = self._lru
-        if start >= len(hashes) or hashes[start] not in lru:
-            return 0
-        held = list(map(lru.__contains__, islice(hashes, start, None)))
-        try:
-            return held.index(False)
-        except ValueError:
-            return len(held)
-
-    def lru(self) -> list[int]:
-        """Blocks held, least recently used first."""
-        return list(self._lru)
+def _store(capacity: int, below: TierStore | None = None) -> TierStore:
+    """A tier of the router's model: the simulator's tier store (runs of blocks, LRU by run,
+    a prompt's tail evicted first, overflow handed `below`), its links unused (the model
+    keeps no time)."""
+    idle = Link(1.0, 0.0)
+    return TierStore("router", capacity, 1, idle, idle, below=below)
 
 
 class TieredPrefixIndex:
@@ -147,16 +103,24 @@ class TieredPrefixIndex:
             raise ValueError(
                 f"disk_group has {len(disk_group)} entries for {n_instances} instances"
             )
+        if host_blocks < 0 or disk_blocks < 0:
+            raise ValueError(f"tier capacities must be >= 0, got {host_blocks}, {disk_blocks}")
         self.hbm = ChainedPrefixIndex(n_instances, hbm_blocks, ttl_s)
         self.write_through = write_through
-        self.host = [TierLRU(host_blocks) for _ in range(n_instances)] if host_blocks else []
         group = list(disk_group) if disk_group is not None else [0] * n_instances
         self.disk_group = group
-        self.disk = [TierLRU(disk_blocks) for _ in range(max(group) + 1)] if disk_blocks else []
+        self.disk = [_store(disk_blocks) for _ in range(max(group) + 1)] if disk_blocks else []
+        self.host_blocks = host_blocks
+        self.host = [self._host_store(i) for i in range(n_instances)] if host_blocks else []
         if self.host and not write_through:
             self.hbm.on_evict = self._demote
         elif self.disk and not self.host:
             self.hbm.on_evict = self._to_disk  # no host tier: HBM evictions go to disk
+        self._now = 0.0
+
+    def _host_store(self, instance: int) -> TierStore:
+        below = self.disk[self.disk_group[instance]] if self.disk else None
+        return _store(self.host_blocks, below)
 
     @property
     def n_instances(self) -> int:
@@ -168,35 +132,45 @@ class TieredPrefixIndex:
 
     # ---- feeding ------------------------------------------------------------------------
 
-    def _demote(self, instance: int, hashes: Sequence[int]) -> None:
-        """HBM evicted these blocks (chain order; the tail is least recent): into host."""
-        out = self.host[instance].put(hashes[::-1])
-        if out and self.disk:
-            self.disk[self.disk_group[instance]].put(out)
+    def _demote(self, instance: int, lo: int, hashes: Sequence[int]) -> None:
+        """HBM evicted these blocks (chain positions lo, lo + 1, ...): into host (its
+        overflow into the disk store below)."""
+        self.host[instance].put([(lo, list(hashes))], self._now)
 
-    def _to_disk(self, instance: int, hashes: Sequence[int]) -> None:
-        self.disk[self.disk_group[instance]].put(hashes[::-1])
+    def _to_disk(self, instance: int, lo: int, hashes: Sequence[int]) -> None:
+        self.disk[self.disk_group[instance]].put([(lo, list(hashes))], self._now)
 
     def advance(self, now: float) -> None:
         self.hbm.advance(now)
 
     def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
         """The router sent a prompt with these full blocks to `instance` at time `now`."""
-        if self.host:
-            host = self.host[instance]
-            if self.write_through:
-                out = host.put(block_hashes[::-1])  # the tail least recent, as HBM's LRU
-                if out and self.disk:
-                    self.disk[self.disk_group[instance]].put(out)
-            else:
-                host.discard(block_hashes)  # reloaded (or computed) into HBM
+        self._now = now
+        n = len(block_hashes)
+        if n and (self.host or self.disk):
+            if self.write_through and self.host:
+                # Copied: a store trims its runs' lists in place when it evicts.
+                self.host[instance].put([(0, list(block_hashes))], now)
+            # The runs after the HBM hit that the engine reloads are used now (most recent).
+            m = self.hbm.held_blocks(instance, block_hashes)
+            if self.host and m < n:
+                host = self.host[instance]
+                k = host.run(block_hashes, m, n)
+                if k:
+                    host.touch(block_hashes, m, m + k)
+                m += k
+            if self.disk and m < n:
+                disk = self.disk[self.disk_group[instance]]
+                k = disk.run(block_hashes, m, n)
+                if k:
+                    disk.touch(block_hashes, m, m + k)
         self.hbm.record(instance, block_hashes, now)
 
     def clear(self, instance: int) -> None:
         """Forget an instance's HBM and host tiers (a shared disk keeps what it holds)."""
         self.hbm.clear(instance)
         if self.host:
-            self.host[instance] = TierLRU(self.host[instance].capacity)
+            self.host[instance] = self._host_store(instance)
 
     # ---- querying -----------------------------------------------------------------------
 
@@ -226,10 +200,11 @@ class TieredPrefixIndex:
         host, disk, group = self.host, self.disk, self.disk_group
         if not host and not disk:
             return [TierHits(m * bs) for m in hbm]
+        n = len(hashes)
         out = []
         for i, m in enumerate(hbm):
-            h = host[i].run_from(hashes, m) if host and i < len(host) else 0
-            d = disk[group[i]].run_from(hashes, m + h) if disk and i < len(group) else 0
+            h = host[i].run(hashes, m, n) if host and m < n else 0
+            d = disk[group[i]].run(hashes, m + h, n) if disk and m + h < n else 0
             out.append(TierHits(m * bs, h * bs, d * bs))
         return out
 
