@@ -180,8 +180,10 @@ class Instance:
         self.prefill_runs = False
         self._in_flight = 0
         self._held = 0
-        # KV tiers below HBM (None: HBM only). With tiers, the pool logs what it evicts.
+        # KV tiers below HBM (None: HBM only). With tiers, the pool logs what it evicts;
+        # `holding`: requests admitted for a tier load, in admission order, until scheduled.
         self.tiers: InstanceTiers | None = None
+        self.holding: deque[Seq] = deque()
 
     def set_tiers(self, tiers: InstanceTiers) -> None:
         self.tiers = tiers
@@ -300,6 +302,12 @@ class Instance:
                 ext = host + disk
             n = 0 if ext else min(seq.num_tokens - computed, budget)
         need = -(-(computed + n) // bs) + ext - n_hit - len(seq.blocks)
+        if ext and self.holding:
+            # vLLM admits a load only if it leaves the blocks that loads already admitted
+            # still need for the rest of their prompts (`reserved_blocks`).
+            reserved = sum(max(-(-s.num_tokens // bs) - len(s.blocks), 0) for s in self.holding)
+            if need + reserved + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
+                return None
         if need + (pool.evictable(hit) if n_hit else 0) > pool.num_free:
             if not self.holds:
                 return None
@@ -384,7 +392,30 @@ class Instance:
         if not preempted:
             skipped: list[Seq] = []
             waiting = self.waiting
-            while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            blocked = False
+            if self.holding:
+                # vLLM drains the requests that hold KV blocks (tier loads) before the
+                # waiting queue: else a loaded request behind a head that cannot get blocks
+                # would hold its blocks with nothing running to free any.
+                holding = self.holding
+                kept: list[Seq] = []
+                while holding and budget > 0 and len(running) < self.max_num_seqs:
+                    seq = holding[0]
+                    if seq.kv == KV_IN_FLIGHT:
+                        kept.append(holding.popleft())
+                        continue
+                    n = self._admit(seq, budget, transfers)
+                    if n is None:
+                        blocked = True
+                        break
+                    holding.popleft()
+                    admitted = True
+                    running.append(seq)
+                    seqs.append(seq)
+                    nums.append(n)
+                    budget -= n
+                holding.extendleft(reversed(kept))
+            while not blocked and waiting and budget > 0 and len(running) < self.max_num_seqs:
                 seq = waiting[0]
                 if seq.kv == KV_IN_FLIGHT:  # KV still loading: skipped, keeps its place
                     skipped.append(waiting.popleft())
@@ -395,7 +426,10 @@ class Instance:
                 waiting.popleft()
                 admitted = True
                 if n == 0:  # blocks reserved for a remote prefill; waits for the transfer
-                    skipped.append(seq)
+                    if seq.reload is not None:  # a tier load: held apart (see above)
+                        self.holding.append(seq)
+                    else:
+                        skipped.append(seq)
                     continue
                 running.append(seq)
                 seqs.append(seq)

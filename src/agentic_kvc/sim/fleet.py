@@ -35,7 +35,9 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile, StepCost
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
+from agentic_kvc.sim.profiles.hardware import TierLinks, tier_links
 from agentic_kvc.sim.serving_fit import under_background
+from agentic_kvc.sim.tiers import FleetTiers
 from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import chain_states, engine_block_hashes
 
@@ -121,6 +123,8 @@ class SimStats:
     sim_s: float = 0.0
     transfers: int = 0
     transfer_s: float = 0.0  # modelled KV pull time, summed (records carry D's whole wait)
+    reloads: int = 0  # loads from a KV tier below HBM
+    reload_s: float = 0.0  # their waits (queue and transfer), summed
 
 
 class SimFleet:
@@ -169,10 +173,17 @@ class SimFleet:
             )
             for i in range(fc.instances)
         ]
+        # KV tiers below HBM (sim/tiers.py), None when off.
+        self.tiers = _fleet_tiers(config, profile) if fc.kv_tiers.enabled else None
+        if self.tiers is not None:
+            for inst, it in zip(self.instances, self.tiers.instances, strict=True):
+                inst.set_tiers(it)
         runs = not (
             self.probes_pools
             or profile.contended_cost is not None  # a step's cost depends on the others
             or config.policy.cache_view == "exact"  # routing reads the pools
+            # a shared disk is read by other instances mid-run (a run evicts at planning)
+            or (self.tiers is not None and self.tiers.shared_disk)
         )
         for inst in self.instances:
             inst.prefill_runs = closed_form and runs
@@ -539,6 +550,8 @@ class SimFleet:
                 if flight.prefill_seq is None:
                     rec.cached_tokens = max(seq.cached_tokens, 0)
                     rec.t_prefill_done = self._now
+                    if self.tiers is not None:
+                        _tier_record(rec, seq)
                 else:  # as the proxy records PD: D's wait, pull and first step
                     rec.decode_cached_tokens = max(seq.cached_tokens, 0)
                     rec.kv_transfer_s = self._now - (rec.t_prefill_done or self._now)
@@ -562,6 +575,8 @@ class SimFleet:
         rec = flight.record
         rec.t_prefill_done = self._now
         rec.cached_tokens = rec.prefill_cached_tokens = max(p.cached_tokens, 0)
+        if self.tiers is not None:
+            _tier_record(rec, p)  # the prefill side's tiers (D receives the whole prompt)
         self.state.prefill_done(flight.ticket, self._now)
         d = flight.ticket.decision
         self._uid += 1
@@ -583,6 +598,16 @@ class SimFleet:
         return self.retain and k + 1 < len(flight.session.session.requests)
 
     def _start_transfer(self, inst: Instance, seq: Seq) -> None:
+        if seq.reload is not None:  # a load from host memory / disk
+            host, disk, ready_host, ready_disk = seq.reload
+            assert inst.tiers is not None
+            end = inst.tiers.reload(host, disk, (ready_host, ready_disk), self._now)
+            wait = end - self._now
+            seq.reload_wait_s += wait
+            self.stats.reloads += 1
+            self.stats.reload_s += wait
+            self._push(end, KV_LANDED, (inst, seq))
+            return
         flight, _k = seq.tag
         tokens = seq.remote_tokens
         dt = self.kv_fixed_s + tokens * self.profile.kv_bytes_per_token / self.kv_bytes_per_s
@@ -593,6 +618,10 @@ class SimFleet:
         self._push(self._now + dt, KV_LANDED, (inst, seq))
 
     def _kv_landed(self, inst: Instance, seq: Seq) -> None:
+        if seq.reload is not None:  # a tier load: the request is scheduled again
+            inst.kv_landed(seq)
+            self._wake(inst)
+            return
         flight, _k = seq.tag
         inst.kv_landed(seq)
         p = flight.prefill_seq
@@ -608,7 +637,10 @@ class SimFleet:
         insts = self.instances
         usage = kv_usages(insts, t)
         self.state.update_scrapes(
-            t, [len(i.running) for i in insts], [len(i.waiting) for i in insts], usage
+            t,
+            [len(i.running) for i in insts],
+            [len(i.waiting) + len(i.holding) for i in insts],  # holding: tier loads
+            usage,
         )
         return usage
 
@@ -628,7 +660,7 @@ class SimFleet:
                     t,
                     inst.index,
                     len(inst.running),
-                    len(inst.waiting),
+                    len(inst.waiting) + len(inst.holding),
                     kv,
                     float(inst.prefix_queries),
                     float(inst.prefix_hits),
@@ -640,3 +672,46 @@ class SimFleet:
                 for inst, view, kv in zip(self.instances, self.state.instances, usage, strict=True)
             ]
         )
+        if self.tiers is not None:  # each tier's usage (fields left out of tier-off samples)
+            for sample, inst in zip(
+                self.samples[-len(self.instances) :], self.instances, strict=True
+            ):
+                it = inst.tiers
+                assert it is not None
+                if it.host is not None:
+                    sample.host_kv_usage = it.host.usage
+                if it.disk is not None:
+                    sample.disk_kv_usage = it.disk.usage
+
+
+def _fleet_tiers(config: RunConfig, profile: EngineProfile) -> FleetTiers:
+    """The fleet's KV tiers: `fleet.kv_tiers`, links not given there from the hardware."""
+    fc = config.fleet
+    cfg = fc.kv_tiers
+    try:
+        links = tier_links(fc.hardware)
+    except ValueError as exc:
+        given = [
+            cfg.host_h2d_gbps,
+            cfg.host_d2h_gbps,
+            cfg.host_latency_s,
+            cfg.disk_read_gbps,
+            cfg.disk_write_gbps,
+            cfg.disk_latency_s,
+        ]
+        if any(v is None for v in given):
+            raise ValueError(f"field 'fleet.kv_tiers': {exc}") from None
+        links = TierLinks(*given, None, "fleet.kv_tiers")  # type: ignore[arg-type]
+    return FleetTiers(
+        cfg, links, profile, fc.block_size, fc.instances, config.sim.kv_retention_ttl_s
+    )
+
+
+def _tier_record(rec: RequestRecord, seq: Seq) -> None:
+    """A record's tier fields from its sequence's first admission."""
+    rec.host_tokens = seq.host_tokens
+    rec.disk_tokens = seq.disk_tokens
+    rec.recomputed_tokens = (
+        rec.input_tokens - max(seq.cached_tokens, 0) - seq.host_tokens - seq.disk_tokens
+    )
+    rec.reload_wait_s = seq.reload_wait_s

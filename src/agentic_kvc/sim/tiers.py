@@ -236,6 +236,14 @@ class TierStore:
         for lo, hashes in runs:
             if not hashes:
                 continue
+            if index.keys().isdisjoint(hashes):
+                # No indexed block among them: the walk below would find none (it probes no
+                # block before hashes[0]), so none is stored (but the rare case in `_find`).
+                r = Run(lo, hashes)
+                self._index(r)
+                fresh.append(r)
+                self._use([r])
+                continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
             # first block is indexed.
