@@ -486,7 +486,9 @@ class _Parts:
             i.index: predict_ttft_s(i, unc[i.index], cached[i.index], ctx_q, cost, budget)
             for i in candidates
         }
-        if tiers is not None:  # the reload each candidate would wait for beyond its queue
+        if tiers is not None and any(t.host or t.disk for t in tiers):
+            # The reload each candidate would wait for beyond its queue (links asked only
+            # when something is below HBM: a view without tiers needs no link numbers).
             links = link_speeds(
                 p.hardware,
                 p.tier_host_h2d_gbps,
