@@ -86,6 +86,10 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "e2e_s": pl.Float64,
     "kv_transfer_tokens": pl.Int64,
     "kv_transfer_s": pl.Float64,
+    # KV tiers below HBM (issue 29): absent (null) in runs without tiers.
+    "host_tokens": pl.Int64,
+    "disk_tokens": pl.Int64,
+    "reload_wait_s": pl.Float64,
     "error": pl.String,
 }
 

@@ -21,6 +21,7 @@ STUDY_MODULES = (
     "concurrency",
     "real",
     "retention",
+    "tiers",
 )
 
 

@@ -1,0 +1,43 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (agentic_kvc)
+#     language: python
+#     name: akvc
+# ---
+
+# %% [markdown]
+# # Study: KV tiers across tool pauses
+#
+# When a fleet's HBM cannot hold every paused agent session, how much TTFT does a host (and
+# disk) tier win back, does the router need to know which tier holds a session, and does
+# pricing a reload by its time beat the peers' fixed per-tier credits?
+#
+# The analysis lives in `agentic_kvc.analysis.studies.tiers` (the same code whether this
+# runs interactively or under papermill); this notebook runs it over the study's complete runs,
+# writes the report section (`section.md`, `findings.json`) to `tables_dir`, and shows it.
+
+# %% tags=["parameters"]
+results_dir = "results"
+archive_dir = "results/archive"
+plan_path = "results/work/plan.json"
+tables_dir = "results/tables/study_tiers"
+figures_dir = "results/figures/study_tiers"
+
+# %%
+from agentic_kvc.analysis.studies import run_study, show
+
+section = run_study("tiers", results_dir, archive_dir, plan_path, tables_dir, figures_dir)
+show(section)
+
+# %% [markdown]
+# The findings this study contributes to the report's summary:
+
+# %%
+for line in section.findings:
+    print("-", line)
