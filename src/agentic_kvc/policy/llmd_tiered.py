@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.llmd_weighted import LlmdParams, LlmdWeighted
@@ -96,6 +96,10 @@ class LlmdTiered(LlmdWeighted):
         "llm-d tiered-prefix-cache recipe: GPU and CPU prefix scorers beside queue and "
         "KV-utilisation scorers, weights 2:2:1:1 (queue:KV:GPU:CPU)."
     )
+
+    def __init__(self, params: BaseModel | None = None) -> None:
+        super().__init__(params)
+        self._cpu: dict[int, float] = {}  # this decision's CPU prefix scores
 
     def prefix_scores(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
