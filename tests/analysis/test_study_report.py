@@ -72,7 +72,10 @@ def _render(root: Path, tag: str) -> tuple[str, str]:
         results / "figures" / f"study_evolution_{tag}",
     )
     plan = expand(EXPERIMENTS, root)
-    return section.markdown(), render(TEMPLATE, build_context(results, None, plan, root))
+    ctx = build_context(results, None, plan, root)
+    # The report and the per-run page it links to (Appendix: one row per run).
+    runs = render(TEMPLATE.with_name("RUNS.md.j2"), ctx)
+    return section.markdown(), render(TEMPLATE, ctx) + "\n" + runs
 
 
 def _table(text: str, first_header: str) -> list[dict[str, str]]:
@@ -117,7 +120,7 @@ def test_sampled_report_cells_recompute_from_records(study_tree: Path) -> None:
             (f"{v} TTFT p90", row["TTFT p90 (ms)"], np.percentile(ttft, 90) * 1000),
             (f"{v} E2E p90", row["E2E p90 (s)"], np.percentile(e2e, 90)),
         ]
-    # Appendix A: one row per run.
+    # The per-run page: one row per run.
     for row in _table(report, "run_id"):
         recs = _records(study_tree, [row["run_id"].strip("`")])
         ttft, e2e = _ok(recs, "ttft_s"), _ok(recs, "e2e_s")

@@ -33,16 +33,26 @@ rule report:
     localrule: True
 
 
+# The figures REPORT.md links to, copied here by render_report: committed beside REPORT.md so
+# the report shows them on any checkout (results/ is not committed). Not a declared output:
+# Snakemake would mark a directory output with a timestamp file; render_report clears the
+# images it published before and writes the current ones.
+REPORT_FIGURES = "report_figures"
+
+
 rule render_report:
-    """Render REPORT.md; every number in it is computed from the runs' requests.jsonl."""
+    """Render REPORT.md (and the per-run page it links to); every number in them is computed
+    from the runs' requests.jsonl."""
     input:
         template="workflow/report/REPORT.md.j2",
+        runs_template="workflow/report/RUNS.md.j2",
         plan=PLAN_FILE,
         records=run_outputs("requests.jsonl") + archived_records(),
         notebooks=expand(f"{RESULTS}/notebooks/{{notebook}}.ipynb", notebook=config["notebooks"]),
         bench=REPORT_BENCH,
     output:
-        "REPORT.md",
+        report="REPORT.md",
+        runs=f"{RESULTS}/report/runs.md",
     params:
         # RESULTS, derived from the plan's path (results/work/plan.json).
         results=lambda wildcards, input: Path(input.plan).parents[1],
@@ -51,6 +61,7 @@ rule render_report:
         archive=lambda wildcards: ARCHIVE,
         bench=BENCH_DIGESTS,
         sections=" ".join(f"--section {name}" for name in config["sections"]),
+        figures=REPORT_FIGURES,
     log:
         f"{RESULTS}/logs/report.log",
     conda:
@@ -58,4 +69,5 @@ rule render_report:
     shell:
         "python workflow/scripts/render_report.py --template {input.template:q}"
         " --plan {input.plan:q} --results {params.results:q} --archive {params.archive:q}"
-        " {params.sections} --out {output:q} > {log:q} 2>&1"
+        " {params.sections} --out {output.report:q} --runs-out {output.runs:q}"
+        " --figures-out {params.figures:q} > {log:q} 2>&1"

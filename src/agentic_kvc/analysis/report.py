@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import jinja2
 import polars as pl
 
 from agentic_kvc.analysis.experiments import Plan
+from agentic_kvc.analysis.headlines import render_headlines
 from agentic_kvc.analysis.load import RunDir, find_runs, requests_frame
 from agentic_kvc.analysis.tables import (
     latency_summary,
@@ -203,6 +206,52 @@ def provenance_summary(runs: Iterable[RunDir]) -> list[dict[str, str]]:
     ]
 
 
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+# Figures the report links to must stay small (they are committed and read on the web).
+MAX_FIGURE_BYTES = 200_000
+
+
+def publish_figures(
+    markdown: str, study: str, figures_dir: Path, report_dir: Path, root: Path
+) -> str:
+    """Copy every figure `markdown` links to into `figures_dir/<study>/` and link it there,
+    relative to the report. A linked file that does not exist is not linked (a broken image
+    on every reader's screen): the text says which figure is missing instead. The folder is
+    committed beside REPORT.md, so the report shows its figures before any `make report`."""
+
+    def swap(m: re.Match[str]) -> str:
+        caption, target = m.group(1), m.group(2)
+        if "://" in target:
+            return m.group(0)
+        src = (root / target) if not Path(target).is_absolute() else Path(target)
+        if not src.is_file():
+            return f"*(figure not rendered: `{target}` is missing)*"
+        dest = figures_dir / study / src.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if src.resolve() != dest.resolve():
+            shutil.copyfile(src, dest)
+        rel = Path(os.path.relpath(dest, report_dir)).as_posix()
+        return f"![{caption}]({rel})"
+
+    return _IMAGE.sub(swap, markdown)
+
+
+def clear_figures(figures_dir: Path) -> None:
+    """Remove the figures a previous render published (only image files; the folder stays),
+    so a figure a study no longer draws does not linger in the committed folder."""
+    if figures_dir.is_dir():
+        for f in figures_dir.rglob("*"):
+            if f.is_file() and f.suffix in (".svg", ".png"):
+                f.unlink()
+
+
+def anchor(heading: str) -> str:
+    """The fragment GitHub (and most Markdown renderers) give a heading: lower case, spaces
+    to hyphens, punctuation but hyphens and underscores dropped."""
+    keep = "".join(c for c in heading.lower() if c.isalnum() or c in " -_")
+    return "#" + keep.replace(" ", "-")
+
+
 def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, Any]]:
     """Each study's section and findings, as its notebook wrote them; a study whose notebook
     has not written them is listed as missing rather than silently dropped."""
@@ -215,6 +264,8 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
                 {
                     "name": name,
                     "title": name,
+                    "anchor": anchor(name),
+                    "all_findings": [],
                     "question": "",
                     "answer": "",
                     "markdown": "",
@@ -225,15 +276,18 @@ def study_sections(tables_dir: Path, studies: Iterable[str]) -> list[dict[str, A
             continue
         meta = json.loads(fj.read_text())
         answer = meta.get("answer", "")
+        title = meta.get("title", name)
         out.append(
             {
                 "name": name,
-                "title": meta.get("title", name),
+                "title": title,
+                "anchor": anchor(title),
                 "question": meta.get("question", ""),
                 "answer": answer,
                 "markdown": md.read_text(),
                 # A finding the answer already states word for word is not listed again.
                 "findings": [f for f in meta.get("findings", []) if f.rstrip(". ") not in answer],
+                "all_findings": list(meta.get("findings", [])),
                 "missing": "",
             }
         )
@@ -278,9 +332,13 @@ def build_context(
     plan: Plan | None,
     report_dir: Path,
     sections: Iterable[str] = (),
+    figures_dir: Path | None = None,
+    runs_page: Path | None = None,
 ) -> dict[str, Any]:
     """Everything the template shows; `sections` are report sections that are not experiment
-    studies (a microbenchmark's, an instrument's), placed after the studies."""
+    studies (a microbenchmark's, an instrument's), placed after the studies. With
+    `figures_dir`, the figures the sections link to are published there (see
+    `publish_figures`)."""
     run_ids = plan.run_ids() if plan is not None else None
     runs = find_runs(results, archive, run_ids)
     requests = requests_frame(runs, plan)
@@ -288,8 +346,28 @@ def build_context(
     missing = [r for r in (run_ids or []) if r not in found]
     names = [*(plan.studies() if plan else []), *sections]
     studies = study_sections(results / "tables", list(dict.fromkeys(names)))
+    if figures_dir is not None:
+        clear_figures(figures_dir)
+        for st in studies:
+            st["markdown"] = publish_figures(
+                st["markdown"], st["name"], figures_dir, report_dir, Path.cwd()
+            )
     real = real_run_rows(runs)
+    bench_dirs = [results / "bench", *([archive / "bench"] if archive else [])]
+    by_study = {st["name"]: st["all_findings"] for st in studies}
+    anchors = {st["name"]: st["anchor"] for st in studies}
+    headlines = [
+        {
+            "label": h.label,
+            "text": h.text,
+            "link": anchors.get(h.study, "#benchmarks"),
+        }
+        for h in render_headlines(by_study, bench_dirs)
+    ]
+    page = runs_page if runs_page is not None else results / "report" / "runs.md"
     return {
+        "runs_page": Path(os.path.relpath(page, report_dir)).as_posix(),
+        "headlines": headlines,
         "n_runs": len(runs),
         "n_archived": sum(r.source == "archive" for r in runs),
         "n_requests": requests.height,

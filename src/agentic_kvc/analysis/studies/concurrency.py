@@ -27,6 +27,7 @@ from agentic_kvc.analysis.studies.common import (
     study,
     variant_summary,
 )
+from agentic_kvc.analysis.studies.figures import diff_chart
 
 NAME = "concurrency"
 TITLE = "6. Concurrency track: 64 and 128 sessions in flight"
@@ -45,7 +46,7 @@ def analyse(
 ) -> Section:
     df = df.with_columns(pl.col(CAP).cast(pl.Int64))
     summ = variant_summary(df, ("policy", CAP))
-    rows, best = [], {}
+    rows, best, chart = [], {}, []
     for cap in sorted(set(df[CAP])):
         at = df.filter(pl.col(CAP) == cap)
         sc = summ.filter(pl.col(CAP) == cap)
@@ -55,6 +56,8 @@ def analyse(
             r = by[p]
             c = compare(at, BASELINE, p, "ttft_p90", by="policy") if p != BASELINE else None
             c_e = compare(at, BASELINE, p, "e2e_p90", by="policy") if p != BASELINE else None
+            if c is not None:
+                chart.append((f"{p}, {cap} in flight", c))
             rows.append(
                 [
                     str(cap),
@@ -80,6 +83,14 @@ def analyse(
         ],
         rows,
     )
+    fig = diff_chart(
+        chart,
+        figures / "ttft_p90_vs_rr.svg",
+        "TTFT p90 against round-robin at each limit (95% interval)",
+        "TTFT p90 difference (%)",
+    )
+    if fig is not None:
+        s.figure(fig, "Each policy's TTFT p90 against round-robin, per in-flight limit.", root)
     caps = sorted(best)
     parts = []
     for cap in caps:

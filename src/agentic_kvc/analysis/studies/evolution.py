@@ -23,6 +23,7 @@ from agentic_kvc.analysis.studies.common import (
     study,
     variant_summary,
 )
+from agentic_kvc.analysis.studies.figures import diff_chart
 
 NAME = "evolution"
 TITLE = "1. Evolution of the routing design"
@@ -94,6 +95,15 @@ def analyse(
             ["step", "TTFT p90", "E2E p90"],
             [[what, diff_cell(t), diff_cell(e)] for what, t, e in steps if t is not None],
         )
+    fig = diff_chart(
+        [(f"{v} vs round_robin", cmp[v]["ttft_p90"]) for v in variants if v != BASELINE]
+        + [("request ceiling (vs without)", ceiling), ("cost gate (vs seed 003's)", gate)],
+        figures / "ttft_p90_steps.svg",
+        "TTFT p90 of each step, paired (95% interval; hollow: identical)",
+        "TTFT p90 difference (%)",
+    )
+    if fig is not None:
+        s.figure(fig, "TTFT p90 of each step against round-robin, and of each single step.", root)
     best = min(
         (v for v in variants if v != BASELINE), key=lambda v: summary[v]["ttft_s_p90"], default=None
     )

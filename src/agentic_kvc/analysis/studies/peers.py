@@ -29,6 +29,7 @@ from agentic_kvc.analysis.studies.common import (
     study,
     variant_summary,
 )
+from agentic_kvc.analysis.studies.figures import cdf_panels, save
 
 NAME = "peers"
 TITLE = "5. Every policy on several workloads"
@@ -137,10 +138,22 @@ def grid_figure(cells: list[dict], out: Path) -> Path:
     ax.set_ylabel("reuse: P(another turn)")
     ax.set_title("Lowest TTFT p90 per cell", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save(fig, out)
+
+
+def cdf_figure(df: pl.DataFrame, facts: list[dict], ours: list[str], out: Path) -> Path | None:
+    """A TTFT CDF per workload: its best policy, our policies and round-robin where run."""
+    ok = df.filter(pl.col("error").is_null() | (pl.col("error") == ""))
+    panels = {}
+    for f in facts:
+        w = ok.filter(pl.col("variant") == f["workload"])
+        shown = list(dict.fromkeys([f["best"], *ours, "round_robin"]))
+        panels[f["workload"]] = {
+            p: w.filter(pl.col("policy") == p)["ttft_s"].drop_nulls().to_numpy()
+            for p in shown
+            if p in set(w["policy"].to_list())
+        }
+    return cdf_panels(panels, out, "TTFT (s)", "TTFT per workload: the best policy and ours")
 
 
 @study(NAME, TITLE, QUESTION)
@@ -180,6 +193,9 @@ def analyse(
             summary_rows,
         ),
     )
+    cdf = cdf_figure(df, facts, ours, figures / "ttft_cdf.svg")
+    if cdf is not None:
+        s.figure(cdf, "TTFT CDF per workload (seeds pooled): the best policy and ours.", root)
     grid = df.filter(pl.col("variant") == GRID)
     if not grid.is_empty() and LOAD in grid.columns and REUSE in grid.columns:
         grid = grid.with_columns(pl.col(LOAD).cast(pl.Float64), pl.col(REUSE).cast(pl.Float64))
@@ -200,7 +216,7 @@ def analyse(
             ],
         )
         s.figure(
-            grid_figure(cells, figures / "where_each_wins.png"),
+            grid_figure(cells, figures / "where_each_wins.svg"),
             "Where each policy wins: the lowest TTFT p90 per load x reuse cell.",
             root,
         )

@@ -27,6 +27,7 @@ from agentic_kvc.analysis.studies.base import (
     pct,
 )
 from agentic_kvc.analysis.studies.common import ordered, study
+from agentic_kvc.analysis.studies.figures import sim_vs_real
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.processor import processor_label, same_processor
 
@@ -165,6 +166,26 @@ def analyse(
         if c is not None:
             beyond = c.significant and abs(c.rel_diff) > max(spread_of[BASELINE], spread_of[v])
             verdicts.append((v, c, beyond, mixed))
+    fig = sim_vs_real(
+        [
+            (
+                v,
+                [x * 1000 for x in per_run.filter(pl.col("variant") == v)["ttft_s_p50"].to_list()],
+                sim_v[v]["ttft_s_p50"] * 1000 if v in sim_v else None,
+            )
+            for v in variants
+        ],
+        figures / "sim_vs_real_ttft.svg",
+        "TTFT p50 (ms)",
+        "Real vLLM CPU repeats against the simulator's prediction, per variant",
+    )
+    if fig is not None:
+        s.figure(
+            fig,
+            "Simulated against real: each real repeat's TTFT p50 (dots, range shaded) and the "
+            "simulator's prediction for the same config (cross).",
+            root,
+        )
     s.table(
         "Each real variant's repeats (TTFT p50 per run: mean, min-max), the simulator's "
         "prediction for the same config, and TTFT p50 paired against round-robin over repeats "

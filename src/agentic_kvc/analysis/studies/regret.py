@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.studies.base import Section, ms, pct
+from agentic_kvc.analysis.studies.figures import interval_chart
 from agentic_kvc.instruments.regret import costliest, summarize_regret
 from agentic_kvc.instruments.stats import mean_ci
 from agentic_kvc.io import read_jsonl
@@ -19,7 +20,8 @@ QUESTION = (
 THRESHOLD_S = 0.05
 
 
-def analyse(path: Path) -> Section:
+def analyse(path: Path, figures: Path | None = None, root: Path | None = None) -> Section:
+    """The section; with `figures`, also the chart of each policy's mean regret."""
     s = Section("regret", TITLE, QUESTION)
     rows: list[dict[str, Any]] = list(read_jsonl(path)) if path.is_file() else []
     if not rows:
@@ -44,15 +46,29 @@ def analyse(path: Path) -> Section:
         "alternative's (>= 0): the request's TTFT and E2E, and the fleet's mean TTFT over the "
         "requests arriving in the next horizon_s seconds. Setup: config/instruments.yaml."
     )
+    chart = []
     for policy in sorted(overall):
         g = overall[policy]
         vals = [r["regret_ttft_s"] for r in rows if r["policy"] == policy]
         m, lo, hi = mean_ci([v for v in vals if v is not None])
+        chart.append((policy, m * 1e3, lo * 1e3, hi * 1e3))
         s.findings.append(
             f"regret, {policy}: mean TTFT regret {ms(m)} ms [{ms(lo)}, {ms(hi)}] over "
             f"{g.n} decisions; p90 {ms(g.p90.get('ttft_s'))} ms; "
             f"{pct(g.share_above.get('ttft_s'))} above {THRESHOLD_S * 1e3:.0f} ms"
         )
+    fig = (
+        interval_chart(
+            sorted(chart, key=lambda r: r[1]),
+            figures / "regret_by_policy.svg",
+            "Mean TTFT regret per routing decision (95% interval)",
+            "TTFT regret (ms)",
+        )
+        if figures is not None
+        else None
+    )
+    if fig is not None:
+        s.figure(fig, "Mean TTFT regret of each policy's decisions, with its interval.", root)
     s.table(
         "Regret per policy and route class (ms; share = decisions with TTFT regret above "
         f"{THRESHOLD_S * 1e3:.0f} ms; winners = the alternative with the lowest TTFT).",

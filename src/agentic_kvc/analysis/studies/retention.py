@@ -24,6 +24,7 @@ from agentic_kvc.analysis.studies.base import (
     sec,
 )
 from agentic_kvc.analysis.studies.common import study, variant_summary
+from agentic_kvc.analysis.studies.figures import diff_chart
 
 NAME = "retention"
 TITLE = "KV retention across tool pauses (simulator)"
@@ -97,6 +98,14 @@ def analyse(
         ],
         rows,
     )
+    fig = diff_chart(
+        [(f"TTL {ttl:g} s, {_pauses(t)}", c) for t, ttl, c in answers],
+        figures / "ttft_p90_vs_ttl0.svg",
+        "TTFT p90 with the KV held for a TTL, against no hold (95% interval)",
+        "TTFT p90 difference (%)",
+    )
+    if fig is not None:
+        s.figure(fig, "TTFT p90 per TTL and pause distribution, paired against no hold.", root)
     sig = [(t, ttl, c) for t, ttl, c in answers if c is not None and c.significant]
     better = [x for x in sig if x[2].rel_diff < 0]
     worse = [x for x in sig if x[2].rel_diff > 0]

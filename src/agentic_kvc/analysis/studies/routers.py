@@ -11,6 +11,7 @@ from typing import Any
 
 from agentic_kvc.analysis.paired import fmt_diff
 from agentic_kvc.analysis.studies.base import Section, ms, num, pct
+from agentic_kvc.analysis.studies.figures import interval_chart
 from agentic_kvc.instruments.stats import mean_ci, paired_quantile_rel
 from agentic_kvc.io import read_jsonl
 
@@ -26,11 +27,26 @@ def _rel(point: float, lo: float, hi: float) -> str:
     return fmt_diff({"rel_diff": point, "ci_low": lo, "ci_high": hi, "significant": sig})
 
 
-def analyse(path: Path, real: Path | None = None) -> Section:
+def analyse(
+    path: Path, real: Path | None = None, figures: Path | None = None, root: Path | None = None
+) -> Section:
+    """The section; with `figures`, also the chart of TTFT p90 at the most replicas."""
     s = Section("routers", TITLE, QUESTION)
     rows: list[dict[str, Any]] = list(read_jsonl(path)) if path.is_file() else []
     if rows:
-        _analyse_sim(s, rows)
+        chart = _analyse_sim(s, rows)
+        fig = (
+            interval_chart(
+                chart,
+                figures / "ttft_p90_most_replicas.svg",
+                "TTFT p90 with the most router replicas against one (95% interval)",
+                "TTFT p90 difference (%)",
+            )
+            if figures is not None
+            else None
+        )
+        if fig is not None:
+            s.figure(fig, "TTFT p90 at the most replicas against one, per policy and spread.", root)
     else:
         s.answer = f"No rows at {path}: run `akvc instruments config/instruments.yaml`."
     if real is not None:
@@ -38,7 +54,10 @@ def analyse(path: Path, real: Path | None = None) -> Section:
     return s
 
 
-def _analyse_sim(s: Section, rows: list[dict[str, Any]]) -> None:
+def _analyse_sim(s: Section, rows: list[dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+    """Fill the simulated part; return (policy and spread, TTFT p90 change in %, interval) at
+    the most replicas, for the chart."""
+    chart: list[tuple[str, float, float, float]] = []
     s.note(
         "Method: the same simulated fleet and workload with R router replicas, each with its "
         "own policy object, in-flight accounting, session affinity and estimated prefix index "
@@ -61,6 +80,7 @@ def _analyse_sim(s: Section, rows: list[dict[str, Any]]) -> None:
             point, lo, hi, _n = paired_quantile_rel(base["ttft_by_request"], row["ttft_by_request"])
             cmp = _rel(point, lo, hi)
             if r == max(x[2] for x in key if x[:2] == (policy, spread)):
+                chart.append((f"{policy} ({spread}), R={r}", point * 100, lo * 100, hi * 100))
                 s.findings.append(
                     f"routers, {policy} ({spread}): R={r} vs 1 replica: TTFT p90 {cmp}; "
                     f"affinity loss {pct(base['affinity_loss'])} -> {pct(row['affinity_loss'])}"
@@ -101,6 +121,7 @@ def _analyse_sim(s: Section, rows: list[dict[str, Any]]) -> None:
         + ". "
         + (f"The largest TTFT p90 change at R={top} (random): {worst[1]}." if worst else "")
     )
+    return chart
 
 
 def _pooled(runs: list[dict[str, Any]], field: str) -> dict[str, float]:

@@ -1,0 +1,76 @@
+"""Ranked findings: read from the studies' own lines, worded by the numbers, at most ten,
+labelled, left out when their source is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentic_kvc.analysis.headlines import (
+    HEADLINES,
+    MAX_HEADLINES,
+    parse,
+    policy_headline,
+    render_headlines,
+)
+
+FINDINGS = {
+    "evolution": ["unified vs round_robin, TTFT p90: -44.9% [-59.4, -30.7] (5 paired replicates)"],
+    "static_pd": ["static 6P+2D vs combined + lmetric, TTFT p90: +1.0% [-3.0, +4.0] n.s. (5)"],
+    "lifecycle": ["Lifecycle: PD - colocated TTFT at (C, N, O) max: +26.8 ms [+20.7, +32.9]."],
+}
+
+
+def _row(scenario: str, ttft: tuple[float, float, float], e2e_lo: float) -> dict:
+    t = dict(zip(("rel_diff", "ci_low", "ci_high"), ttft, strict=True))
+    return {
+        "scenario": scenario,
+        "best_peer": "dynamo_kv",
+        "predicted_ttft": {
+            "ttft_p90": t,
+            "e2e_p90": {"rel_diff": 0.0, "ci_low": e2e_lo, "ci_high": 0.05},
+        },
+    }
+
+
+def test_headlines_follow_the_numbers_and_skip_missing_sources(tmp_path: Path) -> None:
+    out = render_headlines(FINDINGS, [tmp_path])
+    assert [h.study for h in out] == ["evolution", "static_pd", "lifecycle"]
+    assert out[0].label == "simulated" and out[2].label == "real"
+    assert "lowers TTFT p90 against round-robin" in out[0].text
+    assert "-44.9% [-59.4, -30.7]" in out[0].text
+    # Not significant: the sentence says so, whatever the design expected.
+    assert "does not significantly change TTFT p90" in out[1].text
+    assert "+1.0% [-3.0, +4.0], not significant" in out[1].text
+    assert "+26.8 ms [+20.7, +32.9]" in out[2].text
+
+
+def test_the_policy_evidence_comes_first_and_the_list_stays_at_ten(tmp_path: Path) -> None:
+    doc = {
+        "seeds": 5,
+        "scenarios": [
+            _row("a", (-0.36, -0.41, -0.30), -0.02),
+            _row("b", (-0.05, -0.10, 0.01), -0.03),
+            _row("c", (0.08, 0.02, 0.15), 0.01),  # significantly worse
+        ],
+    }
+    (tmp_path / "policy_robustness.json").write_text(json.dumps(doc))
+    many = {h.study: [f"{h.sources[0]} -10.0% [-20.0, -5.0]"] for h in HEADLINES}
+    many["elastic_load"] = [f"{s} -10.0% [-20.0, -5.0]" for s in HEADLINES[4].sources]
+    many["routers"] = [f"{s} +50.0% [+20.0, +90.0]" for s in HEADLINES[-1].sources]
+    out = render_headlines(many, [tmp_path])
+    assert out[0].study == "bench-policy_robustness" and len(out) <= MAX_HEADLINES
+    assert "worse than the best peer on 1 of 3 simulated workloads" in out[0].text
+    assert ": c;" in out[0].text and "-36.0% [-41.0, -30.0] TTFT p90 on a" in out[0].text
+
+
+def test_policy_headline_with_no_lead_says_so() -> None:
+    doc = {"seeds": 5, "scenarios": [_row("b", (-0.05, -0.10, 0.01), -0.03)]}
+    assert policy_headline(doc).endswith("and leads it significantly on none.")
+
+
+def test_parse_reads_percent_and_ms() -> None:
+    v = parse("x: -6.7% [-13.1, -0.2] (5)")
+    assert v is not None and (v.value, v.lo, v.hi) == (-6.7, -13.1, -0.2) and v.significant
+    assert parse("y: +26.8 ms [+20.7, +32.9]", "ms").value == 26.8
+    assert parse("identical: the mechanism never acted") is None
