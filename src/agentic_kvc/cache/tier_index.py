@@ -230,7 +230,10 @@ def estimated_view(
     if disk and kv_tiers.disk_scope == "node":
         from agentic_kvc.sim.profiles.hardware import tier_links  # loads lazily
 
-        per_node = tier_links(hardware).instances_per_node
+        try:
+            per_node = tier_links(hardware).instances_per_node
+        except ValueError:  # no profile links (all given in the config): one host, as the sim
+            per_node = None
     return TieredPrefixIndex(
         n_instances,
         hbm_blocks,
