@@ -140,6 +140,22 @@ SCENARIOS: dict[str, tuple[str, str, list[str]]] = {
         AGENTIC,
         ["fleet.instances=16", f"{GP}.session_rate_per_s=2.0", f"{GEN}.sessions=400"],
     ),
+    # Issue 31: long-context agentic sessions, 50k-150k-token prompts (first turns median 80k,
+    # contexts capped at 150k) and minute-long tool pauses (median 60 s), 8 x H20 at 0.05
+    # sessions/s: an instance's KV (297k tokens) holds about two such sessions.
+    "long_ctx_pauses": (
+        "held_out",
+        AGENTIC,
+        [
+            f"{GEN}.preset=agentic-long",
+            f"{GEN}.sessions=40",
+            f"{GP}.first_turn_median_tokens=80000",
+            f"{GP}.first_turn_max_tokens=150000",
+            f"{GP}.max_context_tokens=150000",
+            f"{GP}.tool_wait_median_s=60.0",
+            f"{GP}.session_rate_per_s=0.05",
+        ],
+    ),
     # `final`: frozen held-out set, run only after the policy change was frozen (never tuned on).
     "fleet2": (
         "final",

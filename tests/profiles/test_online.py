@@ -223,3 +223,12 @@ def test_profile_mode_attaches_no_observer() -> None:
     fleet = _sim([])
     assert fleet.state.observer is None
     assert "cost_model" not in fleet.records[-1].scores
+
+
+def test_online_observe_picks_the_observations() -> None:
+    fleet = _sim(["policy.params.cost_model=online", "policy.params.online_observe=ttft"])
+    assert fleet.policy.fit.by_kind.get("ttft", 0) > 100
+    assert "decode" not in fleet.policy.fit.by_kind
+    fleet = _sim(["policy.params.cost_model=online", "policy.params.online_observe=decode"])
+    assert fleet.policy.fit.by_kind.get("decode", 0) > 100
+    assert "ttft" not in fleet.policy.fit.by_kind

@@ -217,6 +217,10 @@ class PredictedTTFTParams(StrictParams):
     online_forgetting: float = Field(
         0.995, gt=0, le=1, description="cost_model online: RLS forgetting factor (lambda)."
     )
+    online_observe: Literal["both", "ttft", "decode"] = Field(
+        "both",
+        description="cost_model online: fit on each request's TTFT, its inter-token gaps, or both.",
+    )
 
     @field_validator("cost_scale")
     @classmethod
@@ -313,7 +317,12 @@ class PredictedTTFT(ColocatingPolicy):
         if p.cost_model == "online":
             prior = None if p.online_prior == "generic" else [getattr(self._cost, t) for t in TERMS]
             self.fit = OnlineAffineFit(prior, forgetting=p.online_forgetting)
-            self.stream_observer = StreamObserver(self.fit, p.max_num_batched_tokens)
+            self.stream_observer = StreamObserver(
+                self.fit,
+                p.max_num_batched_tokens,
+                ttft=p.online_observe != "decode",
+                decode=p.online_observe != "ttft",
+            )
         self._fit_seen = -1
 
     def cost(self) -> AffineStepCost:
