@@ -73,6 +73,12 @@ def run_sim(
             "meta": workload.meta,
         },
     }
+    if fleet.tiers is not None:  # KV tiers (issue 29): only when on, so the rest is unchanged
+        extra["simulator"]["kv_tier_reloads"] = stats.reloads
+        extra["simulator"]["kv_tier_reload_s_mean"] = (
+            stats.reload_s / stats.reloads if stats.reloads else None
+        )
+        extra["simulator"]["kv_tier_links"] = fleet.tiers.links
     return BackendResult(
         [r.to_dict() for r in records], [s.to_dict() for s in fleet.samples], extra
     )

@@ -256,9 +256,9 @@ class TierStore:
                     fresh.append(r)
                     parts.append(r)
                     break
-                j = m + 1
-                while j < len(hashes) and self._find(hashes, j, lo) is None:
-                    j += 1
+                # The first stored block after m starts a run (its head is indexed): the
+                # first indexed one among them.
+                j = m + min(map(rest.index, index.keys() & rest))
                 r = Run(lo + m, hashes[m:j])
                 self._index(r)
                 fresh.append(r)
