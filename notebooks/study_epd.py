@@ -35,6 +35,8 @@ from agentic_kvc.analysis.studies import epd, show
 real = Path(results_dir) / "epd_real"
 if not (real / "summary.json").is_file():
     real = Path(archive_dir) / "epd_real"
-section = epd.analyse(Path(results_dir) / "epd", real=real)
+section = epd.analyse(
+    Path(results_dir) / "epd", real=real, figures=Path(figures_dir), root=Path.cwd()
+)
 section.write(tables_dir)
 show(section)

@@ -11,6 +11,7 @@ import numpy as np
 
 from agentic_kvc.analysis.paired import fmt_diff
 from agentic_kvc.analysis.studies.base import Section, md_table
+from agentic_kvc.analysis.studies.figures import interval_chart
 from agentic_kvc.epd.bench import PUBLISHED
 from agentic_kvc.io import read_jsonl
 
@@ -20,6 +21,7 @@ QUESTION = (
     "from TPOT, and what does it cost in TTFT and throughput, at 100 to 1,000 prompts?"
 )
 METRIC = ("median_tpot_ms", "req_per_s", "median_ttft_ms")
+KEYS = ("rel_diff", "ci_low", "ci_high")
 
 
 def paired_median_rel(base: np.ndarray, new: np.ndarray, seed: int = 0) -> dict[str, Any]:
@@ -32,9 +34,14 @@ def paired_median_rel(base: np.ndarray, new: np.ndarray, seed: int = 0) -> dict[
     return {"rel_diff": point, "ci_low": lo, "ci_high": hi, "significant": not lo <= 0 <= hi}
 
 
-def analyse(folder: Path, real: Path | None = None) -> Section:
+def analyse(
+    folder: Path,
+    real: Path | None = None,
+    figures: Path | None = None,
+    root: Path | None = None,
+) -> Section:
     """The simulated benchmark in `folder`; real CPU rows from `real` (default: its sibling
-    `epd_real/`) when they exist."""
+    `epd_real/`) when they exist; with `figures`, the chart of EPD's paired changes."""
     s = Section("epd", TITLE, QUESTION)
     summary_path, records_path = folder / "summary.json", folder / "records.jsonl"
     if not summary_path.is_file() or not records_path.is_file():
@@ -64,7 +71,7 @@ def analyse(folder: Path, real: Path | None = None) -> Section:
         rows.append([*head, f"{r['out_tok_per_s']:.0f}", *trios])
     s.table("Ours (simulated; means over 3 runs):", header, rows)
     by = {(r["hardware"], r["prompts"], r["mode"]): r for r in summary}
-    diffs = []
+    diffs, chart = [], []
     for hw, n in sorted({(r["hardware"], r["prompts"]) for r in summary}):
         pairs: dict[str, list[float]] = {"tpot_default": [], "tpot_epd": []}
         ttft: dict[str, list[float]] = {"default": [], "epd": []}
@@ -84,6 +91,8 @@ def analyse(folder: Path, real: Path | None = None) -> Section:
         tt = paired_median_rel(np.array(ttft["default"]), np.array(ttft["epd"]))
         thr = by[(hw, n, "epd")]["req_per_s"] / by[(hw, n, "default")]["req_per_s"] - 1
         diffs.append([hw, str(n), fmt_diff(tp), fmt_diff(tt), f"{thr * 100:+.1f}%"])
+        for what, d in (("TPOT", tp), ("TTFT", tt)):
+            chart.append((f"{hw}, {n} prompts: median {what}", *(d[k] * 100 for k in KEYS)))
         s.findings.append(
             f"epd, {hw}, {n} prompts: EPD vs default median TPOT {fmt_diff(tp)}, median TTFT "
             f"{fmt_diff(tt)} (paired by request)"
@@ -93,6 +102,18 @@ def analyse(folder: Path, real: Path | None = None) -> Section:
         ["GPU", "prompts", "median TPOT", "median TTFT", "req/s (mean of runs)"],
         diffs,
     )
+    fig = (
+        interval_chart(
+            chart,
+            figures / "epd_vs_default.svg",
+            "EPD against default, paired by request (95% interval)",
+            "change of the median (%)",
+        )
+        if figures is not None
+        else None
+    )
+    if fig is not None:
+        s.figure(fig, "EPD against default: median TPOT and TTFT per GPU and load.", root)
     worst_tpot = max(float(d[2].split("%")[0]) for d in diffs)
     lower_everywhere = all(not d[2].endswith("n.s.") and worst_tpot < 0 for d in diffs)
     verdict = "yes" if lower_everywhere else "not at every load"

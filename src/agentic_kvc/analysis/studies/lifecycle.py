@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from agentic_kvc.analysis.studies.base import Section, md_table
+from agentic_kvc.analysis.studies.figures import save
 from agentic_kvc.lifecycle.protocol import PHASE_ORDER, RESIDUAL_LIMIT, LinearFit, linear_fit
 
 NAME = "lifecycle"
@@ -605,9 +606,7 @@ def _figures(
     axes[-1, 0].set_xlabel("N (new tokens)")
     axes[0, 0].legend(fontsize=6, ncol=4)
     fig.tight_layout()
-    p1 = out / "lifecycle_stacked.png"
-    fig.savefig(p1, dpi=90)
-    plt.close(fig)
+    p1 = save(fig, out / "lifecycle_stacked.svg")
     s.figure(p1, "Lifecycle phases vs N, one panel per C")
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
@@ -626,9 +625,7 @@ def _figures(
     a2.set_xlabel("bytes")
     a2.set_ylabel("transfer ms")
     fig.tight_layout()
-    p2 = out / "lifecycle_bandwidth.png"
-    fig.savefig(p2, dpi=90)
-    plt.close(fig)
+    p2 = save(fig, out / "lifecycle_bandwidth.svg")
     s.figure(p2, "Effective bandwidth vs bytes; transfer time vs bytes with the linear fit")
 
 
