@@ -43,9 +43,10 @@ class Piece:
     """Blocks holding chain positions [lo, hi) of one request. `hashes`: theirs (None:
     unhashed, positions then just count blocks); `owner`: the table that hashed them, which
     alone may grow the piece. `children`: what it was split into while held (its holders still
-    list it; releasing it releases them)."""
+    list it; releasing it releases them). `below`: KV tiers (sim/tiers.py): its blocks may
+    also be stored in a tier below HBM (they were loaded from one)."""
 
-    __slots__ = ("children", "hashes", "hi", "lo", "next", "owner", "prev", "ref")
+    __slots__ = ("below", "children", "hashes", "hi", "lo", "next", "owner", "prev", "ref")
 
     def __init__(
         self, hashes: list[int] | None, lo: int, hi: int, ref: int, owner: object = None
@@ -55,6 +56,7 @@ class Piece:
         self.lo = lo
         self.hi = hi
         self.ref = ref
+        self.below = False
         self.children: list[Piece] | None = None
         self.prev: Piece | None = None
         self.next: Piece | None = None
@@ -128,9 +130,9 @@ class BlockPool:
         self.queued = 0
         self.evictions = 0  # cached blocks reused for other content
         # KV tiers below HBM (sim/tiers.py): when a list, every eviction appends the blocks
-        # that left the cache, as (first chain position, hashes in position order), for the
-        # owner to move down.
-        self.evict_log: list[tuple[int, list[int]]] | None = None
+        # that left the cache, as (first chain position, hashes in position order, whether
+        # the piece may also be stored below), for the owner to move down.
+        self.evict_log: list[tuple[int, list[int], bool]] | None = None
 
     @property
     def cached(self) -> dict[int, Piece]:
@@ -416,7 +418,7 @@ class BlockPool:
             if lo == p.lo:
                 del self.heads[p.hashes[0]]
             if self.evict_log is not None:
-                self.evict_log.append((lo, p.hashes[lo - p.lo :]))
+                self.evict_log.append((lo, p.hashes[lo - p.lo :], p.below))
             del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
             self.evictions += hi - lo
             return
@@ -427,7 +429,7 @@ class BlockPool:
             deque(map(cached.__delitem__, hashes), maxlen=0)
             self.evictions += hi - lo
             if log is not None:
-                log.append((lo, hashes))
+                log.append((lo, hashes, p.below))
             return
         pos = hi
         for h in reversed(hashes):  # queue order: tail first
@@ -437,7 +439,7 @@ class BlockPool:
                 del cached[h]
                 self.evictions += 1
                 if log is not None:
-                    log.append((pos, [h]))
+                    log.append((pos, [h], True))
                 continue
             if cached[h] is p:  # another block still holds h: it stays cached
                 cached[h] = others.pop()
@@ -460,6 +462,9 @@ class BlockPool:
             Piece(p.hashes[lo - p.lo : hi - p.lo], lo, hi, p.ref, p.owner)
             for lo, hi in pairwise(bounds)
         ]
+        if p.below:
+            for part in parts:
+                part.below = True
         if p.ref == 0:
             after = p.next
             self._dequeue(p)

@@ -668,6 +668,8 @@ class Instance:
             host, disk = seq.reload[:2]
             seq.reload = None
             self._cache_full(seq, seq.num_computed)  # short of the prompt's last token
+            for p in seq.blocks.pieces:  # also stored below (a write checks them in full)
+                p.below = True
             self.external_hits += (host + disk) * self.bs
             return
         seq.num_computed = seq.num_tokens - 1  # vLLM recomputes the last prompt token

@@ -226,17 +226,31 @@ class TierStore:
         first = -r.lo % MARK  # index in hs of the first chain position divisible by MARK
         index.update(zip(hs[first::MARK], repeat(r)))
 
-    def put(self, runs: Sequence[tuple[int, list[int]]], now: float) -> int:
+    def put(
+        self,
+        runs: Sequence[tuple[int, list[int]]],
+        now: float,
+        sampled: Sequence[bool] | None = None,
+    ) -> int:
         """Store runs (chain position of the first block, hashes in position order), the
         first one least recent; blocks already stored are touched, the others written in one
         transfer (FIFO on `write`). Overflow is evicted (down, if a tier is below). Returns
-        how many blocks were new."""
+        how many blocks were new.
+
+        `sampled[i]`: run i is checked for stored blocks at its first block and its indexed
+        positions only, not block by block (the caller knows it was not loaded from here; see
+        `InstanceTiers.offload`)."""
         index = self.index
         fresh: list[Run] = []
-        for lo, hashes in runs:
+        for i, (lo, hashes) in enumerate(runs):
             if not hashes:
                 continue
-            if index.keys().isdisjoint(hashes):
+            if (
+                index.keys().isdisjoint(hashes[-lo % MARK :: MARK])
+                and self._find(hashes, 0, lo) is None
+                if sampled is not None and sampled[i]
+                else index.keys().isdisjoint(hashes)
+            ):
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
                 r = Run(lo, hashes)
@@ -367,12 +381,18 @@ class InstanceTiers:
             if store is not None:
                 store.hold(hashes, until)
 
-    def offload(self, runs: list[tuple[int, list[int]]], now: float) -> None:
-        """Blocks HBM evicted: runs (first chain position, hashes), in eviction order (the
-        first evicted is the oldest here too)."""
+    def offload(self, log: list[tuple[int, list[int], bool]], now: float) -> None:
+        """Blocks HBM evicted: runs (first chain position, hashes, whether they may also be
+        stored here), in eviction order (the first evicted is the oldest here too).
+
+        Blocks never loaded from a tier can be stored there only if HBM recomputed them past
+        a gap in the tier (rare: a prompt's runs are evicted tail first). Those are checked at
+        the run's first block and indexed positions only: a stored run overlapping them
+        unseen lies between two indexed positions, so fewer than MARK blocks may be held
+        twice, which costs capacity, never a hit (each run keeps its own index entries)."""
         top = self.top
         assert top is not None
-        top.put(runs, now)
+        top.put([(lo, hs) for lo, hs, _ in log], now, [not below for _lo, _hs, below in log])
 
     def claim(self, hashes: Sequence[int], a: int, host: int, disk: int) -> tuple[float, float]:
         """A request will load blocks [a, a + host) from host and the next `disk` from disk:
