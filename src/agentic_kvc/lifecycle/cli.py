@@ -31,12 +31,22 @@ def lifecycle() -> None:
 )
 @click.option("--reps", type=int, default=None, help="Kept repetitions (overrides the grid's).")
 @click.option(
+    "--c",
+    "cs",
+    type=int,
+    multiple=True,
+    help="Only these cached-prefix lengths C of the grid (repeatable): one pipeline job per C "
+    "(workflow/rules/sweeps.smk).",
+)
+@click.option(
     "--model",
     default=None,
     help="Model name, path or hub id (overrides the grid's: tiny on CPU, the seeds' model "
     "for gpu).",
 )
-def run_cmd(grid_name: str, out: Path | None, reps: int | None, model: str | None) -> None:
+def run_cmd(
+    grid_name: str, out: Path | None, reps: int | None, cs: tuple[int, ...], model: str | None
+) -> None:
     """Start P and D (2 vLLM instances of the grid's model), run it, write records + summary.csv.
 
     Wrap it in `flock /tmp/akvc_vllm.lock flock /tmp/akvc_cpu.lock` on a shared machine.
@@ -59,6 +69,13 @@ def run_cmd(grid_name: str, out: Path | None, reps: int | None, model: str | Non
     grid = GRIDS[grid_name] if reps is None else replace(GRIDS[grid_name], reps=reps)
     if model is not None:
         grid = replace(grid, model=model)
+    if cs:
+        unknown = sorted(set(cs) - set(grid.cs))
+        if unknown:
+            raise click.BadParameter(
+                f"C {unknown} not in grid {grid_name!r}: {grid.cs}", param_hint="--c"
+            )
+        grid = replace(grid, cs=[c for c in grid.cs if c in cs])
     out = out or Path("results/lifecycle") / grid_name
     meta = run_grid(grid, out, log=lambda m: click.echo(m, err=True))
     cal = calibration(load_records(out), source=str(out))
