@@ -247,7 +247,9 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     ids = sorted(_run_calls(calls))
     assert len(ids) == 2
+    # Per-run rows are on the page REPORT.md links to (results/report/runs.md).
     report = (pipeline / "REPORT.md").read_text()
+    report += (pipeline / "results" / "report" / "runs.md").read_text()
     for run_id in ids:
         recs = [r for r in read_jsonl(pipeline / f"results/runs/{run_id}/requests.jsonl")]
         ok = [r["ttft_s"] for r in recs if not r["error"]]

@@ -122,6 +122,10 @@ def verdict(
     off = abs(obtained - reference)
     width = allowed(reference, tolerance)
     gap = f"{fmt_value(obtained, unit)} vs reference {fmt_value(reference, unit)}"
+    if direction == "none" and margin is not None:
+        gap += (
+            f", interval inside the equivalence margin +/-{margin * scale:g}{suffix.strip() or '%'}"
+        )
     # Equal at the printed precision: 0.1 percentage point, or 0.1 ms.
     if off <= (PRECISION if unit == "relative" else 0.05):
         return REPRODUCED, f"{gap}, interval {interval}"
