@@ -380,6 +380,7 @@ MEDIUM_TIERS: dict[str, str] = {
     "disk": "disk",
     "fs": "disk",
     "obj": "disk",
+    "storage": "disk",  # vLLM's MEDIUM_STORAGE: SimpleCPUOffloadConnector's disk backend
 }
 TIERS = ("hbm", "host", "disk")
 

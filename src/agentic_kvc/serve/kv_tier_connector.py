@@ -38,6 +38,7 @@ import errno
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (
     SimpleCPUOffloadConnector as _VllmSimpleCPUOffloadConnector,
 )
+from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
 from vllm.v1.simple_kv_offload.worker import SimpleCPUOffloadWorker
 
 log = logging.getLogger("agentic_kvc.kv_tier")
@@ -98,6 +100,21 @@ def read_fault(path: str | None) -> str | None:
     if text and text not in FAULTS:
         raise ValueError(f"{path}: unknown KV tier fault {text!r}; expected one of {FAULTS}")
     return text or None
+
+
+@dataclass
+class HostTierWorkerMetadata(SimpleCPUOffloadWorkerMetadata):
+    """vLLM's worker -> scheduler report, plus the tier blocks whose store failed this step:
+    the scheduler side drops them from the tier's pool, so no request is promised them."""
+
+    failed_store_blocks: list[int] = field(default_factory=list)
+
+    def aggregate(self, other: Any) -> HostTierWorkerMetadata:
+        merged = dict(self.completed_store_events)
+        for k, v in other.completed_store_events.items():
+            merged[k] = merged.get(k, 0) + v
+        failed = sorted({*self.failed_store_blocks, *getattr(other, "failed_store_blocks", [])})
+        return HostTierWorkerMetadata(completed_store_events=merged, failed_store_blocks=failed)
 
 
 class HostCopyBackend:
@@ -205,8 +222,8 @@ class HostTierWorker(SimpleCPUOffloadWorker):
         self.load_errors: set[int] = set()  # engine blocks whose load failed, not yet reported
         self.failed_loads = 0  # blocks, since start
         self.host_backend: HostCopyBackend | HostDiskBackend | None = None
-        # Host-tier slots whose store was failed on purpose (fault_file): their loads fail.
-        self._bad_host_slots: set[int] = set()
+        # Tier blocks whose store failed since the last report to the scheduler.
+        self._failed_stores: set[int] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         with _no_cuda_streams():
@@ -243,19 +260,18 @@ class HostTierWorker(SimpleCPUOffloadWorker):
         assert self.host_backend is not None, "KV caches were never registered"
         fault = read_fault(self.fault_file)
         if is_store and fault == "store_error":
+            # The copy is skipped: the slots hold nothing, as after a failed write.
             if isinstance(self.host_backend, HostDiskBackend):
                 self.host_backend.bad_slots.update(dst)
-            else:  # a host tensor cannot fail to take a copy; the slot is just not filled
-                self._bad_host_slots.update(dst)
+            self._failed_stores.update(dst)
         elif not is_store and fault == "load_error":
             self._fail_loads(dst)
+        elif is_store:
+            self.host_backend.copy(src, dst, is_store)
+            if isinstance(self.host_backend, HostDiskBackend):
+                self._failed_stores.update(self.host_backend.bad_slots.intersection(dst))
         else:
-            failed = self.host_backend.copy(src, dst, is_store)
-            if is_store:
-                self._bad_host_slots.difference_update(dst)
-            else:
-                bad = {d for s, d in zip(src, dst, strict=True) if s in self._bad_host_slots}
-                self._fail_loads(failed | bad)
+            self._fail_loads(self.host_backend.copy(src, dst, is_store))
         events.append((event_idx, _Done()))
 
     def _fail_loads(self, blocks: Sequence[int] | set[int]) -> None:
@@ -291,6 +307,18 @@ class HostTierWorker(SimpleCPUOffloadWorker):
                 self._store_events,
             )
 
+    def build_connector_worker_meta(self) -> HostTierWorkerMetadata | None:
+        """Completed stores (vLLM's report) and failed ones (ours) since the last call."""
+        if not self._completed_store_events and not self._failed_stores:
+            return None
+        meta = HostTierWorkerMetadata(
+            completed_store_events=self._completed_store_events,
+            failed_store_blocks=sorted(self._failed_stores),
+        )
+        self._completed_store_events = {}
+        self._failed_stores = set()
+        return meta
+
     def take_load_errors(self) -> set[int]:
         out, self.load_errors = self.load_errors, set()
         return out
@@ -301,6 +329,7 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
+        self.dropped_blocks = 0  # scheduler side: tier blocks dropped after a failed store
         vllm_worker = self.worker_handler
         if vllm_worker is None:
             return
@@ -313,6 +342,22 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
             disk_capacity_bytes=vllm_worker.disk_capacity_bytes,
             fault_file=os.environ.get(FAULT_FILE_ENV),
         )
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """vLLM's bookkeeping, then the tier blocks whose store failed leave the tier's pool
+        (their BlockRemoved events go out with the tier's medium): a block the tier does not
+        hold is never a hit, so its request is computed, not loaded from a bad slot."""
+        super().update_connector_output(connector_output)
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        failed = getattr(meta, "failed_store_blocks", None)
+        if failed and self.scheduler_manager is not None:
+            self.scheduler_manager.cpu_block_pool.evict_blocks(set(failed))
+            self.dropped_blocks += len(failed)
+            log.warning(
+                "KV tier: %d blocks not stored (%d since start); dropped from the tier's pool",
+                len(failed),
+                self.dropped_blocks,
+            )
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         worker = self.worker_handler
