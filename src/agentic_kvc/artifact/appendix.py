@@ -193,7 +193,7 @@ def render(reg: Registry, measured: Path = MEASURED) -> str:
         " claim over twice its declared time.",
         "\n\n".join(_experiment(i, c) for i, c in enumerate(reg.claims, 1)),
         "## Archived records",
-        "`gpu-archive` claims read raw run directories under `results/archive/`; "
+        "`cpu-archive` claims read raw run directories under `results/archive/`; "
         "`results/archive/MANIFEST.sha256` lists their SHA-256 sums (check with `akvc artifact"
         " manifest --check`, or `cd results/archive && sha256sum -c MANIFEST.sha256`) and"
         " `results/archive/MACHINE.md` describes the machine they were made on.",
