@@ -242,3 +242,33 @@ def test_link_is_fifo() -> None:
     assert link.send(0.0, 1_000_000) == pytest.approx(1.5)
     assert link.send(1.0, 500_000) == pytest.approx(2.5)  # queued behind the first
     assert link.send(3.0, 0, after=4.0) == pytest.approx(4.5)  # not before its data is there
+
+
+def test_a_loaded_request_is_scheduled_before_a_blocked_head() -> None:
+    # vLLM drains requests holding KV blocks first: a loaded request must not wait behind a
+    # head that cannot get blocks (nothing running would ever free them).
+    from agentic_kvc.config import KVTiersConfig
+    from agentic_kvc.sim.engine import Instance, Seq
+    from agentic_kvc.sim.profiles.hardware import tier_links
+    from agentic_kvc.sim.tiers import FleetTiers
+
+    inst = Instance(0, PROFILE.cost, 10, BS, 8, 1000)
+    tiers = FleetTiers(KVTiersConfig(host_gib=1.0), tier_links("cpu-tiny"), PROFILE, BS, 1, 0.0)
+    inst.set_tiers(tiers.instances[0])
+    chain = list(range(1, 7))
+    host = tiers.instances[0].host
+    assert host is not None
+    host.put([(0, chain[:5])], 0.0)
+    loaded = Seq(1, 6 * BS, 1, chain)  # blocks 0-4 in host, its last one recomputed
+    inst.submit(loaded)
+    step = inst.schedule(0.0)
+    assert step is not None and step.transfers == [loaded] and loaded.reload is not None
+    head = Seq(2, 10 * BS, 1, list(range(100, 110)))  # needs all 10 blocks: 5 are taken
+    inst.waiting.appendleft(head)  # at the head of the queue, as a preempted request returns
+    inst.step = step
+    inst.finish_step()
+    assert inst.schedule(0.0) is None  # the load is in flight, the head cannot fit
+    inst.kv_landed(loaded)
+    step = inst.schedule(1.0)
+    assert step is not None and step.seqs == [loaded] and step.num_new == [BS]
+    assert list(inst.waiting) == [head]
