@@ -109,12 +109,16 @@ def cdf_panels(
     rows_ = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows_, cols, figsize=(3.3 * cols, 2.6 * rows_), squeeze=False)
     qs = np.linspace(0, 1, points)
+    # One colour per series name across panels, so a policy reads the same everywhere.
+    names = list(dict.fromkeys(label for series in panels.values() for label in series))
+    colour = {label: f"C{i % 10}" for i, label in enumerate(names)}
     for ax, (name, series) in zip(axes.flat, panels.items(), strict=False):
         for label, values in series.items():
             v = np.asarray(values, dtype=float)
             v = v[np.isfinite(v) & (v > 0)]
             if v.size:
-                ax.plot(np.quantile(v, qs), qs, lw=1.1, label=label)
+                ax.plot(np.quantile(v, qs), qs, lw=1.1, label=label, color=colour[label])
+        ax.legend(fontsize=5)
         ax.set_xscale("log")
         ax.set_title(name, fontsize=8)
         ax.set_xlabel(xlabel, fontsize=7)
@@ -123,7 +127,6 @@ def cdf_panels(
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     axes[0, 0].set_ylabel("share of requests", fontsize=7)
-    axes[0, 0].legend(fontsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return save(fig, out)
