@@ -74,3 +74,17 @@ def test_parse_reads_percent_and_ms() -> None:
     assert v is not None and (v.value, v.lo, v.hi) == (-6.7, -13.1, -0.2) and v.significant
     assert parse("y: +26.8 ms [+20.7, +32.9]", "ms").value == 26.8
     assert parse("identical: the mechanism never acted") is None
+
+
+def test_every_headline_reads_a_section_the_report_renders() -> None:
+    """A renamed study or section would silently drop its headline: the names must exist."""
+    import yaml
+
+    from agentic_kvc.analysis.studies import STUDY_MODULES
+
+    repo = Path(__file__).resolve().parents[2]
+    sections = yaml.safe_load((repo / "config" / "config.yaml").read_text())["sections"]
+    assert len(HEADLINES) + 2 <= MAX_HEADLINES  # + the policy's evidence and fidelity
+    for h in HEADLINES:
+        assert h.study in (*STUDY_MODULES, *sections), h.study
+        assert h.label in ("simulated", "real")
