@@ -6,8 +6,11 @@ events. A session's first turn is pushed out of HBM by two other prompts; its ne
 then find its prefix in the host tier, by the engine's own counters
 (`prompt_tokens_cached_by_source{source="host"}`, the connector's load counter), faster than a
 full recompute of the same prompt on the same engine (the same prompt with a fresh
-`cache_salt`, so no tier or HBM block matches), with the same greedy answer. The exact view,
-fed by the engine's KV events, must expect those tokens from the host tier, not from HBM.
+`cache_salt`, so no tier or HBM block matches), with the same greedy answer. The turns go
+through the proxy with the exact view, fed by the engine's KV events: the view must expect
+those tokens from the host tier, not from HBM, and the request's record says so
+(`predicted_host_tokens`) beside the engine's `cached_tokens`. Both TTFTs compared are the
+client's, through the proxy.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +27,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentic_kvc.cache.kv_events import ExactCacheView
 from agentic_kvc.config import FleetConfig, KVTiersConfig
-from agentic_kvc.policy.base import RequestView
+from agentic_kvc.policy.base import RequestView, TierHits
 from agentic_kvc.proxy.cache_view import make_hasher
+from agentic_kvc.proxy.server import ProxyThread
+from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.serve.kv_connectors import KVLaunch, kv_launch
 from agentic_kvc.serve.launcher import VllmFleet
 
@@ -84,50 +87,37 @@ def complete(url: str, model: str, prompt: list[int], salt: str | None = None) -
     return {"ttft": ttft, "text": text, "cached": usage["prompt_tokens_details"]["cached_tokens"]}
 
 
-class EventFeed:
-    """The exact view fed from the engine's KV events on a thread (a SUB socket)."""
+SETTLE_TIMEOUT_S = 30.0
 
-    def __init__(self, endpoint: str) -> None:
-        import zmq
 
-        self.view = ExactCacheView(1, BLOCK)
-        self.lock = threading.Lock()
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.SUB)
-        self._sock.setsockopt(zmq.SUBSCRIBE, b"kv-events")
-        self._sock.setsockopt(zmq.RCVTIMEO, 200)
-        self._sock.connect(endpoint)
-        self._stop = threading.Event()
-        self.errors: list[str] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+def _view_hits(proxy: ProxyThread, prompt: list[int]) -> TierHits:
+    """What the proxy's exact view holds of `prompt` on instance 0, per tier (dict lookups:
+    safe from the test's thread)."""
+    hashes = tuple(make_hasher(BLOCK).hash(None, prompt))
+    rv = RequestView("probe", None, 0, len(prompt), 1, hashes, BLOCK)
+    return proxy.app.state.cache.tier_hits(rv, 1)[0]
 
-    def _run(self) -> None:
-        import zmq
 
-        while not self._stop.is_set():
-            try:
-                _, seq, payload = self._sock.recv_multipart()
-            except zmq.Again:
-                continue
-            try:
-                with self.lock:
-                    self.view.apply_message(0, int.from_bytes(seq, "big", signed=True), payload)
-            except ValueError as exc:
-                self.errors.append(str(exc))
+def _await(cond: Any, what: str) -> None:
+    """Wait on a condition, not a fixed sleep: KV events arrive late on a loaded machine."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
-    def tier_hits(self, prompt: list[int]) -> Any:
-        rv = RequestView(
-            "q", None, 0, len(prompt), 1, tuple(make_hasher(BLOCK).hash(None, prompt)), BLOCK
-        )
-        with self.lock:
-            return self.view.tier_hits(rv, 1)[0]
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close(0)
-        self._ctx.term()
+def _await_subscription(proxy: ProxyThread, url: str, model: str) -> None:
+    """Events published before the proxy's SUB socket joins are lost: probe the engine with
+    prompts of its own until the view shows one."""
+    for attempt in range(1_000):
+        probe = random.Random(90_000 + attempt).choices(range(100, 8000), k=2 * BLOCK + 1)
+        complete(url, model, probe)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.0 and _view_hits(proxy, probe).hbm == 0:
+            time.sleep(0.02)
+        if _view_hits(proxy, probe).hbm:
+            return
+    raise AssertionError("no KV events reached the proxy's view")
 
 
 @pytest.fixture(scope="module")
@@ -164,26 +154,38 @@ def test_spilled_session_prefix_comes_back_from_host_tier(
     tier_engine: VllmFleet, kv: KVLaunch
 ) -> None:
     url, model = tier_engine.urls[0], tier_engine.model_name
-    feed = EventFeed(kv.events_endpoints[0])
-    time.sleep(0.5)  # the SUB socket joins before traffic
+    records: list[dict[str, Any]] = []
+    settings = ProxySettings(
+        backends=tier_engine.urls,
+        port=0,
+        policy="round_robin",
+        cache_view="exact",
+        kv_events=kv.events_endpoints,
+        scrape_interval_s=0.5,
+        on_record=records.append,
+    )
     rng = random.Random(30)
 
     def prompt(n: int) -> list[int]:
         return [rng.randrange(100, 8000) for _ in range(n)]
 
+    want = (PROMPT // BLOCK) * BLOCK  # the session's full blocks
     tier_ttft, recompute_ttft = [], []
-    try:
+    with ProxyThread(settings) as proxy:
+        _await_subscription(proxy, url, model)
         for r in range(ROUNDS):
             session = prompt(PROMPT)
-            complete(url, model, session)
+            complete(proxy.url, model, session)
             for _ in range(2):  # two other prompts push the session out of HBM
-                complete(url, model, prompt(PROMPT))
+                complete(proxy.url, model, prompt(PROMPT))
             turn2 = session + prompt(64)
-            want = (PROMPT // BLOCK) * BLOCK  # the session's full blocks
-            time.sleep(0.3)  # the KV events of the flush reach the view
-            expected = feed.tier_hits(turn2)
+            # The view, from KV events with a medium, sees the session in the host tier only.
+            _await(
+                lambda t=turn2: (_view_hits(proxy, t).hbm, _view_hits(proxy, t).host) == (0, want),
+                f"round {r}: the view never showed the session in the host tier only",
+            )
             before = counters(url)
-            got = complete(url, model, turn2)
+            got = complete(proxy.url, model, turn2)
             after = counters(url)
             delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
             # The engine's own account: every cached token came from the host tier.
@@ -191,16 +193,16 @@ def test_spilled_session_prefix_comes_back_from_host_tier(
             assert delta["vllm:prompt_tokens_cached_by_source_total[host]"] == want, delta
             assert delta.get("vllm:prompt_tokens_cached_by_source_total[device]", 0) == 0
             assert delta["vllm:simple_kv_offload_load_blocks_total"] == want // BLOCK
-            # The view, from KV events with a medium, expected the same split.
-            assert (expected.hbm, expected.host, expected.disk) == (0, want, 0), expected
-            cold = complete(url, model, turn2, salt=f"cold-{r}")
+            # The proxy's record: what the view expected per tier, beside the engine's usage.
+            _await(lambda n=5 * r + 4: len(records) >= n, "the proxy wrote no record")
+            rec = records[-1]
+            assert (rec["predicted_cached_tokens"], rec["predicted_host_tokens"]) == (0, want)
+            assert rec["predicted_disk_tokens"] == 0 and rec["cached_tokens"] == want
+            cold = complete(proxy.url, model, turn2, salt=f"cold-{r}")
             assert cold["cached"] == 0
             assert cold["text"] == got["text"]  # the tier's KV gives the recomputed answer
             tier_ttft.append(got["ttft"])
             recompute_ttft.append(cold["ttft"])
-    finally:
-        feed.close()
-    assert not feed.errors
     assert statistics.median(tier_ttft) < statistics.median(recompute_ttft), (
         tier_ttft,
         recompute_ttft,

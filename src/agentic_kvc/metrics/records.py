@@ -32,6 +32,8 @@ _OMIT_WHEN_NONE = (
     "disk_tokens",
     "recomputed_tokens",
     "reload_wait_s",
+    "predicted_host_tokens",
+    "predicted_disk_tokens",
 )
 
 
@@ -83,6 +85,11 @@ class RequestRecord:
     disk_tokens: int | None = None
     recomputed_tokens: int | None = None
     reload_wait_s: float | None = None
+    # Real runs whose exact view knows tiers (issue 30): the prompt tokens the view expected
+    # the prefill instance to load from host memory / disk, beside the engine's `cached_tokens`
+    # (its HBM hit plus those loads).
+    predicted_host_tokens: int | None = None
+    predicted_disk_tokens: int | None = None
 
     def finalize(self) -> RequestRecord:
         """Fill the derived latencies from the timestamps (idempotent)."""

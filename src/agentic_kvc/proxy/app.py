@@ -382,6 +382,9 @@ class ProxyApp:
             decision.policy = decision.policy or self.settings.policy
             ticket = self.state.admit(request, decision, self.now())
             _fill_decision(rec, decision)
+            if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
+                hits = fleet.tier_hits(request)[decision.prefill]
+                rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
             if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
                 rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
             self.metrics.decision(decision.route_class, decision.reason)
