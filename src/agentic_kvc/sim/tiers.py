@@ -299,7 +299,9 @@ class TierStore:
 
     def _evict(self, n: int, now: float) -> None:
         lru, held, until, index = self.lru, self.held, self.held_until, self.index
+        below = self.below
         out: list[tuple[int, list[int]]] = []
+        dropped = 0
         while n > 0:
             # Held runs whose pause is over go first, then LRU, then the held ones.
             if held:
@@ -320,23 +322,23 @@ class TierStore:
                     continue
             k = min(n, len(hs))
             cut = len(hs) - k
-            gone = hs[cut:]
-            del hs[cut:]
             lo = r.lo + cut
-            first = -lo % MARK
-            deque(map(index.pop, gone[first::MARK], repeat(None)), maxlen=0)
-            if not hs:
-                index.pop(gone[0], None)  # the head
+            first = cut + (-lo % MARK)
+            deque(map(index.pop, hs[first::MARK], repeat(None)), maxlen=0)
+            if cut == 0:
+                index.pop(hs[0], None)  # the head
                 del src[r]
             if until:
-                deque(map(until.pop, gone, repeat(None)), maxlen=0)
-            out.append((lo, gone))
+                deque(map(until.pop, hs[cut:], repeat(None)), maxlen=0)
+            if below is not None:  # (else no copy: each one touches every block)
+                out.append((lo, hs[cut:]))
+            del hs[cut:]
+            dropped += k
             n -= k
-        dropped = sum(len(g) for _lo, g in out)
         self.n -= dropped
         self.evicted += dropped
-        if self.below is not None and out:
-            self.below.put(out, now)
+        if below is not None and out:
+            below.put(out, now)
 
 
 class TierHitsTuple(NamedTuple):
