@@ -56,13 +56,17 @@ $(STAMPS)/peers:
 
 peers: $(STAMPS)/peers  ## .venv-peers with vllm-router, aiperf, kvcache-simulator (benchmarks)
 
-# redis-server (the Debian package) for `akvc serve --redis` and its test. Best effort: where
-# there is no apt-get or no root it says so, and the test that needs it skips.
+# redis-server (the Debian package) for `akvc serve --redis` and its test, chromium for the
+# JupyterLab browser test (Playwright drives it; it never downloads a browser of its own).
+# Best effort: where there is no apt-get or no root it says so, and the test that needs it skips.
 $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; } \
 		|| echo "note: redis-server not installed; the test that needs it will skip"
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+		|| echo "note: chromium not installed; the JupyterLab browser test will skip"
 	touch $@
 
 system: $(STAMPS)/system  ## redis-server via apt-get when missing (best effort)
