@@ -84,3 +84,13 @@ def test_missing_or_out_of_order_points_fail_criterion_1(
     _events(tmp_path, {"ev": "layout"})
     assert _status(tmp_path) == "not met"
     assert words in lifecycle.analyse(tmp_path).answer
+
+
+def test_the_largest_cell_finding_says_when_it_is_within_the_spread(tmp_path: Path) -> None:
+    _write(tmp_path)
+    _events(tmp_path, {"ev": "layout"})
+    line = next(f for f in lifecycle.analyse(tmp_path).findings if "PD - colocated" in f)
+    # Identical repetitions: no spread, a difference beyond it.
+    assert "within the repeats' spread" not in line
+    cell = [json.loads(p.read_text()) for p in tmp_path.glob("C0_N2048_O1_rep*.json")]
+    assert lifecycle.repeat_spread(cell) == 0.0

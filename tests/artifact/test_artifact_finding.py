@@ -104,3 +104,20 @@ def test_shipped_finding_claims_name_sections_of_the_report() -> None:
     assert {c.spec["study"] for c in findings} >= {"lifecycle", "epd"}
     for c in findings:
         assert f"study_{c.spec['study']}" in cfg["notebooks"], c.id
+
+
+def test_a_real_finding_the_section_finds_within_the_spread_fails(tmp_path: Path) -> None:
+    folder = tmp_path / "tables" / "study_demo"
+    folder.mkdir(parents=True)
+    line = (
+        "Lifecycle: PD - colocated TTFT at (C, N, O) max: +26.8 ms [+20.7, +32.9]; within the "
+        "repeats' spread (40% of the mean)."
+    )
+    (folder / "findings.json").write_text(json.dumps({"findings": [line]}))
+    kw = {"unit": "ms", "tolerance": {"kind": "direction"}}
+    real = _claim("C3", "Lifecycle: PD - colocated", 26.8, "higher", tier="cpu-real", **kw)
+    rec = evaluate(real, tmp_path, None, tmp_path)
+    assert rec["verdict"] == NOT_REPRODUCED and "spread" in rec["reason"]
+    # A simulated claim on the same line is not judged by the real engines' rule.
+    sim = _claim("C4", "Lifecycle: PD - colocated", 26.8, "higher", **kw)
+    assert evaluate(sim, tmp_path, None, tmp_path)["verdict"] == DIRECTION_ONLY

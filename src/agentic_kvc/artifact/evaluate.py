@@ -21,8 +21,12 @@ from agentic_kvc.analysis.paired import QUANTILE_METRICS, paired_compare
 from agentic_kvc.analysis.studies.base import load_study
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.artifact.registry import REAL_TIERS, Claim
-from agentic_kvc.artifact.verdict import MAX_ERROR_SHARE, UNITS, verdict
+from agentic_kvc.artifact.verdict import MAX_ERROR_SHARE, NOT_REPRODUCED, UNITS, verdict
 from agentic_kvc.io import atomic_write_text
+
+# What a section's finding line says when a real-engine difference is within the repeats'
+# spread (studies real and lifecycle write it).
+WITHIN_SPREAD = "within the repeats' spread"
 
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 # "-44.9% [-59.4, -30.7]" (relative) or "+554.9 ms [+532.1, +577.7]" (ms).
@@ -158,6 +162,8 @@ def _finding(claim: Claim, results: Path) -> tuple[dict[str, Any], dict[str, Any
         )
     value, lo, hi = (float(g) / UNITS[unit][0] for g in m.groups())
     obtained: dict[str, Any] = {"value": value, "ci_low": lo, "ci_high": hi, "finding": line}
+    if line and WITHIN_SPREAD in line:
+        obtained["within_spread"] = True  # the section applied the spread rule and says so
     strongest = claim.spec.get("strongest_finding")
     if strongest:
         s_line = next((x for x in lines if x.startswith(strongest)), None)
@@ -197,6 +203,11 @@ def judge(claim: Claim, obtained: dict[str, Any]) -> tuple[str, str]:
     """The verdict of `obtained` (a claim file's) against the claim's spec: its reference,
     tolerance, equivalence margin, error-share limit and, for real engines, the spread."""
     spec = claim.spec
+    if claim.tier in REAL_TIERS and obtained.get("within_spread") and spec["direction"] != "none":
+        return NOT_REPRODUCED, (
+            "the section finds the difference within the repeats' own spread, so the "
+            "machine's load alone could make it"
+        )
     return verdict(
         obtained["value"],
         obtained["ci_low"],

@@ -334,7 +334,23 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
         f"{c2}, R^2 {c3}, bytes-vs-C {c4}, break-even {c5}).",
     ]
     if over_rows:
-        s.findings.append(f"Lifecycle: PD - colocated TTFT at (C, N, O) max: {over_rows[-1][3]}.")
+        top = max(cells)
+        spread = repeat_spread(cells[top])
+        mean_colo = _mean([r["colocated"]["breakdown_ms"].get("ttft") for r in cells[top]])
+        diff = _mean([r["breakdown_ms"].get("ttft_overhead_vs_colo") for r in cells[top]])
+        # docs/statistics.md's rule for real engines: a difference within the repeats' own
+        # spread is said to be (a claim on this line then fails).
+        within = (
+            spread is not None
+            and np.isfinite(diff)
+            and mean_colo
+            and abs(diff) / mean_colo <= spread
+        )
+        s.findings.append(
+            f"Lifecycle: PD - colocated TTFT at (C, N, O) max: {over_rows[-1][3]}"
+            + (f"; within the repeats' spread ({spread:.0%} of the mean)" if within else "")
+            + "."
+        )
     s.answer = (
         (
             "Every point of every request was observed, in order, with no probe error"
@@ -348,6 +364,21 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     if figures_dir is not None:
         _figures(s, recs, cells, tf, Path(figures_dir))
     return s
+
+
+def repeat_spread(recs: list[dict[str, Any]]) -> float | None:
+    """The repeats' own spread of one cell: (max - min) / mean of TTFT per repetition, the
+    larger of the split and the colocated side's; None with fewer than two repetitions."""
+    out = []
+    for side in (
+        [r["breakdown_ms"].get("ttft") for r in recs],
+        [r["colocated"]["breakdown_ms"].get("ttft") for r in recs],
+    ):
+        vals = [float(v) for v in side if v is not None]
+        mean = sum(vals) / len(vals) if vals else 0.0
+        if len(vals) >= 2 and mean:
+            out.append((max(vals) - min(vals)) / mean)
+    return max(out) if out else None
 
 
 EVENTS_FILE = "engine_events.jsonl"  # the connector's probe log (lifecycle.connector)
