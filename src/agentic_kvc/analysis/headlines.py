@@ -159,7 +159,9 @@ HEADLINES: tuple[Headline, ...] = (
         ("Lifecycle: PD - colocated TTFT at (C, N, O) max:",),
         lambda v: (
             "On real CPU engines with NIXL, splitting prefill from decode against colocated "
-            f"prefill at the grid's largest request, TTFT: {v.interval('ms')}."
+            f"prefill at the grid's largest request, TTFT: {v.interval('ms')}"
+            + ("; within the repeats' own spread" if "within the repeats" in v.line else "")
+            + "."
         ),
         unit="ms",
     ),
