@@ -96,15 +96,16 @@ class ReplicaStates:
         self._owner[id(ticket)] = self.state
         return ticket
 
-    def prefill_done(self, t: Ticket) -> None:
-        self._owner[id(t)].prefill_done(t)
+    # `now` as RouterState takes it (a replica whose policy fits its cost model online needs it).
+    def prefill_done(self, t: Ticket, now: float | None = None) -> None:
+        self._owner[id(t)].prefill_done(t, now)
 
-    def first_token(self, t: Ticket) -> None:
-        self._owner[id(t)].first_token(t)
+    def first_token(self, t: Ticket, now: float | None = None) -> None:
+        self._owner[id(t)].first_token(t, now)
 
-    def finish(self, t: Ticket, output_tokens: int = 0) -> None:
+    def finish(self, t: Ticket, output_tokens: int = 0, now: float | None = None) -> None:
         owner = self._owner.pop(id(t))
-        owner.finish(t, output_tokens)
+        owner.finish(t, output_tokens, now)
 
     def set_healthy(self, instance: int, healthy: bool) -> None:
         for r in self.replicas:
