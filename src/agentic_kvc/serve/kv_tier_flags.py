@@ -125,6 +125,9 @@ def combine(existing: dict[str, Any], tier: dict[str, Any]) -> dict[str, Any]:
         children = list(existing.get("kv_connector_extra_config", {}).get("connectors", []))
     else:
         children = [existing]
+    # MultiConnector passes its own engine_id to every child; one in a child is an error
+    # ("got multiple values for keyword argument 'engine_id'", vLLM 0.32).
+    children = [{k: v for k, v in c.items() if k != "engine_id"} for c in children]
     role = existing.get("kv_role", "kv_both")
     out: dict[str, Any] = {
         "kv_connector": "MultiConnector",
