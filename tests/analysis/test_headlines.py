@@ -56,12 +56,14 @@ def test_the_policy_evidence_comes_first_and_the_list_stays_at_ten(tmp_path: Pat
     }
     (tmp_path / "policy_robustness.json").write_text(json.dumps(doc))
     many = {h.study: [f"{h.sources[0]} -10.0% [-20.0, -5.0]"] for h in HEADLINES}
-    many["elastic_load"] = [f"{s} -10.0% [-20.0, -5.0]" for s in HEADLINES[4].sources]
-    many["routers"] = [f"{s} +50.0% [+20.0, +90.0]" for s in HEADLINES[-1].sources]
+    for h in HEADLINES:  # every source of every headline present
+        many[h.study] = [f"{s} -10.0% [-20.0, -5.0]" for s in h.sources]
     out = render_headlines(many, [tmp_path])
     assert out[0].study == "bench-policy_robustness" and len(out) <= MAX_HEADLINES
     assert "worse than the best peer on 1 of 3 simulated workloads" in out[0].text
     assert ": c;" in out[0].text and "-36.0% [-41.0, -30.0] TTFT p90 on a" in out[0].text
+    tiers = next(r for r in out if r.study == "tiers")  # the KV-tier finding ranks high
+    assert "128 GiB host KV tier lowers the best tier-blind router's TTFT p90" in tiers.text
 
 
 def test_policy_headline_with_no_lead_says_so() -> None:
