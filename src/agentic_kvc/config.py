@@ -123,6 +123,13 @@ class SimConfig(_Strict):
     # KV retention across tool pauses: a session's KV stays held this long after its turn
     # ends (sim/engine.py). 0 (default) is vLLM's plain LRU; left out of the run id then.
     kv_retention_ttl_s: float = Field(0.0, ge=0)
+    # Pause-aware KV placement (docs/kv_tiers.md, policy/pause.py): per turn the router
+    # predicts the session's next tool pause from its pauses so far and tells the engine to
+    # hold its KV in HBM that long, or (a predicted pause over `pause_keep_max_s`) to demote
+    # it at the turn's end: written below HBM, its blocks first to be reused. Off (default):
+    # both fields left out of the run id.
+    pause_aware: bool = False
+    pause_keep_max_s: float = Field(30.0, gt=0)
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
     # (sim/serving_fit.py) delays requests or slows steps by it; others ignore it. 0 (default):
@@ -164,6 +171,8 @@ class RunConfig(_Strict):
         for key in ("kv_retention_ttl_s", "host_neighbour_threads"):
             if not out["sim"][key]:  # likewise: ids from before these fields unchanged
                 del out["sim"][key]
+        if not self.sim.pause_aware:  # likewise
+            del out["sim"]["pause_aware"], out["sim"]["pause_keep_max_s"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
         return out

@@ -395,6 +395,21 @@ class BlockPool:
         table.pieces = []
         table.n_hashed = table.n_unhashed = 0
 
+    def release_first(self, table: BlockTable) -> None:
+        """`release`, but the blocks no one holds go to the head of the free queue, in the
+        order `release` queues them: they are the next reused (pause-aware demotion)."""
+        head = self._queue.next
+        assert head is not None
+        if table.n_unhashed:
+            self._enqueue(Piece(None, 0, table.n_unhashed, 0), before=head)
+        for p in reversed(table.pieces):
+            for leaf in reversed(p.leaves()):
+                leaf.ref -= 1
+                if leaf.ref == 0:
+                    self._enqueue(leaf, before=head)
+        table.pieces = []
+        table.n_hashed = table.n_unhashed = 0
+
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""
         if self._by_block is None:

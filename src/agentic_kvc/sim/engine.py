@@ -67,6 +67,10 @@ class Seq:
     blocks: BlockTable = field(default_factory=BlockTable)  # its hashed blocks lead
     retain_key: str | None = None  # KV retention: the session this request's KV belongs to
     retain_after: bool = False  # hold its KV when it finishes (the session goes on)
+    # Pause-aware placement (policy/pause.py): the router's hint for when it finishes: hold
+    # its KV this long (None: the instance's TTL), or demote it below HBM at once.
+    retain_ttl_s: float | None = None
+    demote: bool = False
     cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
     remote_tokens: int = 0  # prompt tokens received by KV transfer
     # KV tiers (sim/tiers.py): prompt tokens loaded from host / disk at first admission, the
@@ -174,6 +178,11 @@ class Instance:
         self.retention_ttl_s = retention_ttl_s
         self.holds: dict[str, tuple[BlockTable, float]] = {}
         self.retained_releases = {"reused": 0, "expired": 0, "reclaimed": 0}
+        # Pause-aware placement: holds have per-request TTLs (so `holds` is no longer in
+        # expiry order) and a hold that expires is demoted, as is a turn the router says will
+        # pause long (`_demote`). `demoted`: turns demoted at their end, holds at expiry.
+        self.pause_aware = False
+        self.demoted = {"turn_end": 0, "expired": 0}
         # Prefill runs (see the module doc): on only when the owner says no one reads the
         # pool between steps; and not while a PD transfer may touch it mid-run (`_in_flight`:
         # remote KV loading here; `_held`: finished prefills whose blocks wait to be read).
@@ -236,13 +245,42 @@ class Instance:
         self.holds[key] = (seq.blocks, until)
         seq.blocks = BlockTable()
 
-    def _unhold(self, key: str, why: str) -> None:
+    def _unhold(self, key: str, why: str, now: float = 0.0) -> None:
         table, _until = self.holds.pop(key)
-        self.pool.release(table)
         self.retained_releases[why] += 1
+        if why == "expired" and self.pause_aware:
+            # The pause outlived its prediction: likely a long one (heavy tail).
+            self.demoted["expired"] += 1
+            self._demote(table, now)
+            return
+        self.pool.release(table)
+
+    def _demote(self, table: BlockTable, now: float) -> None:
+        """Pause-aware placement: a paused session's KV leaves HBM's way. Its prompt blocks
+        are written to the top tier below HBM now (if there is one and it is not written
+        through already), and its blocks join the head of the free queue, the first to be
+        reused: until then they still hit, after that the tier holds them."""
+        tiers = self.tiers
+        if tiers is not None and tiers.top is not None and not tiers.write_through:
+            hashes: list[int] = []
+            leaves = [leaf for p in table.pieces for leaf in p.leaves()]
+            for leaf in leaves:
+                hs = leaf.hashes
+                if hs is None or leaf.lo != len(hashes) or hs[0] >= _SYNTHETIC:
+                    break  # (the prompt's blocks lead, contiguous; generated ones after)
+                hashes += hs
+            if hashes:
+                tiers.top.put([(0, hashes)], now)
+                for leaf in leaves:
+                    leaf.below = True  # stored below: an eviction checks them in full
+        self.pool.release_first(table)
 
     def _expire(self, now: float) -> None:
         holds = self.holds
+        if self.pause_aware:  # per-request TTLs: any hold may be the next to expire
+            for key in [k for k, (_t, until) in holds.items() if until <= now]:
+                self._unhold(key, "expired", now)
+            return
         while holds:
             key, (_table, until) = next(iter(holds.items()))
             if until > now:
@@ -629,8 +667,13 @@ class Instance:
                 done = True
                 if self.tiers is not None:
                     self._turn_end(s, t)
-                if s.retain_after and s.retain_key is not None and self.retention_ttl_s > 0:
-                    self._hold(s.retain_key, s, t + self.retention_ttl_s)
+                ttl = self.retention_ttl_s if s.retain_ttl_s is None else s.retain_ttl_s
+                if s.retain_after and s.retain_key is not None and ttl > 0:
+                    self._hold(s.retain_key, s, t + ttl)
+                elif s.demote:
+                    self.demoted["turn_end"] += 1
+                    self._demote(s.blocks, t)
+                    s.blocks = BlockTable()
                 elif not s.hold_blocks:
                     self.pool.release(s.blocks)
                 else:
@@ -651,8 +694,9 @@ class Instance:
         assert tiers is not None
         if tiers.write_through and tiers.top is not None:
             tiers.top.put([(0, seq.block_hashes(0, seq.blocks.n_hashed))], t)
-        if seq.retain_after and self.retention_ttl_s > 0:
-            tiers.hold(seq.hashes, t + self.retention_ttl_s)
+        ttl = self.retention_ttl_s if seq.retain_ttl_s is None else seq.retain_ttl_s
+        if seq.retain_after and ttl > 0:
+            tiers.hold(seq.hashes, t + ttl)
 
     # ---- events from the fleet -------------------------------------------------------
 

@@ -32,6 +32,7 @@ from agentic_kvc.config import RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
+from agentic_kvc.policy.pause import PauseEstimator
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.sim.cost import EngineProfile, StepCost
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
@@ -222,6 +223,12 @@ class SimFleet:
         self.kv_bytes_per_s = config.sim.kv_transfer_gbps * 1e9 / 8
         self.mode = config.workload.mode
         self.retain = config.sim.kv_retention_ttl_s > 0
+        # Pause-aware placement (policy/pause.py): the router's pause estimate, None when off.
+        self.pause: PauseEstimator | None = None
+        if config.sim.pause_aware:
+            self.pause = PauseEstimator(keep_max_s=config.sim.pause_keep_max_s)
+            for inst in self.instances:
+                inst.pause_aware = True
         self.max_sessions = config.replay.max_inflight_sessions
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
@@ -433,6 +440,11 @@ class SimFleet:
         rec.t_prefill_sent = now
         if decision.disaggregated:  # D's own prefix hit, as the router's view predicts it
             rec.predicted_decode_cached_tokens = fleet_view.cached_tokens(view)[decision.decode]
+        hint = None
+        if self.pause is not None and sid is not None:  # the pause that ended; the next one
+            self.pause.arrived(sid, now)
+            if k + 1 < len(srun.session.requests):
+                hint = self.pause.hint(sid)
         flight = Flight(req, rec, ticket, srun)
         flight_k = (flight, k)
         self._uid += 1
@@ -447,6 +459,12 @@ class SimFleet:
                 # Only a turn that ends in a tool call (the session goes on) is worth holding;
                 # an engine sees that as finish_reason "tool_calls".
                 seq.retain_after = k + 1 < len(srun.session.requests)
+            if self.pause is not None:
+                seq.retain_key = sid  # (its admission ends the session's hold)
+            if hint is not None:  # carried with the request, as a connector's params would be
+                seq.retain_after = not hint.demote
+                seq.retain_ttl_s = hint.keep_s
+                seq.demote = hint.demote
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 
@@ -559,6 +577,12 @@ class SimFleet:
                 rec.t_done = seq.t_done
                 rec.output_tokens = seq.generated
                 self.state.finish(flight.ticket, seq.generated, self._now)
+                sid = flight.request.session_id
+                if self.pause is not None and sid is not None:
+                    if k + 1 < len(flight.session.session.requests):
+                        self.pause.finished(sid, self._now)
+                    else:
+                        self.pause.forget(sid)
                 rec.finalize()
                 self._request_done(flight.session, k)
                 # A flight and its sequences refer to each other (seq.tag): unlinked, they go
