@@ -35,6 +35,7 @@ from agentic_kvc.analysis.studies.base import (
     sec,
 )
 from agentic_kvc.analysis.studies.common import ordered, study
+from agentic_kvc.analysis.studies.figures import save
 
 NAME = "tiers"
 TITLE = "KV tiers below HBM, crossed with routing (simulator)"
@@ -193,7 +194,7 @@ def analyse(
             ],
             rows,
         )
-    fig = capacity_figure(curves, figures / "ttft_p90_by_host_capacity.png")
+    fig = capacity_figure(curves, figures / "ttft_p90_by_host_capacity.svg")
     if fig is not None:
         s.figure(
             fig,
@@ -299,10 +300,7 @@ def capacity_figure(curves: dict[str, dict[str, dict[str, float]]], out: Path) -
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def tokens_over_time_figure(df: pl.DataFrame, out: Path, bin_s: float = 60.0) -> Path | None:
@@ -341,7 +339,4 @@ def tokens_over_time_figure(df: pl.DataFrame, out: Path, bin_s: float = 60.0) ->
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(f"agentic-long, {DISK_SETUP}, {OURS} ({first})", fontsize=9)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return out
+    return save(fig, out)
