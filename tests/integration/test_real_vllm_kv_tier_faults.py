@@ -8,6 +8,9 @@ and the engine's counters say where its tokens came from:
 
 - connector error (the test's fault file: every store fails): the worker reports the failed
   blocks, the scheduler side drops them from the tier's pool: no disk-sourced hit, a recompute;
+- a load that fails (fault file `load_error`): vLLM is told the engine blocks are invalid
+  (`kv_load_failure_policy: recompute`), the tier blocks are dropped from the pool, and the
+  retried request is computed (it completes, with the cold answer);
 - tier path gone (the directory removed while the engine runs): the open file lives on, so
   the tier still serves, correctly;
 - disk full (the tmpfs filled by another file): every store fails with ENOSPC, the blocks are
@@ -121,6 +124,21 @@ def test_connector_error_falls_back_to_recompute(engine: tuple[VllmFleet, Path, 
     assert fleet.all_alive()
     # The fault is gone: the tier serves again.
     got, cold, delta = _spilled_turn(fleet, 3)
+    assert delta[DISK_SOURCE] == (PROMPT // BLOCK) * BLOCK and got["text"] == cold["text"]
+
+
+def test_failed_load_is_recomputed_and_the_request_completes(
+    engine: tuple[VllmFleet, Path, Path],
+) -> None:
+    fleet, fault_file, _ = engine
+    fault_file.write_text("load_error")
+    try:
+        got, cold, _ = _spilled_turn(fleet, 6)  # each request times out after 120 s
+    finally:
+        fault_file.unlink()
+    assert got["text"] == cold["text"]
+    assert fleet.all_alive()
+    got, cold, delta = _spilled_turn(fleet, 7)
     assert delta[DISK_SOURCE] == (PROMPT // BLOCK) * BLOCK and got["text"] == cold["text"]
 
 

@@ -22,10 +22,13 @@ transfers change:
 Both finish within the step that issues them, so vLLM's scheduler sees a load done at the
 next step, as it would for a fast CUDA copy.
 
-Faults. A store that fails (disk full, I/O error) marks its slot bad and logs why; a load from
-a bad slot, or one that fails itself, reports its engine blocks through
-`get_block_ids_with_load_errors`, and vLLM (with `kv_load_failure_policy: "recompute"`, which
-the launcher sets) recomputes them: the answer is the one a cold cache gives. A disk tier whose
+Faults. A store that fails (disk full, I/O error) is reported to the scheduler side in the
+worker's metadata, which drops its blocks from the tier's pool (their `BlockRemoved` events go
+out with the tier's medium): no request is promised them. A load that fails reports its engine
+blocks through `get_block_ids_with_load_errors`, so vLLM (with `kv_load_failure_policy:
+"recompute"`, which the launcher sets) recomputes them, and its tier blocks are dropped the
+same way, so the retried request does not load them again (it waited forever when it did,
+docs/kv_tiers_real.md). Either way the answer is the one a cold cache gives. A disk tier whose
 path cannot be created or opened stops the engine at start with an error naming the path.
 `AKVC_KV_TIER_FAULT_FILE` in the engine's env (tests only) names a file whose content, read
 before each copy, injects a connector error: `load_error` or `store_error`.
@@ -104,8 +107,8 @@ def read_fault(path: str | None) -> str | None:
 
 @dataclass
 class HostTierWorkerMetadata(SimpleCPUOffloadWorkerMetadata):
-    """vLLM's worker -> scheduler report, plus the tier blocks whose store failed this step:
-    the scheduler side drops them from the tier's pool, so no request is promised them."""
+    """vLLM's worker -> scheduler report, plus the tier blocks whose store or load failed this
+    step: the scheduler side drops them from the tier's pool, so no request is promised them."""
 
     failed_store_blocks: list[int] = field(default_factory=list)
 
@@ -222,7 +225,7 @@ class HostTierWorker(SimpleCPUOffloadWorker):
         self.load_errors: set[int] = set()  # engine blocks whose load failed, not yet reported
         self.failed_loads = 0  # blocks, since start
         self.host_backend: HostCopyBackend | HostDiskBackend | None = None
-        # Tier blocks whose store failed since the last report to the scheduler.
+        # Tier blocks whose store or load failed since the last report to the scheduler.
         self._failed_stores: set[int] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -265,17 +268,21 @@ class HostTierWorker(SimpleCPUOffloadWorker):
                 self.host_backend.bad_slots.update(dst)
             self._failed_stores.update(dst)
         elif not is_store and fault == "load_error":
-            self._fail_loads(dst)
+            self._fail_loads(src, dst, set(dst))
         elif is_store:
             self.host_backend.copy(src, dst, is_store)
             if isinstance(self.host_backend, HostDiskBackend):
                 self._failed_stores.update(self.host_backend.bad_slots.intersection(dst))
         else:
-            self._fail_loads(self.host_backend.copy(src, dst, is_store))
+            self._fail_loads(src, dst, self.host_backend.copy(src, dst, is_store))
         events.append((event_idx, _Done()))
 
-    def _fail_loads(self, blocks: Sequence[int] | set[int]) -> None:
+    def _fail_loads(self, src: Sequence[int], dst: Sequence[int], blocks: set[int]) -> None:
+        """Engine blocks whose load failed go to vLLM as invalid (it recomputes them), and
+        the tier blocks they came from to the scheduler side, which drops them from the pool:
+        the retried request finds no tier hit and is computed, instead of loading again."""
         if blocks:
+            self._failed_stores.update(s for s, d in zip(src, dst, strict=True) if d in blocks)
             self.load_errors.update(blocks)
             self.failed_loads += len(blocks)
             log.warning(
@@ -344,7 +351,7 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
         )
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """vLLM's bookkeeping, then the tier blocks whose store failed leave the tier's pool
+        """vLLM's bookkeeping, then the tier blocks whose store or load failed leave the pool
         (their BlockRemoved events go out with the tier's medium): a block the tier does not
         hold is never a hit, so its request is computed, not loaded from a bad slot."""
         super().update_connector_output(connector_output)
@@ -354,7 +361,7 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
             self.scheduler_manager.cpu_block_pool.evict_blocks(set(failed))
             self.dropped_blocks += len(failed)
             log.warning(
-                "KV tier: %d blocks not stored (%d since start); dropped from the tier's pool",
+                "KV tier: %d blocks failed to store or load (%d in all); dropped from the pool",
                 len(failed),
                 self.dropped_blocks,
             )
