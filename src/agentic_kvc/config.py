@@ -130,6 +130,9 @@ class SimConfig(_Strict):
     # both fields left out of the run id.
     pause_aware: bool = False
     pause_keep_max_s: float = Field(30.0, gt=0)
+    # false: the keep half only (a predicted long pause or an expired hold is released as
+    # vLLM releases, not demoted): the ablation of benchmarks/pause_aware.py.
+    pause_demote: bool = True
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
     # (sim/serving_fit.py) delays requests or slows steps by it; others ignore it. 0 (default):
@@ -173,6 +176,7 @@ class RunConfig(_Strict):
                 del out["sim"][key]
         if not self.sim.pause_aware:  # likewise
             del out["sim"]["pause_aware"], out["sim"]["pause_keep_max_s"]
+            del out["sim"]["pause_demote"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
         return out

@@ -131,6 +131,13 @@ def test_a_long_pause_demotes_the_session() -> None:
     b2 = _rec(base, "a2")
     assert (b2.cached_tokens, b2.host_tokens) == (64, 576)
     assert base.instances[0].demoted == {"turn_end": 0, "expired": 0}
+    # The keep half alone (pause_demote off): a0's expired hold and a1 (predicted long) are
+    # released as vLLM releases: the same blocks as plain LRU.
+    keep = _run(wl, HOST, pause_aware=True, pause_demote=False)
+    assert keep.instances[0].demoted == {"turn_end": 0, "expired": 0}
+    assert keep.instances[0].retained_releases["expired"] == 1
+    k2 = _rec(keep, "a2")
+    assert (k2.cached_tokens, k2.host_tokens) == (64, 576)
 
 
 def test_a_short_pause_keeps_the_session_in_hbm() -> None:

@@ -182,6 +182,7 @@ class Instance:
         # expiry order) and a hold that expires is demoted, as is a turn the router says will
         # pause long (`_demote`). `demoted`: turns demoted at their end, holds at expiry.
         self.pause_aware = False
+        self.pause_demote = True  # (off: the keep half alone; expired holds are released)
         self.demoted = {"turn_end": 0, "expired": 0}
         # Prefill runs (see the module doc): on only when the owner says no one reads the
         # pool between steps; and not while a PD transfer may touch it mid-run (`_in_flight`:
@@ -248,7 +249,7 @@ class Instance:
     def _unhold(self, key: str, why: str, now: float = 0.0) -> None:
         table, _until = self.holds.pop(key)
         self.retained_releases[why] += 1
-        if why == "expired" and self.pause_aware:
+        if why == "expired" and self.pause_aware and self.pause_demote:
             # The pause outlived its prediction: likely a long one (heavy tail).
             self.demoted["expired"] += 1
             self._demote(table, now)

@@ -229,6 +229,8 @@ class SimFleet:
             self.pause = PauseEstimator(keep_max_s=config.sim.pause_keep_max_s)
             for inst in self.instances:
                 inst.pause_aware = True
+                inst.pause_demote = config.sim.pause_demote
+        self.pause_demote = config.sim.pause_demote
         self.max_sessions = config.replay.max_inflight_sessions
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
@@ -464,7 +466,7 @@ class SimFleet:
             if hint is not None:  # carried with the request, as a connector's params would be
                 seq.retain_after = not hint.demote
                 seq.retain_ttl_s = hint.keep_s
-                seq.demote = hint.demote
+                seq.demote = hint.demote and self.pause_demote
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 
