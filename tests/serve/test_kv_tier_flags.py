@@ -103,3 +103,10 @@ def test_disk_path_that_cannot_be_made_fails_before_any_engine_starts(
     fleet = FleetConfig(instances=1, model=str(tiny_model), block_size=32, kv_tiers=tiers)
     with pytest.raises(LaunchError, match="disk_path"):
         plan_fleet(fleet, device="cpu")
+
+
+def test_the_connectors_event_media_map_to_tiers() -> None:
+    """vLLM's SimpleCPUOffloadConnector publishes "CPU" (host) and "STORAGE" (disk) media."""
+    from agentic_kvc.cache.prefix_index import medium_tier
+
+    assert [medium_tier(m) for m in ("GPU", "CPU", "STORAGE")] == ["hbm", "host", "disk"]
