@@ -13,6 +13,7 @@ from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.cache.tier_index import TieredPrefixIndex, disk_groups, estimated_view, tier_blocks
 from agentic_kvc.config import KVTiersConfig
 from agentic_kvc.policy.base import RequestView, TierHits
+from agentic_kvc.sim.tiers import MARK, Link, TierStore
 
 BS = 16
 A = [1, 2, 3, 4]  # a prompt of 4 blocks (chained: a block's hash fixes its prefix)
@@ -118,3 +119,46 @@ def test_a_reload_makes_the_host_copy_recent() -> None:
     # 4 over capacity: B is now the least recent run, not A.
     assert idx.host[0].run(B, 0, 4) == 0 and idx.host[0].run(A, 0, 4) == 2
     assert idx.tier_hits(_req(c), 1) == [TierHits(0, 4 * BS, 0)]
+
+
+def _chains(rng: random.Random, n: int, length: int) -> tuple[list[list[int]], dict[int, int]]:
+    """`n` chained prompts of `length` blocks that share prefixes (each branches off an
+    earlier one), and every hash's chain position."""
+    chains: list[list[int]] = []
+    pos: dict[int, int] = {}
+    nxt = 1
+    for _ in range(n):
+        keep = rng.randrange(length) if chains else 0
+        head = rng.choice(chains)[:keep] if chains else []
+        tail = list(range(nxt, nxt + length - keep))
+        nxt += length - keep
+        pos.update((h, keep + k) for k, h in enumerate(tail))
+        chains.append(head + tail)
+    return chains, pos
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_store_finds_stored_blocks_as_a_full_scan_would(seed: int) -> None:
+    # The store answers "does this run hold an indexed block, and where is the first" from
+    # its MARK positions and its off-MARK heads; on chained hashes that is what a scan of
+    # every block against the index gives (the answer the store's records depend on).
+    rng = random.Random(seed)
+    chains, pos = _chains(rng, 30, 400)
+    store = TierStore("t", 1500, 1, Link(1.0, 0.0), Link(1.0, 0.0))
+    few_heads = 0  # probes answered from the heads, not by a scan (the store's fast path)
+    for step in range(400):
+        c = rng.choice(chains)
+        lo = rng.randrange(len(c))
+        hi = rng.randrange(lo + 1, len(c) + 1)
+        keys = store.index.keys()
+        assert store.offmark == {h: pos[h] for h in keys if pos[h] % MARK}
+        for a in (lo, rng.randrange(lo, hi)):
+            probe = c[a:hi]
+            few_heads += 8 * len(store.offmark) < len(probe)
+            assert store._disjoint(probe, a) == keys.isdisjoint(probe), (step, a, hi)
+            if not keys.isdisjoint(probe):
+                first = min(k for k, h in enumerate(c[lo:hi]) if h in keys)
+                assert store._first_key(c[lo:hi], 0) == first
+        store.put([(lo, c[lo:hi])], float(step))
+        assert len(store) <= store.capacity
+    assert few_heads > 50

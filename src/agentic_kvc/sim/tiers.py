@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import compress, count, repeat
 from typing import TYPE_CHECKING, NamedTuple
 
 from agentic_kvc.cache.chain_index import agree_until
@@ -112,6 +112,7 @@ class TierStore:
         "lru",
         "n",
         "name",
+        "offmark",
         "read",
         "retention",
         "write",
@@ -135,6 +136,11 @@ class TierStore:
         self.retention = retention
         self.below = below
         self.index: dict[int, Run] = {}
+        # The index's keys at chain positions not divisible by MARK (run heads there) ->
+        # their position: with chained hashes an indexed block at a MARK position can only be
+        # hashes[j] of a prompt at that position, so whether a prompt holds an indexed block
+        # takes the prompt's MARK positions (one in MARK) and these heads, not every block.
+        self.offmark: dict[int, int] = {}
         self.lru: OrderedDict[Run, None] = OrderedDict()
         self.held: OrderedDict[Run, None] = OrderedDict()
         self.held_until: dict[int, float] = {}
@@ -220,9 +226,32 @@ class TierStore:
         self._use(runs)
         return max((r.ready for r in runs), default=0.0)
 
+    def _disjoint(self, hashes: Sequence[int], lo: int) -> bool:
+        """Whether no block of `hashes` (chain positions lo, lo + 1, ...) is an index key:
+        `index.keys().isdisjoint(hashes)`, checking the prompt's MARK positions and the
+        off-MARK heads (`offmark`) that fall in its span, or, when those heads outnumber an
+        eighth of the blocks, every block."""
+        if not self.index.keys().isdisjoint(hashes[-lo % MARK :: MARK]):
+            return False
+        off = self.offmark
+        n = len(hashes)
+        if 8 * len(off) >= n:
+            return off.keys().isdisjoint(hashes)
+        hi = lo + n
+        for h, p in off.items():  # noqa: SIM110 (a plain loop: no generator frame per head)
+            if lo <= p < hi and hashes[p - lo] == h:
+                return False
+        return True
+
+    def _first_key(self, hashes: Sequence[int], m: int) -> int:
+        """The first j >= m with hashes[j] an index key (the caller knows there is one)."""
+        return next(compress(count(m), map(self.index.__contains__, hashes[m:])))
+
     def _index(self, r: Run) -> None:
         index, hs = self.index, r.hashes
         index[hs[0]] = r
+        if r.lo % MARK:
+            self.offmark[hs[0]] = r.lo
         first = -r.lo % MARK  # index in hs of the first chain position divisible by MARK
         index.update(zip(hs[first::MARK], repeat(r)))
 
@@ -249,7 +278,7 @@ class TierStore:
                 index.keys().isdisjoint(hashes[-lo % MARK :: MARK])
                 and self._find(hashes, 0, lo) is None
                 if sampled is not None and sampled[i]
-                else index.keys().isdisjoint(hashes)
+                else self._disjoint(hashes, lo)
             ):
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
@@ -264,7 +293,7 @@ class TierStore:
             m, parts = self._walk(hashes, 0, len(hashes), lo)
             while m < len(hashes):
                 rest = hashes[m:] if m else hashes
-                if index.keys().isdisjoint(rest):
+                if self._disjoint(rest, lo + m):
                     r = Run(lo + m, rest)
                     self._index(r)
                     fresh.append(r)
@@ -272,7 +301,7 @@ class TierStore:
                     break
                 # The first stored block after m starts a run (its head is indexed): the
                 # first indexed one among them.
-                j = m + min(map(rest.index, index.keys() & rest))
+                j = self._first_key(hashes, m)
                 r = Run(lo + m, hashes[m:j])
                 self._index(r)
                 fresh.append(r)
@@ -327,6 +356,8 @@ class TierStore:
             deque(map(index.pop, hs[first::MARK], repeat(None)), maxlen=0)
             if cut == 0:
                 index.pop(hs[0], None)  # the head
+                if r.lo % MARK:
+                    self.offmark.pop(hs[0], None)
                 del src[r]
             if until:
                 deque(map(until.pop, hs[cut:], repeat(None)), maxlen=0)
