@@ -28,6 +28,8 @@ Goals and where they are stated:
   worse (issue 18; benchmarks/policy_robustness.py).
 - policy_split: predicted_ttft with split candidates never significantly worse than the same
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
+- sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same
+  run HBM only, in every row (issue 29; benchmarks/sim_tiers_overhead.py).
 """
 
 from __future__ import annotations
@@ -611,6 +613,49 @@ def _workload_load(doc: dict[str, Any]) -> list[Fig]:
                 "default preset: cold first turns / >90%-hit turns / HEAVY that are first turns "
                 "(the seeds' analysis: about 55% / 22% / 92%)",
                 " / ".join(_pct(float(_at(shares, k))) for k in keys),
+            )
+        )
+    return out
+
+
+TIERS_OVERHEAD_GOAL = 1.5  # issue 29
+
+
+@summariser("sim_tiers_overhead", "the simulator's CPU time with KV tiers on, against HBM only")
+def _sim_tiers_overhead(doc: dict[str, Any]) -> list[Fig]:
+    """The worst row's ratio against the goal (every row must meet it), then the median and
+    the engine's tiers alone (the router's view built as without tiers), without a goal."""
+    goal = float(doc.get("parameters", {}).get("goal_cpu_ratio", TIERS_OVERHEAD_GOAL))
+    rows = _at(doc, "results")
+    if not rows:
+        return [Fig("tiers on / HBM only, CPU time", "-", f"<= {_num(goal)}x", NOT_MEASURED)]
+
+    def ratio(r: dict[str, Any]) -> float:
+        return float(_at(r, "tiers", "cpu_s")) / float(_at(r, "hbm_only", "cpu_s"))
+
+    def name(r: dict[str, Any]) -> str:
+        return f"{_at(r, 'config')}, {_at(r, 'policy')}, seed {_at(r, 'seed')}"
+
+    worst = max(rows, key=ratio)
+    ratios = sorted(ratio(r) for r in rows)
+    mid = len(ratios) // 2
+    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    out = [
+        Fig(
+            f"tiers on / HBM only, CPU time: worst of {len(rows)} runs",
+            f"{_num(ratio(worst))}x ({name(worst)}: {_num(float(worst['hbm_only']['cpu_s']))} "
+            f"-> {_num(float(worst['tiers']['cpu_s']))} s)",
+            f"<= {_num(goal)}x",
+            _verdict(ratio(worst) <= goal),
+        ),
+        Fig("tiers on / HBM only, CPU time: median", f"{_num(median)}x"),
+    ]
+    engine = [float(r["engine_cpu_ratio"]) for r in rows if r.get("engine_cpu_ratio")]
+    if engine:
+        out.append(
+            Fig(
+                "the engine's tiers alone (router's view as HBM only): worst / median",
+                f"{_num(max(engine))}x / {_num(sorted(engine)[len(engine) // 2])}x",
             )
         )
     return out
