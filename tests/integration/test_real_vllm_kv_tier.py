@@ -39,7 +39,7 @@ pytestmark = pytest.mark.vllm
 BLOCK = 32
 HBM_TOKENS = 129 * BLOCK  # the least above max-model-len 4096: a 3,000-token prompt is 73%
 PROMPT = 3000
-ROUNDS = 3
+ROUNDS = 5  # the median of 5 pairs: one slow round on a loaded host does not decide it
 
 
 def counters(url: str) -> dict[str, float]:
@@ -203,6 +203,7 @@ def test_spilled_session_prefix_comes_back_from_host_tier(
             assert cold["text"] == got["text"]  # the tier's KV gives the recomputed answer
             tier_ttft.append(got["ttft"])
             recompute_ttft.append(cold["ttft"])
+    print(f"TTFT from the host tier {tier_ttft}, cold recompute {recompute_ttft}")  # with -s
     assert statistics.median(tier_ttft) < statistics.median(recompute_ttft), (
         tier_ttft,
         recompute_ttft,
