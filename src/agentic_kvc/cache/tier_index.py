@@ -77,6 +77,13 @@ def disk_groups(n_instances: int, scope: str, instances_per_node: int | None) ->
     return [i // instances_per_node for i in range(n_instances)]
 
 
+def _own(hashes: Sequence[int]) -> list[int]:
+    """A list a store may keep and trim: the HBM index's eviction callback hands over a fresh
+    slice of its run (a list when the run is one), kept as it is; any other sequence is
+    copied (a store trims its runs' lists in place when it evicts)."""
+    return hashes if type(hashes) is list else list(hashes)
+
+
 def _store(capacity: int, below: TierStore | None = None) -> TierStore:
     """A tier of the router's model: the simulator's tier store (runs of blocks, LRU by run,
     a prompt's tail evicted first, overflow handed `below`), its links unused (the model
@@ -135,10 +142,10 @@ class TieredPrefixIndex:
     def _demote(self, instance: int, lo: int, hashes: Sequence[int]) -> None:
         """HBM evicted these blocks (chain positions lo, lo + 1, ...): into host (its
         overflow into the disk store below)."""
-        self.host[instance].put([(lo, list(hashes))], self._now)
+        self.host[instance].put([(lo, _own(hashes))], self._now)
 
     def _to_disk(self, instance: int, lo: int, hashes: Sequence[int]) -> None:
-        self.disk[self.disk_group[instance]].put([(lo, list(hashes))], self._now)
+        self.disk[self.disk_group[instance]].put([(lo, _own(hashes))], self._now)
 
     def advance(self, now: float) -> None:
         self.hbm.advance(now)
