@@ -2,9 +2,10 @@
 
 Runs each scenario twice on the same workload, HBM only and with `fleet.kv_tiers` set
 (default: a 128 GiB host tier per GPU), in this process, and times `SimFleet.run` alone
-(process CPU time, best of --repeats: other jobs share the cores; workload generation
-excluded). The goal: tiers on take at most 1.5x the CPU time of the same run without. Each row
-also carries TTFT p90 and where prompt tokens came from, HBM-only vs with tiers.
+(process CPU time, best of --repeats, the three variants' repeats interleaved: other jobs
+share the cores; workload generation excluded). The goal: tiers on take at most 1.5x the
+CPU time of the same run without. Each row also carries TTFT p90 and where prompt tokens
+came from, HBM-only vs with tiers.
 
     .venv/bin/python benchmarks/sim_tiers_overhead.py --out results/bench/sim_tiers_overhead.json
     .venv/bin/python benchmarks/sim_tiers_overhead.py --seeds 0 --policies round_robin  # quick
@@ -16,7 +17,7 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -58,27 +59,52 @@ def router_without_tiers() -> Iterator[None]:
         sim_fleet.estimated_view = orig  # type: ignore[assignment]
 
 
-def run_cpu(config: Any, workload: Any, profile: Any, repeats: int) -> tuple[float, float, Any]:
-    cpu, wall = [], []
-    for _ in range(repeats):
+def run_once(
+    config: Any, workload: Any, profile: Any, plain_router: bool
+) -> tuple[float, float, Any]:
+    """One run: its process CPU time, wall time and fleet (`plain_router`: the router's view
+    built as without tiers)."""
+    with router_without_tiers() if plain_router else nullcontext():
         c0, w0 = time.process_time(), time.perf_counter()
         fleet = SimFleet(config, workload, profile)
         fleet.run()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - w0)
-    return min(cpu), min(wall), fleet
+        return time.process_time() - c0, time.perf_counter() - w0, fleet
 
 
-def measure(config_path: Path, sets: list[str], repeats: int) -> dict[str, Any]:
-    config = load_config(config_path, sets)
-    workload = load_workload(config.workload, config.seed)
-    profile = profile_for(config)
-    cpu, wall, fleet = run_cpu(config, workload, profile, repeats)
+def measure_pair(
+    config_path: Path, sets: list[str], tiers: list[str], repeats: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """HBM only and with tiers (and, with the estimated view, the engine's tiers alone), the
+    repeats interleaved (off, on, engine-only, off, ...) so that a burst of load on the
+    shared cores falls on all three alike; best CPU time of each."""
+    variants = []
+    for v_sets, plain in ((sets, False), ([*sets, *tiers], False), ([*sets, *tiers], True)):
+        config = load_config(config_path, v_sets)
+        if plain and not (
+            config.fleet.kv_tiers.enabled and config.policy.cache_view == "estimated"
+        ):
+            continue
+        variants.append(
+            (config, load_workload(config.workload, config.seed), profile_for(config), plain)
+        )
+    cpu: list[list[float]] = [[] for _ in variants]
+    wall: list[list[float]] = [[] for _ in variants]
+    fleets: list[Any] = [None] * len(variants)
+    for _ in range(repeats):
+        for k, (config, workload, profile, plain) in enumerate(variants):
+            c, w, fleet = run_once(config, workload, profile, plain)
+            cpu[k].append(c)
+            wall[k].append(w)
+            if not plain:
+                fleets[k] = fleet
+    engine_cpu = min(cpu[2]) if len(variants) == 3 else None
+    off = summary(fleets[0], min(cpu[0]), min(wall[0]), None)
+    on = summary(fleets[1], min(cpu[1]), min(wall[1]), engine_cpu)
+    return off, on
+
+
+def summary(fleet: Any, cpu: float, wall: float, engine_cpu: float | None) -> dict[str, Any]:
     stats = fleet.stats
-    engine_cpu = None
-    if config.fleet.kv_tiers.enabled and config.policy.cache_view == "estimated":
-        with router_without_tiers():
-            engine_cpu = run_cpu(config, workload, profile, repeats)[0]
     recs = [r for r in fleet.records if r.ttft_s is not None]
     ttft = np.array([r.ttft_s for r in recs])
     total = sum(r.input_tokens for r in recs) or 1
@@ -119,8 +145,7 @@ def main() -> int:
         for policy in args.policies.split(","):
             for seed in [int(s) for s in args.seeds.split(",")]:
                 sets = [f"policy.name={policy}", f"seed={seed}"]
-                off = measure(CONFIGS[name], sets, args.repeats)
-                on = measure(CONFIGS[name], [*sets, *tiers], args.repeats)
+                off, on = measure_pair(CONFIGS[name], sets, tiers, args.repeats)
                 row = {
                     "config": name,
                     "policy": policy,
@@ -150,7 +175,8 @@ def main() -> int:
             "configs": {n: str(CONFIGS[n].relative_to(REPO)) for n in args.configs.split(",")},
             "tiers": tiers,
             "repeats": args.repeats,
-            "timed": "best process CPU time of SimFleet.run over the repeats",
+            "timed": "best process CPU time of SimFleet.run over the repeats, the runs "
+            "without tiers, with tiers and with the engine's tiers alone interleaved",
             "goal_cpu_ratio": GOAL,
         },
         "results": rows,
