@@ -1,12 +1,24 @@
-# The sweeps' plan at parse time (workflow/rules/sweeps.smk): scenario names, seeds and
-# policies come from the benchmark scripts themselves, the GPU grid's C from lifecycle/grids.py.
+# The sweeps' plan (workflow/rules/sweeps.smk): scenario names, seeds and policies come from the
+# benchmark scripts themselves, the GPU grid's C from lifecycle/grids.py. The scripts are
+# imported only when a sweep target is in the DAG (input functions), not at every parse: a
+# parse is most of a cluster job's overhead, and a broken benchmark must not stop `report`.
 
 import importlib.util as _ilu
 import sys as _sys
 
+from agentic_kvc.lifecycle.grids import GRIDS as _LIFECYCLE_GRIDS
 
-def _benchmark(name):
-    """benchmarks/<name>.py as a module (parse time: scenario names, seeds, policies)."""
+SWEEP_WORK = f"{RESULTS}/robustness"
+SWEEP_SCRIPTS = {"robustness": "benchmarks/policy_robustness.py", "misspec": "benchmarks/policy_misspec.py"}
+# The misspec script's default workloads and seeds (its --scenarios and --seeds defaults).
+MISSPEC_DEFAULT = "chat,heavy_tail,short_ctx,high_reuse,long_fleet16,h100_qwen".split(",")
+MISSPEC_SEEDS = 3
+LIFECYCLE_GPU_CS = _LIFECYCLE_GRIDS["gpu"].cs
+
+
+def _robustness():
+    """benchmarks/policy_robustness.py as a module (its scenarios, seeds and replicates)."""
+    name = "policy_robustness"
     if name not in _sys.modules:
         spec = _ilu.spec_from_file_location(name, Path(workflow.basedir, "benchmarks", f"{name}.py"))
         mod = _ilu.module_from_spec(spec)
@@ -15,23 +27,28 @@ def _benchmark(name):
     return _sys.modules[name]
 
 
-_RB = _benchmark("policy_robustness")
-SWEEP_WORK = f"{RESULTS}/robustness"
-SWEEP_SCRIPTS = {"robustness": "benchmarks/policy_robustness.py", "misspec": "benchmarks/policy_misspec.py"}
-# Seeds per scenario: the scripts' defaults (robustness 5, misspec 3; one for a trace without
-# windows), so a target's JSON is the one the script writes when run by hand.
-SWEEP_SEEDS = {"robustness": len(_RB.SEEDS), "misspec": 3}
-MISSPEC_DEFAULT = "chat,heavy_tail,short_ctx,high_reuse,long_fleet16,h100_qwen".split(",")
+def _scenario(name):
+    rb = _robustness()
+    if name not in rb.SCENARIOS:
+        raise WorkflowError(
+            f"sweep scenario {name!r} is not in benchmarks/policy_robustness.py SCENARIOS: "
+            + ", ".join(rb.SCENARIOS)
+        )
+    return rb.SCENARIOS[name]
 
 
 def sweep_seeds(sweep, scenario):
-    return list(range(_RB.REPLICATES.get(scenario, SWEEP_SEEDS[sweep])))
+    """The scripts' default seeds (robustness 5, misspec 3; one for a trace without windows),
+    so a target's JSON is the one the script writes when run by hand."""
+    rb = _robustness()
+    default = len(rb.SEEDS) if sweep == "robustness" else MISSPEC_SEEDS
+    return list(range(rb.REPLICATES.get(scenario, default)))
 
 
 def sweep_traces(wildcards):
     """A scenario replaying a public trace (../shared/traces) needs the file: missing, the DAG
     says which."""
-    sets = _RB.SCENARIOS[wildcards.scenario][2]
+    sets = _scenario(wildcards.scenario)[2]
     return [s.split("=", 1)[1] for s in sets if s.startswith("workload.trace=")]
 
 
@@ -43,12 +60,20 @@ def sweep_markers(sweep, scenarios):
     ]
 
 
+def scenario_markers(wildcards):
+    _scenario(wildcards.scenario)
+    return sweep_markers(wildcards.sweep, [wildcards.scenario])
+
+
+def robustness_markers(wildcards):
+    return sweep_markers("robustness", list(_robustness().SCENARIOS))
+
+
+def misspec_markers(wildcards):
+    return sweep_markers("misspec", MISSPEC_DEFAULT)
+
+
 def misspec_after_robustness(wildcards):
     if wildcards.sweep != "misspec":
         return []
     return [f"{RESULTS}/sweeps/robustness/{wildcards.scenario}/seed{wildcards.seed}.json"]
-
-
-from agentic_kvc.lifecycle.grids import GRIDS as _LIFECYCLE_GRIDS
-
-LIFECYCLE_GPU_CS = _LIFECYCLE_GRIDS["gpu"].cs

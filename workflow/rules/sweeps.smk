@@ -31,7 +31,7 @@ rule sweep_batch:
         f"{RESULTS}/sweeps/{{sweep}}/{{scenario}}/seed{{seed}}.json",
     wildcard_constraints:
         sweep="robustness|misspec",
-        scenario="|".join(_RB.SCENARIOS),
+        scenario=r"[A-Za-z0-9_]+",
         seed=r"\d+",
     params:
         work=SWEEP_WORK,
@@ -56,16 +56,18 @@ rule sweep_scenario:
     """One scenario's analysis over all its seeds (the script, reading the filled cache)."""
     input:
         script=lambda wildcards: SWEEP_SCRIPTS[wildcards.sweep],
-        batches=lambda wildcards: sweep_markers(wildcards.sweep, [wildcards.scenario]),
+        batches=scenario_markers,
     output:
         json=f"{RESULTS}/sweeps/{{sweep}}/{{scenario}}.json",
         md=f"{RESULTS}/sweeps/{{sweep}}/{{scenario}}.md",
     wildcard_constraints:
         sweep="robustness|misspec",
-        scenario="|".join(_RB.SCENARIOS),
+        scenario=r"[A-Za-z0-9_]+",
     params:
         work=SWEEP_WORK,
-        seeds=lambda wildcards: SWEEP_SEEDS[wildcards.sweep],
+        seeds=lambda wildcards: (
+            len(_robustness().SEEDS) if wildcards.sweep == "robustness" else MISSPEC_SEEDS
+        ),
     resources:
         cpus_per_task=1,
         mem_mb=4000,
@@ -83,7 +85,7 @@ rule robustness_sweep:
     """Every scenario of the robustness sweep: results/bench/policy_robustness.{json,md}."""
     input:
         script=SWEEP_SCRIPTS["robustness"],
-        batches=sweep_markers("robustness", list(_RB.SCENARIOS)),
+        batches=robustness_markers,
     output:
         json=f"{RESULTS}/bench/policy_robustness.json",
         md=f"{RESULTS}/bench/policy_robustness.md",
@@ -106,13 +108,14 @@ rule misspec_sweep:
     """The misspecification sweep's default set (6 held-out workloads x 3 seeds)."""
     input:
         script=SWEEP_SCRIPTS["misspec"],
-        batches=sweep_markers("misspec", MISSPEC_DEFAULT),
+        batches=misspec_markers,
     output:
         json=f"{RESULTS}/bench/policy_misspec.json",
         md=f"{RESULTS}/bench/policy_misspec.md",
     params:
         work=SWEEP_WORK,
         scenarios=",".join(MISSPEC_DEFAULT),
+        seeds=MISSPEC_SEEDS,
     resources:
         cpus_per_task=1,
         mem_mb=8000,
@@ -122,7 +125,8 @@ rule misspec_sweep:
     conda:
         "../../envs/akvc.yaml"
     shell:
-        "python {input.script:q} --scenarios {params.scenarios} --seeds 3 --work {params.work:q}"
+        "python {input.script:q} --scenarios {params.scenarios} --seeds {params.seeds}"
+        " --work {params.work:q}"
         " --out {output.json:q} --md {output.md:q} > {log:q} 2>&1"
 
 
