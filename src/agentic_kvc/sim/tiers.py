@@ -276,7 +276,12 @@ class TierStore:
                 continue
             if (
                 index.keys().isdisjoint(hashes[-lo % MARK :: MARK])
-                and self._find(hashes, 0, lo) is None
+                # `_find(hashes, 0, lo)` probes hashes up to the next MARK position: past the
+                # MARK ones, only an off-MARK head can be found there.
+                and (
+                    self.offmark.keys().isdisjoint(hashes[: -lo % MARK])
+                    or self._find(hashes, 0, lo) is None
+                )
                 if sampled is not None and sampled[i]
                 else self._disjoint(hashes, lo)
             ):
@@ -285,7 +290,7 @@ class TierStore:
                 r = Run(lo, hashes)
                 self._index(r)
                 fresh.append(r)
-                self._use([r])
+                self.lru[r] = None  # a new run: most recent (`_use`)
                 continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
