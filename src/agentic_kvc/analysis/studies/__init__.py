@@ -53,8 +53,10 @@ def run_study(
 def show(section: Section) -> None:
     """Show a section in a notebook: its markdown, then its figures inline (the markdown's
     links are relative to the repository root, which is not the notebook's folder)."""
-    from IPython.display import Image, Markdown, display  # only notebooks need IPython
+    from IPython.display import SVG, Image, Markdown, display  # only notebooks need IPython
 
     display(Markdown(section.markdown()))
     for figure in section.figures:
-        display(Image(filename=str(figure)))
+        # IPython's Image embeds PNG/JPEG/GIF only; the SVG figures need their own display.
+        path = str(figure)
+        display(SVG(filename=path) if path.endswith(".svg") else Image(filename=path))
