@@ -232,3 +232,22 @@ def test_online_observe_picks_the_observations() -> None:
     fleet = _sim(["policy.params.cost_model=online", "policy.params.online_observe=decode"])
     assert fleet.policy.fit.by_kind.get("decode", 0) > 100
     assert "ttft" not in fleet.policy.fit.by_kind
+
+
+def test_profiles_package_imports_neither_policy_nor_sim() -> None:
+    """profiles/ sits below policy/ and sim/ (../shared/ARCHITECTURE.md)."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[2] / "src" / "agentic_kvc" / "profiles"
+    for f in sorted(pkg.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for n in names:
+                assert not n.startswith(("agentic_kvc.policy", "agentic_kvc.sim")), (f.name, n)
