@@ -31,9 +31,7 @@ figures_dir = "results/figures/study_routers"
 # %%
 from pathlib import Path
 
-from IPython.display import Image, Markdown, display
-
-from agentic_kvc.analysis.studies import routers
+from agentic_kvc.analysis.studies import routers, show
 
 # The real-engine comparison is a hand-run benchmark (`akvc routers-real`, ~3 min of engines):
 # this checkout's own run when there is one, else the archived run (results/archive/bench/).
@@ -47,9 +45,7 @@ section = routers.analyse(
     root=Path.cwd(),
 )
 section.write(tables_dir)
-display(Markdown(section.markdown()))
-for figure in section.figures:
-    display(Image(filename=str(figure)))
+show(section)
 
 # %% [markdown]
 # The findings this section contributes to the report's summary:
