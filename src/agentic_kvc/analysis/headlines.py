@@ -123,7 +123,7 @@ def _tiers(gain: Value, ours: Value) -> str:
     peer = re.search(r"vs best peer (\S+),", ours.line)
     return (
         "When HBM cannot hold the paused sessions of a long-context coding agent, a 128 GiB "
-        f"host KV tier {gain.verb()} the best tier-blind router's TTFT p90 "
+        f"host KV tier {gain.verb()} the TTFT p90 of the router that is best without it "
         f"({gain.interval()}); there, pricing each tier's reload by time (predicted_ttft) "
         f"against the best peer ({peer.group(1) if peer else 'the best peer'}): "
         f"{ours.interval()}."
@@ -137,7 +137,7 @@ HEADLINES: tuple[Headline, ...] = (
         "simulated",
         "tiers",
         (
-            f"{TIERS_CELL}: + host 128 GiB vs HBM only (best tier-blind peer):",
+            f"{TIERS_CELL}: + host 128 GiB vs HBM only (best HBM-only peer):",
             f"{TIERS_CELL}, host 128 GiB: predicted_ttft vs best peer",
         ),
         _tiers,

@@ -235,10 +235,10 @@ def _answer(
     big = [(c, t, r) for c, t, r in gains if r is not None and t == "host 128 GiB"]
     for cell, t, r in big:
         assert r is not None
-        s.findings.append(finding_text(r, f"{cell}: + {t} vs HBM only (best tier-blind peer)"))
+        s.findings.append(finding_text(r, f"{cell}: + {t} vs HBM only (best HBM-only peer)"))
     if big:
         parts.append(
-            "A 128 GiB host tier changes the best tier-blind peer's TTFT p90 by "
+            "A 128 GiB host tier changes the TTFT p90 of the peer that is best with HBM only by "
             + "; ".join(f"{diff_cell(r)} on {c}" for c, _, r in big)
             + f" (goal on the long-context agentic workload: {GOAL_TIER_GAIN:+.0%} or better)"
         )
