@@ -21,8 +21,9 @@ What vLLM 0.32 does, and what is modelled (the code read is cited in docs/kv_tie
   other block, for `sim.kv_retention_ttl_s` after the turn's end (the HBM retention of
   sim/engine.py, applied to the tier).
 
-Blocks are kept by their chained hashes, one dict entry each: a tier holds at most a few
-hundred thousand blocks, and the tier's work per request is a few C-level dict passes.
+Blocks are kept as runs of chained hashes, indexed only every `MARK` positions (`TierStore`):
+a long-context run moves millions of blocks through the tiers, so the per-block work is list
+slicing, not a dict entry per block.
 """
 
 from __future__ import annotations
