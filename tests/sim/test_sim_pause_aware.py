@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any
 
 import pytest
 
 from agentic_kvc.config import load_config
 from agentic_kvc.policy.pause import PauseEstimator
 from agentic_kvc.sim.blocks import BlockPool, BlockTable
-from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload.model import Block, Request, Session, Workload
-from tests.sim.test_sim_tiers import BLOCK, BS, HOST, PROFILE
+from tests.sim.test_sim_tiers import BLOCK, BS, HOST, _rec
+from tests.sim.test_sim_tiers import run_fleet as _run
 
 Z80 = NormalDist().inv_cdf(0.8)
 
@@ -42,30 +41,6 @@ def _workload(pause_s: float, churn: list[tuple[float, int]]) -> Workload:
         for i, (t, n) in enumerate(churn)
     ]
     return Workload([Session("A", [a0, a1, a2]), *others])
-
-
-def _run(wl: Workload, tiers: dict[str, Any], **sim: Any) -> SimFleet:
-    config = load_config(
-        {
-            "backend": "sim",
-            "workload": {"generator": {"sessions": 1}},  # replaced below
-            "fleet": {
-                "instances": 1,
-                "kv_cache_tokens": 64 * BS,
-                "block_size": BS,
-                "kv_tiers": tiers,
-            },
-            "sim": sim,
-        }
-    )
-    fleet = SimFleet(config, wl, PROFILE)
-    fleet.run()
-    assert all(r.error is None and r.t_done is not None for r in fleet.records)
-    return fleet
-
-
-def _rec(fleet: SimFleet, rid: str) -> Any:
-    return next(r for r in fleet.records if r.request_id == rid)
 
 
 def test_estimator_by_hand() -> None:

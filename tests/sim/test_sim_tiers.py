@@ -36,6 +36,12 @@ def _workload(pause_s: float = 5.0) -> Workload:
 
 
 def _run(tiers: dict[str, Any], pause_s: float = 5.0, **sim: Any) -> SimFleet:
+    return run_fleet(_workload(pause_s), tiers, **sim)
+
+
+def run_fleet(wl: Workload, tiers: dict[str, Any], **sim: Any) -> SimFleet:
+    """`wl` on one instance with a 64-block HBM, `tiers` below it; every request completes.
+    (test_sim_pause_aware.py drives its own workloads through it.)"""
     config = load_config(
         {
             "backend": "sim",
@@ -49,7 +55,7 @@ def _run(tiers: dict[str, Any], pause_s: float = 5.0, **sim: Any) -> SimFleet:
             "sim": sim,
         }
     )
-    fleet = SimFleet(config, _workload(pause_s), PROFILE)
+    fleet = SimFleet(config, wl, PROFILE)
     fleet.run()
     assert all(r.error is None and r.t_done is not None for r in fleet.records)
     return fleet
