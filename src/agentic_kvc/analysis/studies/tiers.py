@@ -126,10 +126,8 @@ def analyse(
         tiers = _tier_order(sorted(set(at["tier"])))
         routers = ordered(sorted(set(at["policy"])), ROUTERS)
         summ = {
-            (t, r): _summary(at.filter((pl.col("tier") == t) & (pl.col("policy") == r)))
-            for t in tiers
-            for r in routers
-            if not at.filter((pl.col("tier") == t) & (pl.col("policy") == r)).is_empty()
+            (str(t), str(r)): _summary(part)
+            for (t, r), part in at.partition_by(["tier", "policy"], as_dict=True).items()
         }
         curves[cell] = {
             r: {t: summ[(t, r)]["ttft_p90"] for t in tiers if (t, r) in summ} for r in routers
