@@ -262,15 +262,24 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
         task = asyncio.create_task(replay_async(wl, settings, token_fn(tiny_model), origin))
         # Kill as soon as the router has streams open on instance 1 (the tiny model decodes
         # hundreds of tokens a second, so a fixed sleep could miss every request).
-        deadline = time.monotonic() + 60
+        # Each wait has its own generous deadline: on a loaded 2-core CI host one scrape of the
+        # proxy's /metrics can take seconds while it relays six fast streams, and one shared
+        # 60 s deadline once ran out between the two waits (CI, 2026-11-28).
+        deadline = time.monotonic() + 180
         while await asyncio.to_thread(_proxy_inflight, proxy_url, 1, True) < 2:
             assert time.monotonic() < deadline, "no request reached instance 1"
             await asyncio.sleep(0.05)
         # ... and one of them streams tokens, so the kill cuts a stream, not a prefill (a
         # fixed 0.2 s wait here may end inside the prefills on a loaded host: the suspected
         # cause of a flake in which no request was cut off mid-stream).
+        deadline = time.monotonic() + 180
         while await asyncio.to_thread(_proxy_decoding, proxy_url, 1) < 1:
-            assert time.monotonic() < deadline, "no stream on instance 1 got a first token"
+            if time.monotonic() >= deadline:
+                gauges = await asyncio.to_thread(_proxy_metrics, proxy_url, True)
+                raise AssertionError(
+                    "no stream on instance 1 got a first token in 180 s; the proxy's gauges:\n"
+                    + "\n".join(x for x in gauges.splitlines() if x.startswith("akvc_proxy_"))
+                )
             await asyncio.sleep(0.05)
         t_kill = time.monotonic() - origin
         fleet.kill(1)
