@@ -4,8 +4,10 @@
 #   docker run --rm -it agentic-kvc make kick-the-tires
 FROM python:3.11-slim-bookworm
 
+# redis-server and chromium: what the Makefile's $(STAMPS)/system installs for the tests (the
+# Redis-backed proxy state and the JupyterLab browser test).
 RUN apt-get update -qq \
- && apt-get install -y -qq --no-install-recommends make git build-essential redis-server \
+ && apt-get install -y -qq --no-install-recommends make git build-essential redis-server chromium \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /agentic_kvc
