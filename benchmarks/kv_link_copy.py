@@ -1,6 +1,6 @@
 """Host <-> device copy time of KV-block-shaped tensors, pinned and pageable (issue 29).
 
-The simulator's tier links (sim/profiles/hardware.py, TIER_LINKS) price a reload as
+The simulator's tier links (profiles/hardware.py, TIER_LINKS) price a reload as
 latency + bytes / bandwidth. This measures both on a real GPU: for a range of transfer sizes
 (whole KV blocks of a model: layers x K/V x block tokens x KV heads x head dim, bf16), the
 median time of one copy host->device and device->host, from pinned and from pageable host

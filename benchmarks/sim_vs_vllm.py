@@ -1,7 +1,7 @@
 """Real-engine check of the simulator (issue 16, item 5): inside the real engine's own spread.
 
 A small token-scaled agentic workload (60 closed-loop sessions of the agentic-coding preset: the
-serving calibration's workload, sim/serving_fit.py, under a seed the calibration never saw: 11
+serving calibration's workload, calibrate/serving_fit.py, under a seed the calibration never saw: 11
 by default, 12 is refused) runs with `akvc run`'s backends on 1 and on 2 real tiny-model vLLM
 CPU instances, `--repeats` times each (config field `repeat`: distinct runs of one config), and
 once in the simulator with the cpu-tiny profile. Two instances use consistent_hash routing so
@@ -22,7 +22,7 @@ at least as many checks in the envelope as a model with no error passes in 95% o
         benchmarks/sim_vs_vllm.py --repeats 5 --out results/bench/sim_vs_vllm.json
 
 `--calibrate-interleaved` (CPU) also makes the profile it checks, under the same host load: per
-round k, for each fleet size, one calibration replay (seed 12, sim/serving_fit.py) then one
+round k, for each fleet size, one calibration replay (seed 12, calibrate/serving_fit.py) then one
 check run (the validation seed), `--repeats` rounds. The serving stage is then fitted on the
 calibration replays only (the check runs stay held out) over the package's step probes, and
 the check simulates with that profile. On a shared host a profile fitted at another hour
@@ -48,14 +48,7 @@ from agentic_kvc.analysis.envelope import (
     perfect_model_passes,
 )
 from agentic_kvc.calibrate.engine import machine_facts
-from agentic_kvc.config import RunConfig, load_config
-from agentic_kvc.io import atomic_write_json, read_jsonl
-from agentic_kvc.runs import execute, hardware_info
-from agentic_kvc.serve.neighbours import busy_neighbours
-from agentic_kvc.sim.backend import profile_for, run_sim
-from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
-from agentic_kvc.sim.serving_fit import (
+from agentic_kvc.calibrate.serving_fit import (
     SERVING_SEED,
     fit_and_store,
     mean_background,
@@ -63,6 +56,13 @@ from agentic_kvc.sim.serving_fit import (
     serving_config,
     serving_sizes,
 )
+from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.io import atomic_write_json, read_jsonl
+from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
+from agentic_kvc.profiles.cost import EngineProfile
+from agentic_kvc.runs import execute, hardware_info
+from agentic_kvc.serve.neighbours import busy_neighbours
+from agentic_kvc.sim.backend import profile_for, run_sim
 
 VALIDATION_SEED = 11
 
@@ -74,7 +74,7 @@ def config_for(
     repeat: int = 0,
     overrides: Sequence[str] = (),
 ) -> RunConfig:
-    """The serving calibration's workload and fleet (sim/serving_fit.py) under another seed,
+    """The serving calibration's workload and fleet (calibrate/serving_fit.py) under another seed,
     plus `--set` overrides (another model and hardware on a GPU host)."""
     cfg = serving_config(instances, backend, seed, repeat).canonical()
     return load_config(cfg, list(overrides)) if overrides else RunConfig.model_validate(cfg)
@@ -172,7 +172,7 @@ def compare(
     sim_cfg = config_for(instances, "sim", seed, 0, both)
     profile = sim_profile(sim_cfg, profile_file)
     # On the real repeats' mean background (runnable threads of other processes), when every one
-    # recorded it; only a profile with a background term reads it (sim/serving_fit.py).
+    # recorded it; only a profile with a background term reads it (calibrate/serving_fit.py).
     background = mean_background([(r["host_load"] or {}).get("others_runnable") for r in reals])
     sim_cfg = sim_cfg.model_copy(
         update={"sim": sim_cfg.sim.model_copy(update={"host_neighbour_threads": background})}
@@ -335,7 +335,10 @@ def main() -> None:
         "--seed",
         type=int,
         default=VALIDATION_SEED,
-        help="workload seed; must differ from the serving calibration's (sim/serving_fit.py: 12)",
+        help=(
+            "workload seed; must differ from the serving calibration's "
+            "(calibrate/serving_fit.py: 12)"
+        ),
     )
     ap.add_argument(
         "--mean-tolerance",

@@ -4,8 +4,8 @@ On the shared host the real engine's latencies follow its neighbours' CPU use (s
 mean load1 of 3.4-4.2 ran 20-40% slower than at 1.3-2.3; docs/sim_profiles.md). This driver
 makes that load on purpose: per round, for each neighbour level (0, 1, 2... processes spinning a
 core each, outside the run's process tree: serve/neighbours.py; the level order rotates by
-round), for each fleet size, one calibration replay (seed 12, sim/serving_fit.py) and one check
-run (the validation seed). Each level's runs land in their own results root,
+round), for each fleet size, one calibration replay (seed 12, calibrate/serving_fit.py) and one
+check run (the validation seed). Each level's runs land in their own results root,
 `<results>/n<level>/calibration` and `<results>/n<level>/runs`, the layout of one session of
 `benchmarks/sim_vs_vllm_offline.py`. Every run's manifest records the runnable threads outside
 its process tree (`host_load.replay.others_runnable`), which is what the simulator's background
@@ -27,10 +27,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_vs_vllm import VALIDATION_SEED, config_for, host_load
 
+from agentic_kvc.calibrate.serving_fit import SERVING_SEED, serving_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.runs import execute
 from agentic_kvc.serve.neighbours import busy_neighbours
-from agentic_kvc.sim.serving_fit import SERVING_SEED, serving_config
 
 
 def plan(

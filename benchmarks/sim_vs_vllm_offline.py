@@ -4,7 +4,7 @@ Each *session* is one sitting of `benchmarks/sim_vs_vllm.py --calibrate-interlea
 `akvc calibrate --serving` followed by a check): a folder of calibration replays (seed 12) and a
 folder of check runs (another seed, 5 repeats per fleet size). For the simulator code and the
 package's step probes as they are in this checkout, this script fits the serving stage
-(sim/serving_fit.py) on
+(calibrate/serving_fit.py) on
 
 - each session's own calibration replays (`session`; `--no-session-fits` skips them), and
 - the calibration replays of the sessions named by `--pool`, together (`pooled`),
@@ -40,9 +40,10 @@ from agentic_kvc.analysis.envelope import (
     perfect_model_passes,
     perfect_model_total,
 )
-from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
-from agentic_kvc.sim.serving_fit import ServingRun, apply_fit, fit_serving, mean_background
+from agentic_kvc.calibrate.serving_fit import ServingRun, fit_serving, mean_background
+from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
+from agentic_kvc.profiles.cost import EngineProfile
+from agentic_kvc.profiles.fitted import apply_fit
 
 
 def parse_session(spec: str) -> tuple[str, Path, Path]:
@@ -183,7 +184,7 @@ def main() -> None:
         default=[],
         metavar="NAME=FILE",
         help="also judge this profile file as it is (its serving fit and background stage) on "
-        "every session, e.g. package=src/agentic_kvc/sim/profiles/data/cpu-tiny.json",
+        "every session, e.g. package=src/agentic_kvc/profiles/data/cpu-tiny.json",
     )
     ap.add_argument(
         "--no-session-fits",

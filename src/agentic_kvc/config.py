@@ -135,8 +135,8 @@ class SimConfig(_Strict):
     pause_demote: bool = True
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
-    # (sim/serving_fit.py) delays requests or slows steps by it; others ignore it. 0 (default):
-    # an idle host, left out of the run id.
+    # (calibrate/serving_fit.py) delays requests or slows steps by it; others ignore it.
+    # 0 (default): an idle host, left out of the run id.
     host_neighbour_threads: float = Field(0.0, ge=0)
 
 

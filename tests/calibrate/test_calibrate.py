@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.calibrate.engine import QUICK_PLAN, Measurement, Plan, fit, refit
-from agentic_kvc.sim.profiles import load_cpu_profile
-from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost
+from agentic_kvc.profiles import load_cpu_profile
+from agentic_kvc.profiles.linear import FEATURES, LinearStepCost
 
 TRUE = LinearStepCost(
     overhead_s=4e-3,
@@ -144,8 +144,8 @@ def test_serving_fit_against_a_real_replay(tmp_path: Path, tiny_model: Path) -> 
     """The serving stage on a real run directory: one real instance, a short replay."""
     import json
 
+    from agentic_kvc.calibrate.serving_fit import ServingRun, fit_serving, serving_config
     from agentic_kvc.runs import execute
-    from agentic_kvc.sim.serving_fit import ServingRun, fit_serving, serving_config
 
     cfg = serving_config(1)
     small = cfg.workload.generator.model_copy(update={"sessions": 8})

@@ -7,7 +7,7 @@ from typing import Any
 
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.metrics.records import RequestRecord
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
+from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 
 PROFILE = EngineProfile(

@@ -9,7 +9,7 @@ import pytest
 from agentic_kvc.policy import get_policy
 from agentic_kvc.policy.base import InstanceView
 from agentic_kvc.policy.predicted_ttft import fit_step_cost, fitted_cost, predict_ttft_s
-from agentic_kvc.sim.cost import AffineStepCost
+from agentic_kvc.profiles.cost import AffineStepCost
 from tests.policy.policy_helpers import fleet, req
 
 H20 = ("h20", "qwen3-coder-30b-a3b")
@@ -30,7 +30,7 @@ def test_fit_recovers_an_affine_step_cost() -> None:
 
 
 def test_fitted_profile_is_close_to_the_profile_it_fits() -> None:
-    from agentic_kvc.sim.profiles import get_profile
+    from agentic_kvc.profiles import get_profile
 
     prof, fit = get_profile(*H20).cost, fitted_cost(*H20)
     for chunk, ctx, dec in [(8192, 0, 0), (4096, 30_000, 16), (512, 100_000, 48)]:

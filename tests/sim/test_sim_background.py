@@ -10,8 +10,8 @@ import pytest
 from fixed_profile import PROFILE
 
 from agentic_kvc.config import load_config
+from agentic_kvc.profiles.linear import LinearStepCost
 from agentic_kvc.sim.fleet import SimFleet
-from agentic_kvc.sim.profiles.linear import LinearStepCost
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 
 # 1 ms per prompt token, nothing else: times by hand.

@@ -9,7 +9,7 @@ import pytest
 from fixed_profile import PROFILE
 
 from agentic_kvc.config import load_config
-from agentic_kvc.sim.cost import AffineStepCost
+from agentic_kvc.profiles.cost import AffineStepCost
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
 from agentic_kvc.workload.model import Block, Request, Session, Workload

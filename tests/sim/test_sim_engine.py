@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agentic_kvc.sim.cost import AffineStepCost
+from agentic_kvc.profiles.cost import AffineStepCost
 from agentic_kvc.sim.engine import Instance, Seq, Step
 
 COST = AffineStepCost(overhead_s=1.0, per_token_s=0.01)

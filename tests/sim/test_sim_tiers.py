@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentic_kvc.config import load_config
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
+from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.tiers import GIB, Link, TierStore
 from agentic_kvc.workload.model import Block, Request, Session, Workload
@@ -254,8 +254,8 @@ def test_a_loaded_request_is_scheduled_before_a_blocked_head() -> None:
     # vLLM drains requests holding KV blocks first: a loaded request must not wait behind a
     # head that cannot get blocks (nothing running would ever free them).
     from agentic_kvc.config import KVTiersConfig
+    from agentic_kvc.profiles.hardware import tier_links
     from agentic_kvc.sim.engine import Instance, Seq
-    from agentic_kvc.sim.profiles.hardware import tier_links
     from agentic_kvc.sim.tiers import FleetTiers
 
     inst = Instance(0, PROFILE.cost, 10, BS, 8, 1000)

@@ -85,7 +85,7 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
         (archived / f).write_text("{}\n")
     (archived / "manifest.json").write_text(json.dumps({"complete": True}))
     # Simulator profile data: a calibrated file for cpu-tiny, an operator table for GPUs.
-    data = pipeline / "src/agentic_kvc/sim/profiles/data"
+    data = pipeline / "src/agentic_kvc/profiles/data"
     data.mkdir(parents=True)
     (data / "cpu-tiny.json").write_text("{}")
     (data / "h100_ops.csv").write_text("op\n")
@@ -120,8 +120,8 @@ def test_dry_run_of_report_through_python_api(pipeline: Path, monkeypatch) -> No
     for run_id, job in made.items():
         run = plan[run_id]
         expected = {
-            ("sim", "cpu-tiny"): "src/agentic_kvc/sim/profiles/data/cpu-tiny.json",
-            ("sim", "h20"): "src/agentic_kvc/sim/profiles/data/h100_ops.csv",
+            ("sim", "cpu-tiny"): "src/agentic_kvc/profiles/data/cpu-tiny.json",
+            ("sim", "h20"): "src/agentic_kvc/profiles/data/h100_ops.csv",
         }.get((run.backend, run.hardware))
         inputs = list(map(str, job.input))
         assert (expected in inputs) if expected else inputs == [], run

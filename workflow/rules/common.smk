@@ -97,7 +97,7 @@ def real_engine(wildcards):
 # that use it (by mtime): a calibrated profile `<hardware>.json` (e.g. cpu-tiny.json, written by
 # `akvc calibrate`) for its hardware, else the measured operator tables (*.csv) GPU profiles are
 # composed or derived from. Real runs do not depend on them.
-SIM_PROFILE_DIR = Path("src/agentic_kvc/sim/profiles/data")
+SIM_PROFILE_DIR = Path("src/agentic_kvc/profiles/data")
 
 
 def trace_files(run):

@@ -235,7 +235,7 @@ def estimated_view(
     disk = tier_blocks(kv_tiers.disk_gib, kv_bytes_per_token, block_size)
     per_node = None
     if disk and kv_tiers.disk_scope == "node":
-        from agentic_kvc.sim.profiles.hardware import tier_links  # loads lazily
+        from agentic_kvc.profiles.hardware import tier_links  # loads lazily
 
         try:
             per_node = tier_links(hardware).instances_per_node

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from agentic_kvc.sim.profiles import CPU_TINY_FILE
+from agentic_kvc.profiles import CPU_TINY_FILE
 
 
 @click.command("calibrate")
@@ -42,7 +42,7 @@ from agentic_kvc.sim.profiles import CPU_TINY_FILE
     "--serving",
     is_flag=True,
     help="Then replay the serving calibration workload on real engines (1 instance, and as many "
-    "as cores, --serving-repeats times each) and fit the serving stage (sim/serving_fit.py). "
+    "as cores, --serving-repeats times each) and fit the serving stage (calibrate/serving_fit.py). "
     "About 3 more minutes a repeat.",
 )
 @click.option(
@@ -141,8 +141,8 @@ def calibrate(
 def _background_stage(
     out: Path, run_dirs: list[Path], say: Callable[[str], None], form: str
 ) -> None:
+    from agentic_kvc.calibrate.serving_fit import fit_and_store_background
     from agentic_kvc.serve.device import allowed_cores
-    from agentic_kvc.sim.serving_fit import fit_and_store_background
 
     try:
         result = fit_and_store_background(out, run_dirs, len(allowed_cores()), say, form)
@@ -154,8 +154,8 @@ def _background_stage(
 
 
 def _serving_stage(out: Path, run_dirs: list[Path], say: Callable[[str], None]) -> None:
+    from agentic_kvc.calibrate.serving_fit import fit_and_store
     from agentic_kvc.serve.device import allowed_cores
-    from agentic_kvc.sim.serving_fit import fit_and_store
 
     try:
         result = fit_and_store(out, run_dirs, len(allowed_cores()), say)

@@ -33,9 +33,9 @@ import numpy as np
 
 from agentic_kvc.portable import round_significant
 from agentic_kvc.processor import processor_info
+from agentic_kvc.profiles.linear import FEATURES, LinearStepCost, step_features
+from agentic_kvc.profiles.models import get_model
 from agentic_kvc.runs import cpu_model
-from agentic_kvc.sim.profiles.linear import FEATURES, LinearStepCost, step_features
-from agentic_kvc.sim.profiles.models import get_model
 
 OUTLIER_REL_ERROR = 0.6  # a probe this far off the first fit is treated as disturbed
 # Token ids for prompts: above the tiny tokenizer's special tokens, inside its vocabulary.
@@ -372,11 +372,11 @@ def calibrate(
 def run_serving(
     results: Path, host_cores: int, log: Callable[[str], None], repeats: int = 1
 ) -> list[Path]:
-    """The serving stage's real replays (`sim/serving_fit.py` fits them): the calibration
+    """The serving stage's real replays (`calibrate/serving_fit.py` fits them): the calibration
     workload on 1 real instance and on `host_cores` (none spare), `repeats` times each,
     interleaved (1, n, 1, n, ...) so that a change in the machine's load hits both sizes."""
+    from agentic_kvc.calibrate.serving_fit import serving_config, serving_sizes
     from agentic_kvc.runs import execute
-    from agentic_kvc.sim.serving_fit import serving_config, serving_sizes
 
     return [
         execute(serving_config(n, repeat=k), results, log=log)

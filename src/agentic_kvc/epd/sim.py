@@ -22,14 +22,14 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from agentic_kvc.sim.profiles import op_rows
-from agentic_kvc.sim.profiles.gpu import OpStepCost
-from agentic_kvc.sim.profiles.hardware import HardwareSpec, get_hardware
-from agentic_kvc.sim.profiles.models import get_model
-from agentic_kvc.sim.profiles.ops import Curve
+from agentic_kvc.profiles import op_rows
+from agentic_kvc.profiles.gpu import OpStepCost
+from agentic_kvc.profiles.hardware import HardwareSpec, get_hardware
+from agentic_kvc.profiles.models import get_model
+from agentic_kvc.profiles.ops import Curve
 
 MS = 1e-3
-# Qwen2.5-VL-3B language model: its shape lives with the others in sim/profiles/models.py.
+# Qwen2.5-VL-3B language model: its shape lives with the others in profiles/models.py.
 QWEN25_VL_3B = get_model("qwen2.5-vl-3b")
 VIT_OPS = "qwen2.5-vl-3b-vit"
 VIT_DEPTH = 32  # Qwen2.5-VL vision tower blocks
@@ -71,14 +71,14 @@ def _profile(hardware: str) -> tuple[OpStepCost, Curve]:
     src = get_hardware("h100")
     lm_rows = op_rows(spec, QWEN25_VL_3B) if spec is not A100 else None
     if spec is A100:
-        from agentic_kvc.sim.profiles import DATA
-        from agentic_kvc.sim.profiles.ops import derive_rows, load_ops_csv
+        from agentic_kvc.profiles import DATA
+        from agentic_kvc.profiles.ops import derive_rows, load_ops_csv
 
         all_rows = load_ops_csv(DATA / "h100_ops_profile.csv")
         lm_rows = derive_rows(all_rows, QWEN25_VL_3B, src, spec)
         vit = [r for r in all_rows if r.op == "vit_block"]
     else:
-        from agentic_kvc.sim.profiles import _measured_rows
+        from agentic_kvc.profiles import _measured_rows
 
         vit = [r for r in _measured_rows(src.name) if r.op == "vit_block"]
     scale = src.flops / spec.flops

@@ -30,7 +30,7 @@ from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
 from agentic_kvc.config import RunConfig
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.policy.base import RequestView
-from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.sim.fleet import ExactCacheView, SessionRun, SimFleet
 from agentic_kvc.workload.model import Workload
 from agentic_kvc.workload.tokens import engine_block_hashes

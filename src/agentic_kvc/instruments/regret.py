@@ -31,7 +31,7 @@ from agentic_kvc.config import RunConfig
 from agentic_kvc.instruments.fork import ForkedFleet, Snapshot, forget, shared_objects
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.policy.base import Decision, FleetView, InstanceView, Policy, RequestView
-from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.sim.fleet import SessionRun, SimFleet, SimStats
 from agentic_kvc.workload.model import Workload
 

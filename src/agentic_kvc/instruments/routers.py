@@ -26,7 +26,7 @@ from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import Decision, FleetView, InstanceView, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
-from agentic_kvc.sim.cost import EngineProfile
+from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.sim.fleet import SessionRun, SimFleet
 from agentic_kvc.workload.model import Workload
 

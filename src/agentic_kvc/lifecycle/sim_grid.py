@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentic_kvc.config import FleetConfig, SimConfig
-from agentic_kvc.sim.cost import StepCost
+from agentic_kvc.profiles.cost import StepCost
 
 FIELDS = [
     "C",
@@ -60,7 +60,7 @@ class SimGridSpec:
 def rows(
     cs: list[int], ns: list[int], os: list[int], spec: SimGridSpec | None = None
 ) -> Iterator[dict[str, float | int]]:
-    from agentic_kvc.sim.profiles import get_profile
+    from agentic_kvc.profiles import get_profile
 
     spec = spec or SimGridSpec()
     prof, sim = get_profile(spec.hardware, spec.model), SimConfig()

@@ -128,7 +128,7 @@ def params_from_sim(
     hardware: str, model: str, kv_transfer_fixed_s: float, kv_transfer_gbps: float
 ) -> dict[str, Any]:
     """Policy params from the simulator's own profile and transfer settings."""
-    from agentic_kvc.sim.profiles import get_profile
+    from agentic_kvc.profiles import get_profile
 
     prof = get_profile(hardware, model)
     chunk = 8192

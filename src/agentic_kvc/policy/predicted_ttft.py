@@ -16,7 +16,7 @@ attend to, which the router does not know: it is taken as half this prompt (requ
 workload look alike; a cold prompt's tokens attend to half of it on average).
 
 The coefficients (a, b, c, d, k) are not guessed: they are a least-squares fit of the engine
-profile's own step cost (`sim/profiles`, the same one the simulator runs) to the affine form
+profile's own step cost (`profiles/`, the same one the simulator runs) to the affine form
 `AffineStepCost` over a grid of step shapes, relative error weighted, done once per profile
 (`fit_step_cost`). No workload is seen by the fit, so every workload is held out. `B` is the
 engine's `max_num_batched_tokens`. On a fleet without a profile (a real CPU engine), name the
@@ -126,8 +126,8 @@ from agentic_kvc.policy.common import (
 from agentic_kvc.policy.registry import register
 from agentic_kvc.policy.tier_pricing import link_speeds, reload_delays
 from agentic_kvc.portable import round_significant
+from agentic_kvc.profiles.cost import AffineStepCost, StepCost
 from agentic_kvc.profiles.online import TERMS, OnlineAffineFit, StreamObserver
-from agentic_kvc.sim.cost import AffineStepCost, StepCost
 
 # The grid of step shapes the fit samples: one prefill chunk (tokens, context it attends to)
 # riding with a decode batch (sequences, mean KV length each). It spans the agentic workloads'
@@ -140,7 +140,7 @@ _DECODE_KV = (2048, 32_768)
 
 class PredictedTTFTParams(StrictParams):
     hardware: str = Field(
-        "h20", description="Profile whose step cost is fitted (sim/profiles hardware name)."
+        "h20", description="Profile whose step cost is fitted (a hardware name of profiles/)."
     )
     model: str = Field("qwen3-coder-30b-a3b", description="... and model name.")
     max_num_batched_tokens: int = Field(
@@ -236,7 +236,7 @@ class PredictedTTFTParams(StrictParams):
 @lru_cache(maxsize=16)
 def fitted_cost(hardware: str, model: str) -> AffineStepCost:
     """The profile's step cost fitted to the affine form (cached: a fit takes ~10 ms)."""
-    from agentic_kvc.sim.profiles import get_profile  # the profile tables load lazily
+    from agentic_kvc.profiles import get_profile  # the profile tables load lazily
 
     return fit_step_cost(get_profile(hardware, model).cost)
 
@@ -558,7 +558,7 @@ class _Parts:
 
 @lru_cache(maxsize=16)
 def profile_kv_bytes(hardware: str, model: str) -> int:
-    from agentic_kvc.sim.profiles import get_profile
+    from agentic_kvc.profiles import get_profile
 
     return get_profile(hardware, model).kv_bytes_per_token
 

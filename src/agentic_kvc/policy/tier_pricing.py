@@ -23,7 +23,7 @@ u_i = input - h_i and queue_i the queued prefill ahead (`predict_ttft_s` of a 0-
 No credit is fixed: a host hit worth reloading on an idle link is worth less behind a long
 reload queue, or on an instance whose queue the reload would not hide.
 
-The link numbers are parameters: None takes the hardware profile's (`sim/profiles/hardware.py`
+The link numbers are parameters: None takes the hardware profile's (`profiles/hardware.py`
 `tier_links`, what the simulator's tiers default to); a run that sets its own in
 `fleet.kv_tiers` passes the same to the policy (`tier_params_from_fleet`); the proxy passes
 the engines' measured numbers the same way (policy.params).
@@ -63,7 +63,7 @@ def link_speeds(
     """The given link numbers (GB/s = 1e9 bytes/s), each None taken from `hardware`'s
     profile (asked only when one is None)."""
     if None in (host_h2d_gbps, host_latency_s, disk_read_gbps, disk_latency_s):
-        from agentic_kvc.sim.profiles.hardware import tier_links  # the tables load lazily
+        from agentic_kvc.profiles.hardware import tier_links  # the tables load lazily
 
         links = tier_links(hardware)
         host_h2d_gbps = links.host_h2d_gbps if host_h2d_gbps is None else host_h2d_gbps

@@ -1,7 +1,7 @@
 """An engine cost model the router fits online from the streams it relays (issue 31 item 2).
 
 The model is the affine step cost `predicted_ttft` prices routes with (policy/predicted_ttft.py,
-sim/cost.py `AffineStepCost`): one engine step costs
+profiles/cost.py `AffineStepCost`): one engine step costs
 
     a + b * tokens + c * attention pairs + d * decoding sequences + k * decode KV tokens
 

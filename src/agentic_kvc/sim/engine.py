@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_kvc.profiles.cost import StepCost
 from agentic_kvc.sim.blocks import BlockPool, BlockTable, Hit
-from agentic_kvc.sim.cost import StepCost
 from agentic_kvc.sim.tiers import InstanceTiers
 
 _SYNTHETIC = 1 << 64  # hashes of blocks holding generated tokens live above every engine hash

@@ -34,10 +34,10 @@ from agentic_kvc.policy.base import NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.pause import PauseEstimator
 from agentic_kvc.policy.registry import get_policy
-from agentic_kvc.sim.cost import EngineProfile, StepCost
+from agentic_kvc.profiles.cost import EngineProfile, StepCost
+from agentic_kvc.profiles.fitted import under_background
+from agentic_kvc.profiles.hardware import TierLinks, tier_links
 from agentic_kvc.sim.engine import KV_NEEDS_BLOCKS, Instance, Seq, kv_usages
-from agentic_kvc.sim.profiles.hardware import TierLinks, tier_links
-from agentic_kvc.sim.serving_fit import under_background
 from agentic_kvc.sim.tiers import FleetTiers
 from agentic_kvc.workload.model import Block, Request, Session, Workload, live_dependencies
 from agentic_kvc.workload.tokens import chain_states, engine_block_hashes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from agentic_kvc.config import RunConfig
-from agentic_kvc.sim.cost import AffineStepCost, EngineProfile
+from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from agentic_kvc.cache.chain_index import agree_until
 from agentic_kvc.config import KVTiersConfig
-from agentic_kvc.sim.profiles.hardware import TierLinks
+from agentic_kvc.profiles.hardware import TierLinks
 
 if TYPE_CHECKING:
-    from agentic_kvc.sim.cost import EngineProfile
+    from agentic_kvc.profiles.cost import EngineProfile
 
 GIB = 1024**3
 

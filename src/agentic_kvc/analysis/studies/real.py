@@ -70,7 +70,7 @@ def processor_of(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def profile_processor(path: Path | None = None) -> tuple[dict[str, Any], str]:
     """The processor the `cpu-tiny` profile was calibrated on, and when."""
-    from agentic_kvc.sim.profiles import CPU_TINY_FILE
+    from agentic_kvc.profiles import CPU_TINY_FILE
 
     try:
         doc = json.loads((path or CPU_TINY_FILE).read_text())

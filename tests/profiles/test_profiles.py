@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.sim.profiles import (
+from agentic_kvc.profiles import (
     DATA,
     GIB,
     RESERVED_BYTES,
@@ -16,9 +16,9 @@ from agentic_kvc.sim.profiles import (
     kv_capacity_tokens,
     load_cpu_profile,
 )
-from agentic_kvc.sim.profiles.hardware import get_hardware
-from agentic_kvc.sim.profiles.models import get_model
-from agentic_kvc.sim.profiles.ops import Curve, OpRow, derive_rows, fit_affine, load_ops_csv
+from agentic_kvc.profiles.hardware import get_hardware
+from agentic_kvc.profiles.models import get_model
+from agentic_kvc.profiles.ops import Curve, OpRow, derive_rows, fit_affine, load_ops_csv
 
 GPU_PAIRS = [(h, m) for h in ("h100", "h20") for m in ("qwen3-coder-30b-a3b", "llama-3.1-8b")]
 

@@ -50,6 +50,9 @@ mostly waiting (3x the simulated one), and left the 1-instance quantiles 20-45% 
 validation workload; fitted to the quantiles over both calibration pairs, 13 of 16 held-out
 checks fell inside the real range (9 of 16 before). Search: a log-spaced grid, then the grid
 again around the best point at a finer step (numpy only; one simulation takes ~0.1 s).
+
+What a simulation needs of the fit at run time (a profile with its terms applied) is in
+profiles/fitted.py; this module replays and searches.
 """
 
 from __future__ import annotations
@@ -59,16 +62,18 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agentic_kvc.config import RunConfig, load_config
-from agentic_kvc.io import read_jsonl
-from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.profiles.linear import LinearStepCost
+from agentic_kvc.io import atomic_write_json, read_jsonl
+from agentic_kvc.profiles import load_cpu_profile
+from agentic_kvc.profiles.cost import EngineProfile
+from agentic_kvc.profiles.fitted import apply_fit, with_background
+from agentic_kvc.profiles.linear import LinearStepCost
+from agentic_kvc.sim.backend import prepare_sim
 
 SERVING_SEED = 12
 # Closed-loop agentic sessions scaled to the tiny model (3k-token prompts at most), loading one
@@ -93,10 +98,11 @@ SERVING_WORKLOAD: dict[str, Any] = {
 # Runnable threads of other processes the background stage's replays must span (else the term
 # cannot be told from the hour's speed).
 MIN_BACKGROUND_SPREAD = 0.5
-# Forms of the background term: the profile field it fills, its search unit and top value.
-BACKGROUND_FORMS = {
-    "slowdown": ("background_slowdown", 1.0, 3.0),  # every step x(1 + 3 n) at most
-    "delay": ("background_delay_s", 0.01, 1.0),  # each request up to 1 s later per thread
+# Forms of the background term (profiles/fitted.py BACKGROUND_FIELDS: the field each fills):
+# the search's unit and top value.
+BACKGROUND_SEARCH = {
+    "slowdown": (1.0, 3.0),  # every step x(1 + 3 n) at most
+    "delay": (0.01, 1.0),  # each request up to 1 s later per thread
 }
 METRICS = (("ttft_s", 50), ("ttft_s", 90), ("e2e_s", 50), ("e2e_s", 90))
 
@@ -142,18 +148,6 @@ def quantiles(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def scaled_cost(cost: LinearStepCost, prefill: float, step: float) -> LinearStepCost:
-    p, s = prefill, step
-    return LinearStepCost(
-        overhead_s=cost.overhead_s * s,
-        per_token_s=cost.per_token_s * p,
-        per_attn_pair_s=cost.per_attn_pair_s * p,
-        per_prefill_seq_s=cost.per_prefill_seq_s * p,
-        per_decode_seq_s=cost.per_decode_seq_s * s,
-        per_kv_token_s=cost.per_kv_token_s * s,
-    )
-
-
 def _replay_window(run_dir: Path) -> dict[str, Any]:
     """The replay window of the manifest's host_load (serve/hostload.py), or {}."""
     try:
@@ -172,28 +166,10 @@ def mean_background(recorded: Sequence[float | None]) -> float:
     return float(np.mean([x for x in recorded if x is not None]))
 
 
-def under_background(profile: EngineProfile, threads: float) -> EngineProfile:
-    """`profile` beside `threads` runnable threads of other processes: every step cost
-    (contended ones too) times 1 + background_slowdown * threads. Unchanged without the term."""
-    if not (profile.background_slowdown and threads):
-        return profile
-    factor = 1.0 + profile.background_slowdown * threads
-    slow = profile.contended_cost
-    assert isinstance(profile.cost, LinearStepCost)
-    assert slow is None or isinstance(slow, LinearStepCost)
-    return replace(
-        profile,
-        cost=scaled_cost(profile.cost, factor, factor),
-        contended_cost=None if slow is None else scaled_cost(slow, factor, factor),
-    )
-
-
 class ServingRun:
     """One real run to fit against: its config (re-simulated) and its measured requests."""
 
     def __init__(self, run_dir: Path) -> None:
-        from agentic_kvc.sim.backend import prepare_sim
-
         self.run_dir = run_dir
         cfg_path = run_dir / "config.json"
         if not cfg_path.is_file():
@@ -268,16 +244,6 @@ def _log(values: np.ndarray) -> np.ndarray:
     return np.array([math.log(v) for v in values])
 
 
-def apply_fit(
-    base: EngineProfile, scale: float, contended: tuple[float, float] | None
-) -> EngineProfile:
-    """`base` (a linear CPU profile) with the serving fit's scale and contended slowdown."""
-    assert isinstance(base.cost, LinearStepCost)
-    cost = scaled_cost(base.cost, scale, scale)
-    slow = scaled_cost(cost, *contended) if contended else None
-    return replace(base, cost=cost, contended_cost=slow)
-
-
 def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int) -> dict[str, Any]:
     """Fit the scale on runs with a spare core, the contended slowdown on runs without."""
     if not isinstance(base.cost, LinearStepCost):
@@ -335,11 +301,6 @@ def fit_serving(base: EngineProfile, runs: Sequence[ServingRun], host_cores: int
     return out
 
 
-def with_background(profile: EngineProfile, form: str, value: float) -> EngineProfile:
-    """`profile` with a background term of `form` ("slowdown" or "delay") set to `value`."""
-    return replace(profile, **{BACKGROUND_FORMS[form][0]: value})
-
-
 def fit_background(
     fitted: Callable[[int], EngineProfile],
     runs: Sequence[ServingRun],
@@ -352,8 +313,8 @@ def fit_background(
     (beside known neighbours: benchmarks/sim_vs_vllm_neighbours.py). Each replay is simulated
     on its own background; the loss is the serving fit's. (Refitting the scale jointly with
     the term was tried and lost on held-out checks: docs/sim_profiles.md, "Neighbours".)"""
-    if form not in BACKGROUND_FORMS:
-        raise ValueError(f"background form {form!r}: one of {', '.join(BACKGROUND_FORMS)}")
+    if form not in BACKGROUND_SEARCH:
+        raise ValueError(f"background form {form!r}: one of {', '.join(BACKGROUND_SEARCH)}")
     missing = [str(r.run_dir) for r in runs if r.background is None]
     if missing:
         raise ValueError(
@@ -365,7 +326,7 @@ def fit_background(
             f"the replays' backgrounds span {spread:.2f} runnable threads, under "
             f"{MIN_BACKGROUND_SPREAD}: the term cannot be told from the host's speed"
         )
-    _key, unit, top = BACKGROUND_FORMS[form]
+    unit, top = BACKGROUND_SEARCH[form]
     out: dict[str, Any] = {"form": form, "measure": "others_runnable", "host_cores": host_cores}
     for cls, members in (
         ("spare", [r for r in runs if r.instances < host_cores]),
@@ -414,9 +375,6 @@ def fit_and_store(
     profile_path: Path, run_dirs: Sequence[Path], host_cores: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Fit the serving stage against `run_dirs` and write it into the profile JSON."""
-    from agentic_kvc.io import atomic_write_json
-    from agentic_kvc.sim.profiles import load_cpu_profile
-
     base = load_cpu_profile(profile_path, serving_fit=False)
     runs = [ServingRun(Path(d)) for d in run_dirs]
     log(f"fitting against {len(runs)} real run(s): " + ", ".join(str(r.run_dir) for r in runs))
@@ -435,9 +393,6 @@ def fit_and_store_background(
     form: str = "delay",
 ) -> dict[str, Any]:
     """Fit the background stage on top of the profile's serving fit; store it there."""
-    from agentic_kvc.io import atomic_write_json
-    from agentic_kvc.sim.profiles import load_cpu_profile
-
     doc = json.loads(profile_path.read_text())
     if not doc.get("serving_fit"):
         raise ValueError(f"{profile_path}: no serving fit to add a background term to")

@@ -9,21 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentic_kvc.sim.backend import prepare_sim
-from agentic_kvc.sim.cost import EngineProfile
-from agentic_kvc.sim.profiles import CPU_TINY_FILE, load_cpu_profile
-from agentic_kvc.sim.profiles.linear import LinearStepCost
-from agentic_kvc.sim.serving_fit import (
+from agentic_kvc.calibrate.serving_fit import (
     ServingRun,
     _grid_search,
-    apply_fit,
     fit_background,
     fit_serving,
-    scaled_cost,
     serving_config,
-    under_background,
-    with_background,
 )
+from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
+from agentic_kvc.profiles.cost import EngineProfile
+from agentic_kvc.profiles.fitted import apply_fit, scaled_cost, under_background, with_background
+from agentic_kvc.profiles.linear import LinearStepCost
+from agentic_kvc.sim.backend import prepare_sim
 
 COST = LinearStepCost(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 
@@ -240,7 +237,7 @@ def test_profile_file_carries_the_background_stage(tmp_path: Path) -> None:
 
 
 def test_mean_background_is_zero_unless_every_run_recorded_one() -> None:
-    from agentic_kvc.sim.serving_fit import mean_background
+    from agentic_kvc.calibrate.serving_fit import mean_background
 
     assert mean_background([0.5, 1.5]) == 1.0
     assert mean_background([0.5, None]) == 0.0  # an older run: no term applies

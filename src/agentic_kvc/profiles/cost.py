@@ -1,4 +1,5 @@
-"""The contract between the simulated engine and hardware/model profiles.
+"""The contract between an engine model and hardware/model profiles: the simulated engine
+runs it, and routing policies price routes with it (`AffineStepCost`).
 
 The engine asks a profile one question per scheduler step: how long does a step take that
 prefills these chunks and decodes this batch? Decode-only stretches are advanced in closed form,
@@ -82,7 +83,8 @@ class EngineProfile:
     # None: instances never slow each other.
     contended_cost: StepCost | None = None
     # CPU hosts: every step's cost grows by this fraction per runnable thread of the host's
-    # other processes (`sim.host_neighbour_threads`; sim/serving_fit.py fits it). 0: no such term.
+    # other processes (`sim.host_neighbour_threads`; calibrate/serving_fit.py fits it).
+    # 0: no such term.
     background_slowdown: float = 0.0
     # CPU hosts: and every request reaches its engine this many seconds later per runnable
     # thread of other processes (the frontends wait for the cores too). 0: no such term.

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentic_kvc.sim.profiles.hardware import HardwareSpec
-from agentic_kvc.sim.profiles.models import ModelShape
+from agentic_kvc.profiles.hardware import HardwareSpec
+from agentic_kvc.profiles.models import ModelShape
 
 COLUMNS = ("op", "model", "m", "ctx", "n_bytes", "ms", "reps")
 

@@ -83,7 +83,7 @@ def tier_links(hardware: str) -> TierLinks:
     if hardware not in TIER_LINKS:
         raise ValueError(
             f"no KV tier link numbers for hardware {hardware!r}; known: {sorted(TIER_LINKS)} "
-            "(set fleet.kv_tiers.host_h2d_gbps etc. or add them to sim/profiles/hardware.py)"
+            "(set fleet.kv_tiers.host_h2d_gbps etc. or add them to profiles/hardware.py)"
         )
     return TIER_LINKS[hardware]
 

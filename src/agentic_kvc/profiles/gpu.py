@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from agentic_kvc.sim.profiles.models import ModelShape
-from agentic_kvc.sim.profiles.ops import Curve, OpRow, fit_affine
+from agentic_kvc.profiles.models import ModelShape
+from agentic_kvc.profiles.ops import Curve, OpRow, fit_affine
 
 MS = 1e-3
 # Not measured by the operator table: vLLM V1's CPU-side work per step and per scheduled
