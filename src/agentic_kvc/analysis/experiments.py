@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,10 +161,43 @@ def _resources_for(cfg: RunConfig, requested: Mapping[str, int]) -> dict[str, in
     return out
 
 
+def policy_variants(policies: Sequence[Any]) -> list[str]:
+    """What each entry of a `policy` matrix (whole policy mappings: name, params) is called in
+    tables: its name, plus, when several entries share that name, the params whose values
+    differ between them, e.g. `predicted_ttft (cost_model=online)` beside
+    `predicted_ttft (cost_model=profile)`. Params all the entries of a name share (the
+    profile both are given) are left out, so a name that appears once stays bare and a
+    study's rows keep their names when another variant of a policy joins the matrix."""
+    entries = [p if isinstance(p, Mapping) else {"name": p} for p in policies]
+    params = [dict(e.get("params") or {}) for e in entries]
+    out = []
+    for e, mine in zip(entries, params, strict=True):
+        name = str(e.get("name", "?"))
+        peers = [q for f, q in zip(entries, params, strict=True) if f.get("name") == e.get("name")]
+        keys = sorted({k for q in peers for k in q})
+        differ = [k for k in keys if k in mine and len({_key(q.get(k)) for q in peers}) > 1]
+        shown = ", ".join(f"{k}={_plain(mine[k])}" for k in differ)
+        out.append(f"{name} ({shown})" if shown else name)
+    return out
+
+
+def _plain(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+
+
+def _key(v: Any) -> str:
+    return json.dumps(v, sort_keys=True)
+
+
 def expand_experiment(
     exp: Mapping[str, Any], root: Path, archive: Path | None = None
 ) -> list[PlannedRun]:
-    """All runs of one experiment entry; ConfigError names the experiment and field."""
+    """All runs of one experiment entry; ConfigError names the experiment and field.
+
+    The matrix key `policy` takes whole policy mappings (`{name: ..., params: {...}}`), so one
+    experiment (and, for real engines, one fleet: `Plan.real_batches`) can hold a policy
+    with two parameter sets beside other policies; each run's `variant` is then named by
+    `policy_variants` unless the experiment names its runs itself."""
     name = str(exp["name"])
     base = str(exp["base"])
     fixed = [override_item(k, v) for k, v in (exp.get("set") or {}).items()]
@@ -173,6 +206,8 @@ def expand_experiment(
     for k in keys:
         if not isinstance(matrix[k], list) or not matrix[k]:
             raise ConfigError(f"experiment {name!r}: matrix.{k} must be a non-empty list")
+    policies = matrix.get("policy", [])
+    named = dict(zip(map(_key, policies), policy_variants(policies), strict=True))
     out: list[PlannedRun] = []
     for combo in itertools.product(*(matrix[k] for k in keys)):
         labels = dict(zip(keys, combo, strict=True))
@@ -198,7 +233,7 @@ def expand_experiment(
                 archived=archive is not None and is_complete(archive / run_id),
                 hardware=cfg.fleet.hardware,
                 study=str(exp.get("study", "")),
-                variant=str(exp.get("variant", "")),
+                variant=str(exp.get("variant", "")) or named.get(_key(labels.get("policy")), ""),
                 trace=cfg.workload.trace or "",
             )
         )

@@ -132,8 +132,9 @@ def twin_key(config: dict[str, Any]) -> str:
 def variant_of(policy: str, labels: dict[str, Any]) -> str:
     """What a comparison row is called: the policy plus any matrix values other than seed,
     repeat and policy (e.g. `lmetric fleet.instances=8`); seeds and repeats of one variant are
-    pooled."""
-    extra = [f"{k}={v}" for k, v in labels.items() if k not in ("seed", "repeat", "policy.name")]
+    pooled. A `policy` matrix entry (a whole mapping) is named by the plan's variant."""
+    skip = ("seed", "repeat", "policy.name", "policy")
+    extra = [f"{k}={v}" for k, v in labels.items() if k not in skip]
     return " ".join([policy, *extra])
 
 

@@ -43,6 +43,9 @@ from agentic_kvc.io import atomic_write_text
 
 # Matrix keys whose values are replicates of one variant (pairs), not variants of their own.
 REPLICATE_KEYS = ("seed", "repeat", "workload.window_s")
+# Matrix keys that name the policy: already the `policy` and `variant` columns (a `policy`
+# mapping is named by `experiments.policy_variants`), so no column of their own.
+POLICY_KEYS = ("policy.name", "policy")
 
 
 def short_key(dotted: str) -> str:
@@ -99,7 +102,7 @@ def _labelled(df: pl.DataFrame, run: RunDir, planned: PlannedRun) -> pl.DataFram
         pl.lit(replicate).alias("replicate"),
     ]
     for k, v in planned.labels.items():
-        if k not in REPLICATE_KEYS and k != "policy.name":
+        if k not in REPLICATE_KEYS and k not in POLICY_KEYS:
             cols.append(
                 pl.lit(json.dumps(v) if isinstance(v, list | dict) else v).alias(short_key(k))
             )

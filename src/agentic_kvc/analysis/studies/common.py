@@ -122,3 +122,96 @@ def theirs_block(study: str) -> str:
         md_table(["theirs", "value", "source"], rows, "lrl"),
     ]
     return "\n\n".join(p for p in parts if p)
+
+
+# --- an online-fitted cost model's state, from the decision receipts ------------------------
+
+# The affine step cost's terms, in the receipts' order (profiles/online.py TERMS), each shown
+# in a unit that keeps it near 1.
+FIT_TERMS = (
+    ("overhead", "ms", 1e3),
+    ("per token", "us", 1e6),
+    ("per attention pair", "ns", 1e9),
+    ("per decoding seq", "us", 1e6),
+    ("per KV token", "ns", 1e9),
+)
+
+
+def run_fit(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The first and the last state of a run's online cost model: the receipts
+    (`scores.cost_model` of each request record: coefficients, their errors, recent relative
+    error, observations) with the fewest and the most observations; None without receipts."""
+    from agentic_kvc.io import read_jsonl
+
+    fits = []
+    for rec in read_jsonl(path / "requests.jsonl"):
+        fit = (rec.get("scores") or {}).get("cost_model")
+        if isinstance(fit, dict) and fit.get("coef"):
+            fits.append(fit)
+    if not fits:
+        return None
+    return (
+        min(fits, key=lambda f: f.get("observations", 0)),
+        max(fits, key=lambda f: f.get("observations", 0)),
+    )
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def online_fit_table(s: Section, data: StudyData, what: str) -> bool:
+    """Add a table of each online-fitted variant's cost model (`cost_model: online`): its
+    prior (the first decision's coefficients), where the fit ended (median over the runs of
+    the last receipt's), the observations it had by then and its recent relative error on
+    TTFT and on inter-token gaps (mean over runs). `what` says what the runs are. False (and
+    nothing added) when no run carries the receipts."""
+    by: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for run, planned in data.runs:
+        cfg = getattr(run, "config", None) or {}
+        params = (cfg.get("policy") or {}).get("params") or {}
+        path = getattr(run, "path", None)
+        if params.get("cost_model") != "online" or path is None:
+            continue
+        fit = run_fit(Path(path))
+        if fit is None:
+            continue
+        variant = (planned.variant if planned is not None else "") or cfg["policy"]["name"]
+        by.setdefault((variant, str(cfg.get("backend", "?"))), []).append(fit)
+    if not by:
+        return False
+    rows = []
+    for (variant, backend), fits in sorted(by.items()):
+        coefs = [
+            f"{fits[0][0]['coef'][i] * scale:.3g} -> "
+            f"{_median([last['coef'][i] for _, last in fits]) * scale:.3g}"
+            for i, (_, _, scale) in enumerate(FIT_TERMS)
+        ]
+        obs = sum(last.get("observations", 0) for _, last in fits) / len(fits)
+        errors = []
+        for kind in ("ttft", "decode"):
+            vals = [(last.get("rel_error") or {}).get(kind) for _, last in fits]
+            got = [float(v) for v in vals if v is not None]
+            errors.append(f"{sum(got) / len(got) * 100:.0f}%" if got else "-")
+        rows.append([variant, backend, str(len(fits)), f"{obs:.0f}", *coefs, *errors])
+    s.table(
+        f"The online-fitted cost model ({what}): its prior (the first decision's coefficients) "
+        "-> where the fit ended (median over runs of the last decision's receipt, "
+        "`scores.cost_model` in the request records), the observations it had by then (mean "
+        "over runs; a TTFT and a decode observation per finished request) and its recent "
+        "relative error on TTFT and on inter-token gaps (mean over runs). A fit starts afresh "
+        "in every run.",
+        [
+            "variant",
+            "backend",
+            "runs",
+            "observations",
+            *(f"{name} ({unit})" for name, unit, _ in FIT_TERMS),
+            "rel. error TTFT",
+            "rel. error ITL",
+        ],
+        rows,
+    )
+    return True
