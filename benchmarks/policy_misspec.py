@@ -37,7 +37,6 @@ workloads x 3 seeds. Full sweep: --scenarios held_out --seeds 5.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -49,12 +48,10 @@ from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import load_config
 from agentic_kvc.policy.calibrated_split import params_from_sim
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("policy_robustness", HERE / "policy_robustness.py")
-assert _spec is not None and _spec.loader is not None
-rb = importlib.util.module_from_spec(_spec)
-sys.modules["policy_robustness"] = rb
-_spec.loader.exec_module(rb)
+# The sweep's machinery, imported by name from this folder (also when this script is loaded by
+# path, as workflow/scripts/sweep_batch.py does): one module object however it is reached.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import policy_robustness as rb
 
 DEFAULT = "chat,heavy_tail,short_ctx,high_reuse,long_fleet16,h100_qwen"
 TERMS = ("overhead_s", "per_token_s", "per_attn_pair_s", "per_decode_seq_s", "per_kv_token_s")

@@ -16,7 +16,6 @@ fleet's mean TTFT against staying (the `affinity` alternative).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -30,12 +29,10 @@ from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.workload import load_workload
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("policy_robustness", HERE / "policy_robustness.py")
-assert _spec is not None and _spec.loader is not None
-rb = importlib.util.module_from_spec(_spec)
-sys.modules["policy_robustness"] = rb
-_spec.loader.exec_module(rb)
+# The sweep's machinery, imported by name from this folder (also when this script is loaded by
+# path, as workflow/scripts/sweep_batch.py does): one module object however it is reached.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import policy_robustness as rb
 
 
 def miss_sources(df: pl.DataFrame) -> dict:

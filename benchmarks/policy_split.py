@@ -21,7 +21,6 @@ are calibrated_split's (`params_from_sim`).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -31,12 +30,10 @@ import polars as pl
 
 from agentic_kvc.analysis.paired import paired_compare
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("policy_robustness", HERE / "policy_robustness.py")
-assert _spec is not None and _spec.loader is not None
-rb = importlib.util.module_from_spec(_spec)
-sys.modules["policy_robustness"] = rb
-_spec.loader.exec_module(rb)
+# The sweep's machinery, imported by name from this folder (also when this script is loaded by
+# path, as workflow/scripts/sweep_batch.py does): one module object however it is reached.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import policy_robustness as rb
 
 COLO, SPLIT, CAL = "predicted_ttft", "predicted_ttft:split=true", "calibrated_split"
 OURS = (COLO, SPLIT, CAL)

@@ -14,7 +14,7 @@ the wall time and where the job ran (SLURM job id and node, when under SLURM).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import socket
@@ -23,21 +23,17 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPTS = {"robustness": "policy_robustness", "misspec": "policy_misspec"}
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py as a module (the folder is not a package)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"benchmarks/{name}.py cannot be loaded")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """benchmarks/<name>.py as a module (the folder is not a package): imported by name with
+    the folder on the path, as the benchmarks import each other, so a script and the siblings
+    it imports (policy_misspec imports policy_robustness) share one module object."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 def batch_runs(sweep: str, scenario: str) -> list[tuple[str, list[str], str | None]]:
