@@ -44,3 +44,38 @@ def test_missing_metrics_are_none_not_zero() -> None:
 
 def test_label_escapes() -> None:
     assert parse_labels(r'a="x\"y",b="1"') == {"a": 'x"y', "b": "1"}
+
+
+TIER_SAMPLE = """\
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="tiny",source="device"} 640.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="tiny",source="host"} 2976.0
+vllm:prompt_tokens_cached_by_source_total{engine="1",model_name="tiny",source="host"} 24.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="tiny",source="disk"} 0.0
+vllm:prompt_tokens_cached_by_source_created{engine="0",model_name="tiny",source="host"} 1.7e9
+"""
+
+
+def test_cached_tokens_by_source_sum_engines_per_tier() -> None:
+    """The engine's own count of prefix-cache hit tokens per tier (issue 30): the tier study
+    reads the host tier's from it."""
+    m = parse_vllm_metrics(TIER_SAMPLE)
+    assert m.cached_tokens_by_source == {"device": 640.0, "host": 3000.0, "disk": 0.0}
+    assert m.prompt_tokens_by_source == {}
+
+
+def test_sampler_writes_tier_counters_only_for_an_engine_that_served_from_one() -> None:
+    import asyncio
+
+    from agentic_kvc.serve.sampler import InstanceSampler
+
+    texts = {"http://a": TIER_SAMPLE, "http://b": SAMPLE}
+
+    class _Sampler(InstanceSampler):
+        async def _get(self, http, url):  # type: ignore[no-untyped-def]
+            return texts[url]
+
+    sampler = _Sampler(["http://a", "http://b"], 1.0, 0.0)
+    rows = asyncio.run(sampler.sample_once(None))  # type: ignore[arg-type]
+    a, b = (r.to_dict() for r in rows)
+    assert a["host_cached_tokens"] == 3000.0 and a["disk_cached_tokens"] == 0.0
+    assert "host_cached_tokens" not in b and "disk_cached_tokens" not in b  # no tier: no keys

@@ -90,6 +90,9 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "host_tokens": pl.Int64,
     "disk_tokens": pl.Int64,
     "reload_wait_s": pl.Float64,
+    # Real runs whose exact view knows tiers (issue 30): the host / disk tokens it expected.
+    "predicted_host_tokens": pl.Int64,
+    "predicted_disk_tokens": pl.Int64,
     "error": pl.String,
 }
 
@@ -104,6 +107,9 @@ SAMPLE_SCHEMA: dict[str, Any] = {
     "router_inflight": pl.Float64,
     "router_pending_prefill_tokens": pl.Float64,
     "healthy": pl.Boolean,
+    # Real engines with a tier (issue 30): their counters of prompt tokens served from it.
+    "host_cached_tokens": pl.Float64,
+    "disk_cached_tokens": pl.Float64,
 }
 
 # Columns describing the run each row came from (added to every frame).

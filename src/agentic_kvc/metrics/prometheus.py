@@ -35,8 +35,10 @@ _COUNTERS: dict[str, str] = {
     "vllm:generation_tokens_total": "generation_tokens",
 }
 _BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+# Prefix-cache hit tokens by the tier that supplied them (device, host, disk, p2p, ...).
+_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 _CACHE_INFO = "vllm:cache_config_info"
-_WANTED = frozenset([*_GAUGES, *_COUNTERS, _BY_SOURCE, _CACHE_INFO])
+_WANTED = frozenset([*_GAUGES, *_COUNTERS, _BY_SOURCE, _CACHED_BY_SOURCE, _CACHE_INFO])
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -56,6 +58,8 @@ class EngineMetrics:
     generation_tokens: float | None = None
     # source label -> tokens: local_compute | local_cache_hit | external_kv_transfer
     prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    # source label -> prefix-cache hit tokens: device (HBM) | host | disk | p2p | ...
+    cached_tokens_by_source: dict[str, float] = field(default_factory=dict)
     block_size: int | None = None
     num_gpu_blocks: int | None = None  # KV cache capacity in blocks (cache_config_info)
 
@@ -100,6 +104,7 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
     sums: dict[str, float] = {}
     kv: list[float] = []
     by_source: dict[str, float] = {}
+    cached_by: dict[str, float] = {}
     block_size: int | None = None
     num_blocks: int | None = None
     for line in text.splitlines():
@@ -116,9 +121,10 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
                 block_size = int(bs) if bs.isdigit() else None
                 num_blocks = int(nb) if nb.isdigit() else None
             continue
-        if name == _BY_SOURCE:
+        if name in (_BY_SOURCE, _CACHED_BY_SOURCE):
+            into = by_source if name == _BY_SOURCE else cached_by
             source = parse_labels(labels).get("source", "unknown")
-            by_source[source] = by_source.get(source, 0.0) + value
+            into[source] = into.get(source, 0.0) + value
             continue
         key = _GAUGES.get(name)
         if key == "kv_usage":
@@ -127,7 +133,10 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
         key = key or _COUNTERS[name]
         sums[key] = sums.get(key, 0.0) + value
     out = EngineMetrics(
-        prompt_tokens_by_source=by_source, block_size=block_size, num_gpu_blocks=num_blocks
+        prompt_tokens_by_source=by_source,
+        cached_tokens_by_source=cached_by,
+        block_size=block_size,
+        num_gpu_blocks=num_blocks,
     )
     if "running" in sums:
         out.running = int(sums.pop("running"))

@@ -132,10 +132,15 @@ class InstanceSample:
     # a run has the tier.
     host_kv_usage: float | None = None
     disk_kv_usage: float | None = None
+    # Real engines with a tier (issue 30): the engine's own counters of prompt tokens its
+    # prefix cache got from host memory / disk since it started
+    # (`vllm:prompt_tokens_cached_by_source_total`); written only when the engine reports one.
+    host_cached_tokens: float | None = None
+    disk_cached_tokens: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("host_kv_usage", "disk_kv_usage"):
+        for key in ("host_kv_usage", "disk_kv_usage", "host_cached_tokens", "disk_cached_tokens"):
             if out[key] is None:
                 del out[key]
         return out

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +57,10 @@ _PROXY_FIELDS = (
     "decode_instance",
     "session_source",
     "parent_session_id",
+    # The exact view's expected loads from the tiers below HBM (issue 30), beside the engine's
+    # `cached_tokens`.
+    "predicted_host_tokens",
+    "predicted_disk_tokens",
 )
 # Machine load sampling period (1 Hz: two small /proc reads per tick).
 HOST_LOAD_INTERVAL_S = 1.0
@@ -127,39 +133,64 @@ class FleetKeeper:
     (a batch of runs that differ only in the policy): its start-up, about 30 s of a 2-core
     machine, is paid once per batch. Each run starts from empty prefix caches (vLLM's
     development-mode reset), so runs stay independent of their order; the
-    pipeline still rotates the order per repeat so that no variant always runs first."""
+    pipeline still rotates the order per repeat so that no variant always runs first.
+
+    A fleet with KV events (the exact view) is kept too: its event sockets live in the
+    keeper's own directory (`events_dir`), so consecutive runs launch it with the same flags,
+    and each run's proxy subscribes afresh to an engine whose caches were just emptied. A
+    fleet with a KV tier below HBM (`fleet.kv_tiers`) has the tier emptied as well
+    (`reset_external`), so no run inherits another's offloaded blocks."""
 
     def __init__(self) -> None:
         self._key: str | None = None
         self._fleet: VllmFleet | None = None
         self._owner: str | None = None  # run directory whose logs/ hold the engines' logs
+        self._events_dir: str | None = None
 
-    def fleet(self, key: str, start: Any, run_dir: Path) -> tuple[VllmFleet, str | None]:
-        """The running fleet for `key` (reset), or a new one from `start()`; and the run
-        directory that started it when it is shared, else None."""
+    @property
+    def events_dir(self) -> str:
+        """A short directory for the kept fleet's KV-event sockets (made on first use)."""
+        if self._events_dir is None:
+            self._events_dir = tempfile.mkdtemp(prefix="akvc-ev-")
+        return self._events_dir
+
+    def fleet(
+        self, key: str, start: Any, run_dir: Path, reset_external: bool = False
+    ) -> tuple[VllmFleet, str | None]:
+        """The running fleet for `key` (reset; its KV tier too with `reset_external`), or a
+        new one from `start()`; and the run directory that started it when it is shared,
+        else None."""
         if self._fleet is not None and self._key == key and self._fleet.all_alive():
-            reset_prefix_caches(self._fleet.urls)
+            reset_prefix_caches(self._fleet.urls, external=reset_external)
             return self._fleet, self._owner
-        self.close()
+        self._stop_fleet()  # its event sockets' directory stays: `start` may name it
         self._fleet = start().start()
         self._key, self._owner = key, str(run_dir)
         return self._fleet, None
 
-    def close(self) -> None:
+    def _stop_fleet(self) -> None:
         if self._fleet is not None:
             fleet, self._fleet, self._key = self._fleet, None, None
             fleet.stop()
 
+    def close(self) -> None:
+        self._stop_fleet()
+        if self._events_dir is not None:
+            shutil.rmtree(self._events_dir, ignore_errors=True)
+            self._events_dir = None
 
-def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0) -> None:
-    """Empty every engine's prefix cache; fail loudly if an engine keeps refusing (a run that
-    silently inherited the previous run's cache would report hits it did not earn). vLLM
-    answers {"success": false} while blocks are still held (a request being torn down), so
-    it is asked again for a few seconds."""
+
+def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0, external: bool = False) -> None:
+    """Empty every engine's prefix cache, and with `external` its KV connector's cache (a
+    tier below HBM: vLLM's `reset_external=true`); fail loudly if an engine keeps refusing (a
+    run that silently inherited the previous run's cache would report hits it did not earn).
+    vLLM answers {"success": false} while blocks are still held (a request being torn down,
+    a tier transfer not yet reported), so it is asked again for a few seconds."""
+    query = "?reset_external=true" if external else ""
     for url in urls:
         deadline = time.monotonic() + timeout_s
         while True:
-            resp = httpx.post(f"{url}/reset_prefix_cache", timeout=timeout_s)
+            resp = httpx.post(f"{url}/reset_prefix_cache{query}", timeout=timeout_s)
             if resp.status_code == 200 and resp.json().get("success") is True:
                 break
             if time.monotonic() > deadline:
@@ -200,23 +231,33 @@ def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
 
 @contextlib.contextmanager
 def _fleet_for(
-    config: RunConfig, logs: Path, kv_plan: dict[str, Any], keeper: FleetKeeper | None
+    config: RunConfig,
+    logs: Path,
+    kv_plan: dict[str, Any],
+    keeper: FleetKeeper | None,
+    events_only: bool = False,
 ) -> Iterator[tuple[VllmFleet, str | None]]:
-    """A fleet of its own, or the keeper's when the run's engines need no KV connector
-    (connector state, e.g. NIXL handshakes, is not something a cache reset clears)."""
-    if keeper is None or kv_plan:
+    """A fleet of its own, or the keeper's when the run's engines need no PD connector
+    (connector state, e.g. NIXL handshakes, is not something a cache reset clears):
+    `kv_plan` empty, or only KV events (`events_only`, sockets in the keeper's directory).
+    A KV tier (`fleet.kv_tiers`) is part of the fleet config, and the keeper empties it."""
+    if keeper is None or (kv_plan and not events_only):
         with VllmFleet.from_config(config.fleet, logs, device_for(config), **kv_plan) as fleet:
             yield fleet, None
         return
     n = config.fleet.instances
-    key = json.dumps([config.fleet.model_dump(mode="json"), device_for(config)], sort_keys=True)
+    args = kv_plan.get("per_instance_args")
+    env = [{**DEV_MODE_ENV, **e} for e in kv_plan.get("per_instance_env") or [{}] * n]
+    key = json.dumps(
+        [config.fleet.model_dump(mode="json"), device_for(config), args], sort_keys=True
+    )
 
     def start() -> VllmFleet:
         return VllmFleet.from_config(
-            config.fleet, logs, device_for(config), per_instance_env=[DEV_MODE_ENV] * n
+            config.fleet, logs, device_for(config), per_instance_args=args, per_instance_env=env
         )
 
-    yield keeper.fleet(key, start, logs.parent)
+    yield keeper.fleet(key, start, logs.parent, reset_external=config.fleet.kv_tiers.enabled)
 
 
 def _run_vllm(
@@ -239,6 +280,10 @@ def _run_vllm(
         for role in config.fleet.roles:
             proxy_args += ["--role", role]
     # PD-capable policies need a KV connector on every engine; the exact view needs KV events.
+    # Events alone leave the fleet shareable between runs (sockets in the keeper's directory).
+    events_only = keeper is not None and not may_disaggregate(
+        config.policy.name, config.policy.params
+    )
     kv = kv_launch_for_run(
         config.policy.name,
         config.policy.params,
@@ -246,6 +291,11 @@ def _run_vllm(
         config.fleet.instances,
         config.fleet.roles,
         detect_device(device_for(config)),
+        events_dir=(
+            keeper.events_dir
+            if keeper is not None and events_only and config.policy.cache_view == "exact"
+            else None
+        ),
     )
     kv_plan: dict[str, Any] = {}
     if kv is not None:
@@ -253,7 +303,7 @@ def _run_vllm(
         for endpoint in kv.events_endpoints:
             proxy_args += ["--kv-events", endpoint]
     t_setup = time.monotonic()
-    with _fleet_for(config, logs, kv_plan, keeper) as (fleet, shared_from):
+    with _fleet_for(config, logs, kv_plan, keeper, events_only) as (fleet, shared_from):
         if kv is not None and may_disaggregate(config.policy.name, config.policy.params):
             warm_nixl_pairs(fleet.urls, fleet.model_name, [i.role for i in kv.instances])
         tokens = token_fn(Path(fleet.plan.model))

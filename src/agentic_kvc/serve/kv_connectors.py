@@ -195,14 +195,17 @@ def kv_launch_for_run(
     roles: Sequence[Role] | None = None,
     device: str = "cpu",
     connector: ConnectorName = "nixl",
+    events_dir: str | None = None,
 ) -> KVLaunch | None:
     """The KV flags a real run needs: a connector if its policy may offload, KV events if it
-    routes by the exact view; None when it needs neither."""
+    routes by the exact view; None when it needs neither. `events_dir`: where the event
+    sockets go (default: a new temporary directory); a fleet kept between runs passes its
+    own, so that every run launches it with the same flags."""
     offload = may_disaggregate(policy, params)
     events = cache_view == "exact"
     if not (offload or events):
         return None
-    return kv_launch(n_instances, connector if offload else None, roles, device, events)
+    return kv_launch(n_instances, connector if offload else None, roles, device, events, events_dir)
 
 
 def warm_nixl_pairs(

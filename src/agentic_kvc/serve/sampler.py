@@ -77,6 +77,10 @@ class InstanceSampler:
                 s.prefix_cache_hits = m.prefix_cache_hits
                 s.external_prefix_cache_hits = m.external_prefix_cache_hits
                 s.preemptions = m.preemptions
+                # Only an engine with a tier below HBM reports hits from one.
+                if m.cached_tokens_by_source.get("host") or m.cached_tokens_by_source.get("disk"):
+                    s.host_cached_tokens = m.cached_tokens_by_source.get("host", 0.0)
+                    s.disk_cached_tokens = m.cached_tokens_by_source.get("disk", 0.0)
             r = router.get(i, {})
             if "router_inflight" in r:
                 s.router_inflight = int(r["router_inflight"])

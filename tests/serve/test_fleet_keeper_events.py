@@ -1,0 +1,133 @@
+"""A kept fleet (one per batch of real runs) with KV events and a KV tier: the runs of a batch
+launch it with the same flags (event sockets in the keeper's directory), so it is started
+once, and between runs both its prefix cache and its tier are emptied (issue 30 item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentic_kvc.config import load_config
+from agentic_kvc.serve import backend as backend_mod
+from agentic_kvc.serve.backend import FleetKeeper, _fleet_for, reset_prefix_caches
+from agentic_kvc.serve.kv_connectors import kv_launch_for_run
+
+
+class _Resp:
+    status_code = 200
+
+    def json(self) -> dict[str, Any]:
+        return {"success": True}
+
+
+@pytest.mark.parametrize(("external", "query"), [(False, ""), (True, "?reset_external=true")])
+def test_reset_asks_for_the_tier_too_only_when_told(monkeypatch, external, query) -> None:
+    posted: list[str] = []
+    monkeypatch.setattr(backend_mod.httpx, "post", lambda url, **_: posted.append(url) or _Resp())
+    reset_prefix_caches(["http://a", "http://b"], external=external)
+    assert posted == [f"http://a/reset_prefix_cache{query}", f"http://b/reset_prefix_cache{query}"]
+
+
+def test_events_in_the_keepers_directory_give_every_run_the_same_flags() -> None:
+    keeper = FleetKeeper()
+    try:
+        one = kv_launch_for_run("sglang_cache_aware", {}, "exact", 2, events_dir=keeper.events_dir)
+        two = kv_launch_for_run("predicted_ttft", {}, "exact", 2, events_dir=keeper.events_dir)
+        assert one is not None and two is not None
+        assert one.args == two.args and one.events_endpoints == two.events_endpoints
+        assert all(e.startswith(f"ipc://{keeper.events_dir}/") for e in one.events_endpoints)
+        folder = Path(keeper.events_dir)
+        assert folder.is_dir()
+    finally:
+        keeper.close()
+    assert not folder.exists()  # the sockets' directory goes with the keeper
+
+
+class _StubFleet:
+    def __init__(self) -> None:
+        self.urls = ["http://x:1", "http://x:2"]
+        self.stopped = False
+
+    def start(self) -> _StubFleet:
+        return self
+
+    def all_alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def _config(host_gib: float, policy: str) -> Any:
+    return load_config(
+        {
+            "backend": "vllm",
+            "workload": {"generator": {"sessions": 1}},
+            "fleet": {"instances": 2, "hardware": "cpu-tiny", "block_size": 32},
+            "policy": {"name": policy, "cache_view": "exact"},
+        },
+        [f"fleet.kv_tiers.host_gib={host_gib}"],
+    )
+
+
+@pytest.mark.parametrize("host_gib", [0.0, 0.0625])
+def test_events_only_runs_share_one_fleet_and_reset_its_tier(
+    monkeypatch, tmp_path: Path, host_gib: float
+) -> None:
+    started: list[dict[str, Any]] = []
+    resets: list[bool] = []
+
+    def from_config(fleet: Any, logs: Path, device: str, **kw: Any) -> _StubFleet:
+        started.append(kw)
+        return _StubFleet()
+
+    monkeypatch.setattr(backend_mod.VllmFleet, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(
+        backend_mod, "reset_prefix_caches", lambda urls, external=False: resets.append(external)
+    )
+    keeper = FleetKeeper()
+    try:
+        owners = []
+        for policy in ("sglang_cache_aware", "predicted_ttft", "dynamo_kv"):
+            cfg = _config(host_gib, policy)
+            kv = kv_launch_for_run(policy, {}, "exact", 2, events_dir=keeper.events_dir)
+            assert kv is not None
+            plan = {"per_instance_args": kv.args, "per_instance_env": kv.env}
+            logs = tmp_path / policy / "logs"
+            with _fleet_for(cfg, logs, plan, keeper, events_only=True) as (_, shared_from):
+                owners.append(shared_from)
+        assert len(started) == 1  # one engine start for the three runs
+        env = started[0]["per_instance_env"]
+        assert all(e["VLLM_SERVER_DEV_MODE"] == "1" and e["PYTHONHASHSEED"] for e in env)
+        assert started[0]["per_instance_args"] == kv.args
+        assert owners == [None, str(tmp_path / "sglang_cache_aware"), owners[1]]
+        assert resets == [host_gib > 0] * 2  # the tier is emptied only when there is one
+    finally:
+        keeper.close()
+
+
+def test_a_pd_connector_still_gets_a_fleet_of_its_own(monkeypatch, tmp_path: Path) -> None:
+    class _Own(_StubFleet):
+        def __enter__(self) -> _Own:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.stop()
+
+    started: list[_Own] = []
+
+    def from_config(*_a: Any, **_k: Any) -> _Own:
+        started.append(_Own())
+        return started[-1]
+
+    monkeypatch.setattr(backend_mod.VllmFleet, "from_config", staticmethod(from_config))
+    keeper = FleetKeeper()
+    cfg = _config(0.0, "sglang_cache_aware")
+    plan = {"per_instance_args": [["--kv-transfer-config", "{}"]] * 2}
+    for _ in range(2):
+        with _fleet_for(cfg, tmp_path / "logs", plan, keeper, events_only=False) as (_, shared):
+            assert shared is None
+    assert len(started) == 2 and all(f.stopped for f in started)
+    keeper.close()
