@@ -13,6 +13,9 @@ HBM beside each workload and load is the ceiling.
 Runs are grouped into cells (one workload at one load: the experiment's `variant`); a run's
 tier setup is read from its experiment (`_ceiling`: unlimited HBM, `_disk`: host + disk) and
 its `host_gib` label.
+
+The experiments `tiers_real_*` ask the same question on real vLLM CPU engines (issue 30);
+`tiers_real` analyses them, and its tables follow the simulated ones.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 from agentic_kvc.analysis.paired import PairedResult
+from agentic_kvc.analysis.studies import tiers_real
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
@@ -115,7 +119,9 @@ def _best(rows: dict[str, dict[str, Any]], among: tuple[str, ...]) -> str | None
 def analyse(
     s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
 ) -> Section:
-    df = _labelled(df)
+    is_real = pl.col("experiment").str.starts_with(tiers_real.PREFIX)
+    real_part = df.filter(is_real)
+    df = _labelled(df.filter(~is_real))
     cells = sorted(set(df["cell"]))
     peers = tuple(r for r in ROUTERS if r != OURS)
     gains: list[tuple[str, str, PairedResult | None]] = []  # best peer: + host vs HBM only
@@ -208,7 +214,7 @@ def analyse(
             f"{DISK_SETUP}, predicted_ttft, first seed): HBM, host, disk, recomputed, per minute.",
             root,
         )
-    s.answer = _answer(s, gains, ours)
+    sim_answer = _answer(s, gains, ours)
     s.note(
         "Setup: config/config.yaml experiments `tiers_*` (docs/kv_tiers.md has the tier model, "
         "the links' numbers and their sources). Tier-blind: sglang_cache_aware scores the HBM "
@@ -221,7 +227,17 @@ def analyse(
         "which favours the peer. The wider router set (llm-d's two-scorer recipe, session "
         "affinity with an idle TTL, llmd_weighted) runs with `--config tags=tiers_full`."
     )
+    real_answer = tiers_real.analyse_real(s, real_part, data) if real_part.height else ""
+    s.answer = _joined(sim_answer, real_answer, bool(gains or ours))
     return s
+
+
+def _joined(sim_answer: str, real_answer: str, sim_decided: bool) -> str:
+    """The simulated answer, then the real engines' sentence (alone when only it decides)."""
+    if not real_answer:
+        return sim_answer
+    real = real_answer[0].upper() + real_answer[1:] + "."
+    return f"{sim_answer} {real}" if sim_decided else real
 
 
 def _answer(
