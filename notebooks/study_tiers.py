@@ -18,9 +18,16 @@
 # disk) tier win back, does the router need to know which tier holds a session, and does
 # pricing a reload by its time beat the peers' fixed per-tier credits?
 #
-# The analysis lives in `agentic_kvc.analysis.studies.tiers` (the same code whether this
-# runs interactively or under papermill); this notebook runs it over the study's complete runs,
-# writes the report section (`section.md`, `findings.json`) to `tables_dir`, and shows it.
+# The same question on real engines: two tiny-model vLLM CPU instances with a small engine
+# KV, HBM only against a host tier (experiments `tiers_real_*`, docs/kv_tiers_real.md), three
+# routers, three repeats interleaved, with the engines' own tier counters, the machine's load
+# and the simulator's twin beside each row; their tables follow the simulated ones.
+#
+# The analysis lives in `agentic_kvc.analysis.studies.tiers` (simulated runs) and
+# `agentic_kvc.analysis.studies.tiers_real` (real runs), the same code whether this runs
+# interactively or under papermill; this notebook runs it over the study's complete runs
+# (fresh or archived under `archive_dir`), writes the report section (`section.md`,
+# `findings.json`) to `tables_dir`, and shows it.
 
 # %% tags=["parameters"]
 results_dir = "results"
