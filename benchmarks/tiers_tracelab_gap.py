@@ -21,14 +21,17 @@ tier. This benchmark measures where that comes from, on the study's own cells:
    instance, `decode_term: placement`) is placed as sticky_least_loaded places a new session
    (fewest open sessions, then fewest requests). If its records equal sticky_least_loaded's,
    the whole gap is session-opening placement.
-5. **Regret** (instruments/regret.py) of predicted_ttft on the study's x2 cell, host 16 GiB,
+5. **Elsewhere.** The same counterfactual on the study's other cells (Mooncake x0.1 / x0.2,
+   agentic-long 0.05 / 0.1 sessions/s; host 16 and 128 GiB; their own three replicates):
+   would placing session openings by open sessions be a fix, or a TraceLab-only rule?
+6. **Regret** (instruments/regret.py) of predicted_ttft on the study's x2 cell, host 16 GiB,
    every decision forked, `--horizon` s forward: for session openings and for later turns,
    what the least-loaded alternative would have done to the request and to the fleet.
 
     nice -n 10 .venv/bin/python benchmarks/tiers_tracelab_gap.py \\
         --out results/bench/tiers_tracelab_gap.json
 
-About a minute on 2 cores (runs of 303 requests take ~0.1 s; the regret ~30 s). Needs
+About four minutes on 2 cores (runs of 303 requests take ~0.1 s; the regret ~30 s). Needs
 results/traces/tracelab_multi_session_sample.csv (`snakemake --cores 1 traces`).
 """
 
@@ -48,7 +51,7 @@ import numpy as np
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.analysis.experiments import expand_experiment, override_item
 from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
@@ -196,7 +199,7 @@ def tokens(recs: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def frame(rows: list[tuple[str, float, list[dict[str, Any]]]]) -> pl.DataFrame:
+def frame(rows: list[tuple[str, Any, list[dict[str, Any]]]], instances: int = 2) -> pl.DataFrame:
     cols = (
         "request_id",
         "ttft_s",
@@ -209,7 +212,7 @@ def frame(rows: list[tuple[str, float, list[dict[str, Any]]]]) -> pl.DataFrame:
     )
     return pl.DataFrame(
         [
-            {**{c: r.get(c) for c in cols}, "variant": v, "seed": i, "instances": 2}
+            {**{c: r.get(c) for c in cols}, "variant": v, "seed": i, "instances": instances}
             for v, i, recs in rows
             for r in recs
         ],
@@ -218,9 +221,9 @@ def frame(rows: list[tuple[str, float, list[dict[str, Any]]]]) -> pl.DataFrame:
 
 
 def compare(
-    rows: list[tuple[str, float, list[dict[str, Any]]]], base: str, cand: str
+    rows: list[tuple[str, Any, list[dict[str, Any]]]], base: str, cand: str, instances: int = 2
 ) -> dict[str, Any]:
-    df = frame(rows)
+    df = frame(rows, instances)
     out = {}
     for m in ("ttft_p90", "e2e_p90"):
         r = paired_compare(df, base, cand, m, pair_on=("seed",))
@@ -229,6 +232,39 @@ def compare(
             "ci": [round(r.ci_low, 4), round(r.ci_high, 4)],
             "pairs": r.n_pairs,
         }
+    return out
+
+
+OTHER_CELLS = ("tiers_mooncake_lo", "tiers_mooncake_hi", "tiers_agentic_lo", "tiers_agentic_hi")
+
+
+def other_cells(hosts: Sequence[float]) -> dict[str, Any]:
+    """Item 5: the probe against predicted_ttft (and sticky_least_loaded) on each cell's own
+    matrix runs (its replicates: seeds or trace windows), per host size."""
+    exps = {
+        e["name"]: e
+        for e in yaml.safe_load((REPO / "config/config.yaml").read_text())["experiments"]
+    }
+    out: dict[str, Any] = {}
+    for cell in OTHER_CELLS:
+        for host in hosts:
+            rows: list[tuple[str, Any, list[dict[str, Any]]]] = []
+            for run in expand_experiment(exps[cell], REPO):
+                lab = run.labels
+                if lab.get("policy.name") != OURS or lab.get("fleet.kv_tiers.host_gib") != host:
+                    continue
+                rep = json.dumps(lab.get("seed", lab.get("workload.window_s")))
+                for pol in (PEER, OURS, PROBE):
+                    cfg = load_config(
+                        REPO / run.base, [*run.overrides, override_item("policy.name", pol)]
+                    )
+                    rows.append((pol, rep, simulate(cfg)))
+            if rows:
+                out[f"{cell}/host_{host:g}"] = {
+                    f"{OURS}_vs_{PEER}": compare(rows, PEER, OURS, 4),
+                    f"{PROBE}_vs_{OURS}": compare(rows, OURS, PROBE, 4),
+                }
+                print(cell, host, json.dumps(out[f"{cell}/host_{host:g}"]), flush=True)
     return out
 
 
@@ -273,6 +309,7 @@ def main() -> int:
     ap.add_argument("--host-gib", type=float, default=16.0)
     ap.add_argument("--horizon", type=float, default=30.0, help="regret: seconds forward")
     ap.add_argument("--no-regret", action="store_true")
+    ap.add_argument("--no-others", action="store_true", help="skip item 5 (the other cells)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     if PROBE not in list_policies():
@@ -318,6 +355,8 @@ def main() -> int:
             }
             print(cell, key, json.dumps(c[key][f"{OURS}_vs_{PEER}"]), flush=True)
         out["cells"][cell] = c
+    if not a.no_others:
+        out["other_cells"] = other_cells((16, 128))
     if not a.no_regret:
         cfg = _config("tiers_tracelab_hi", _sets(OURS, 2.0, a.host_gib))
         _recs, rows_r = run_regret(
