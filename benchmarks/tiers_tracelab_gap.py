@@ -157,7 +157,9 @@ OUTCOME = (
 def placement_stats(recs: list[dict[str, Any]]) -> dict[str, int]:
     """Later turns that stayed / moved; session openings placed against the open-session count
     (an instance with more open sessions, i.e. opened and last turn not yet routed, than
-    another)."""
+    another), and those opened after some session's last turn was routed (when a finish signal
+    could have told the router how long sessions run); requests above the run's TTFT p90 and
+    how many of them ran on the instance holding most of them."""
     sessions: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
         sessions.setdefault(r["session_id"], []).append(r)
@@ -179,7 +181,16 @@ def placement_stats(recs: list[dict[str, Any]]) -> dict[str, int]:
             if s2 != sid and a0 < t0 <= a1:
                 opened[h2] += 1
         against += opened[home] > min(opened)
+    ttft = [r["ttft_s"] for r in recs if r.get("ttft_s") is not None]
+    p90 = float(np.quantile(ttft, 0.9))
+    tail = [
+        r["prefill_instance"] for r in recs if r.get("ttft_s") is not None and r["ttft_s"] > p90
+    ]
+    first_finish = min(t1 for _t0, t1, _h in spans.values())
     return {
+        "tail_on_busiest_instance": max(tail.count(i) for i in range(n)),
+        "tail_requests": len(tail),
+        "openings_after_first_last_turn": sum(t0 > first_finish for t0, _t1, _h in spans.values()),
         "openings": len(spans),
         "openings_against_open_count": against,
         "later_turns_stayed": stayed,
