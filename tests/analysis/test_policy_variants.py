@@ -220,5 +220,18 @@ def test_real_study_pairs_predicted_ttft_rows_with_unified_too(tmp_path: Path) -
     cells = {ln.split("|")[1].strip(): ln.split("|")[col].strip() for ln in table[4:]}
     assert cells["round_robin"] == "-" and cells["unified"] == "-"
     assert cells[real.PROFILE] != "-" and cells[real.ONLINE].startswith("+")
+    # ... and judged against unified by the repeats' spread: 3x slower is beyond it, equal
+    # is within.
+    assert f"{real.ONLINE} vs unified (+" in s.answer
+    assert (
+        s.answer.split(f"{real.ONLINE} vs unified (")[1]
+        .split(")")[1]
+        .startswith(" is beyond the repeats' spread")
+    )
+    assert (
+        s.answer.split(f"{real.PROFILE} vs unified (")[1]
+        .split(")")[1]
+        .startswith(" is within the repeats' spread")
+    )
     # Each predicted_ttft row is judged against round-robin like the others.
     assert any(f.startswith(f"real engines: {real.ONLINE} vs round_robin") for f in s.findings)

@@ -143,6 +143,7 @@ def analyse(
         for v in variants
     }
     rows, verdicts = [], []
+    against_unified = []
     spread_of: dict[str, float] = {}
     for v in variants:
         runs = per_run.filter(pl.col("variant") == v)
@@ -181,6 +182,8 @@ def analyse(
         if c is not None:
             beyond = c.significant and abs(c.rel_diff) > max(spread_of[BASELINE], spread_of[v])
             verdicts.append((v, c, beyond, mixed))
+        if c_u is not None:
+            against_unified.append((v, c_u, max(spread_of.get(UNIFIED, 0.0), spread_of[v])))
     fig = sim_vs_real(
         [
             (
@@ -253,6 +256,12 @@ def analyse(
         s.findings.append(
             finding_text(c, f"real engines: {v} vs round_robin, TTFT p50")
             + ("" if beyond else "; within the repeats' spread")
+        )
+    for v, c, spread in against_unified:
+        where = "beyond" if c.significant and abs(c.rel_diff) > spread else "within"
+        parts.append(
+            f"{v} vs unified ({diff_cell(c)}) is {where} the repeats' spread "
+            f"({spread * 100:.0f}% of the mean)"
         )
     repin, pinning = REPIN, PINNING
     if source_of.get(repin) and source_of.get(pinning):
