@@ -32,7 +32,13 @@ from agentic_kvc.io import atomic_write_json
 BASE = {
     "backend": "vllm",
     "workload": {"generator": {"preset": "agentic-coding", "sessions": 4}, "token_scale": 0.1},
-    "fleet": {"instances": 2, "model": "tiny", "hardware": "cpu-tiny", "block_size": 32},
+    "fleet": {
+        "instances": 2,
+        "model": "tiny",
+        "hardware": "cpu-tiny",
+        "block_size": 32,
+        "kv_cache_tokens": 4128,
+    },
     "policy": {"name": "sglang_cache_aware", "cache_view": "exact"},
 }
 ROUTERS = [
@@ -187,6 +193,9 @@ def test_real_rows_pair_by_repeat_and_show_the_twin(section) -> None:
     s, data = section
     text = "\n".join(s.blocks)
     assert "### Real engines" in text
+    # The setup sentence is read from the runs' configs, not written in.
+    assert "2 tiny-model vLLM CPU instances whose engine KV holds 4,128 tokens each" in text
+    assert "(host 64 MiB), 2 routers, 3 repeats each" in text
     hbm = _row(s, "| HBM only | sglang_cache_aware")
     host = _row(s, "| host 64 MiB | sglang_cache_aware")
     assert hbm[2] == "3" and host[2] == "3"  # three repeats each

@@ -254,14 +254,20 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
                     f"{pct(sv['hbm'])} / {pct(sv['host'])}" if sv else "-",
                 ]
             )
+    fleets = [(config_of.get(str(i)) or {}).get("fleet") or {} for i in runs["run_id"]]
+    kv_tokens = sorted(
+        {f"{int(f['kv_cache_tokens']):,}" for f in fleets if f.get("kv_cache_tokens")}
+    )
+    n_inst = sorted({str(f.get("instances")) for f in fleets if f.get("instances")})
     s.note(
-        "### Real engines: two vLLM CPU instances with a small engine KV\n\n"
-        "The same question on real engines: two tiny-model vLLM CPU instances whose engine "
-        "KV holds 4,096 tokens each (so a pausing session loses its prefix), HBM only or "
-        "with a 64 MiB host tier per instance, three routers, three repeats each, interleaved "
-        "repeat-major within each tier setting (one fleet per setting). Setup: "
-        "config/runs/real_cpu_tiers.yaml and experiments `tiers_real_*`; "
-        "docs/kv_tiers_real.md section 7."
+        "### Real engines: vLLM CPU instances with a small engine KV\n\n"
+        f"The same question on real engines: {' / '.join(n_inst) or '?'} tiny-model vLLM CPU "
+        f"instances whose engine KV holds {' / '.join(kv_tokens) or '?'} tokens each (so a "
+        "pausing session loses its prefix), HBM only or with a host tier per instance "
+        f"({', '.join(t for t in tier_order if t != HBM_ONLY)}), {len(routers)} routers, "
+        f"{runs['replicate'].n_unique()} repeats each, interleaved repeat-major within each "
+        "tier setting (one fleet per setting). Setup: config/runs/real_cpu_tiers.yaml and "
+        "experiments `tiers_real_*`; docs/kv_tiers_real.md section 7."
     )
     s.table(
         "TTFT per tier setting and router on real engines: per-repeat TTFT p50 and p90 (mean "
