@@ -260,6 +260,10 @@ class Policy(ABC):
     # backend may skip keeping the router's prefix index (the simulator then builds none;
     # every built-in policy reads it, at least for the receipt's predicted hit).
     uses_cache_view: ClassVar[bool] = True
+    # False: the policy never asks `fleet.tier_hits` or `fleet.knows_tiers` (it routes on the
+    # HBM hit alone), so a backend may skip keeping the router's model of the KV tiers below
+    # HBM (the simulator then keeps the HBM estimate only: the same decisions, less work).
+    uses_tier_view: ClassVar[bool] = True
 
     def __init__(self, params: BaseModel | None = None) -> None:
         self.params = params if params is not None else self.Params()

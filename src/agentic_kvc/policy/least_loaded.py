@@ -15,6 +15,7 @@ from agentic_kvc.policy.registry import register
 @register
 class LeastLoaded(ColocatingPolicy):
     name = "least_loaded"
+    uses_tier_view = False  # routes on the HBM hit alone
     description = "argmin in-flight requests, then pending prefill tokens; ignores the cache."
 
     def choose(

@@ -15,6 +15,7 @@ from agentic_kvc.policy.registry import register
 @register
 class RoundRobin(ColocatingPolicy):
     name = "round_robin"
+    uses_tier_view = False  # routes on the HBM hit alone
     description = "Cycle over healthy instances; ignores cache and load."
 
     def __init__(self, params: BaseModel | None = None) -> None:

@@ -49,6 +49,7 @@ class StickyParams(StrictParams):
 @register
 class StickyLeastLoaded(ColocatingPolicy):
     name = "sticky_least_loaded"
+    uses_tier_view = False  # routes on the HBM hit alone
     Params = StickyParams
     description = (
         "Agent-router baseline: a session sticks to its instance until its finish signal; "
@@ -112,6 +113,7 @@ class SessionTTLParams(StrictParams):
 @register
 class SessionTTL(ColocatingPolicy):
     name = "session_ttl"
+    uses_tier_view = False  # routes on the HBM hit alone
     Params = SessionTTLParams
     description = (
         "Gateway session affinity with an idle TTL: same session, same instance, until idle "

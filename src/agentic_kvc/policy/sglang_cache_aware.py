@@ -37,6 +37,7 @@ class SglangParams(StrictParams):
 @register
 class SglangCacheAware(ColocatingPolicy):
     name = "sglang_cache_aware"
+    uses_tier_view = False  # routes on the HBM hit alone
     Params = SglangParams
     description = (
         "SGLang cache_aware: least loaded when imbalanced, else best prefix match above a "

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_kvc.cache.tier_index import estimated_view
-from agentic_kvc.config import RunConfig
+from agentic_kvc.config import KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
@@ -202,7 +202,10 @@ class SimFleet:
             # proxy's `EstimatedPrefixIndex`, kept by chain segments: the same answers for
             # chained hashes (as `engine_block_hashes` are), no dict entry per block. With KV
             # tiers, the same HBM estimate plus the router's model of the tiers below it
-            # (cache/tier_index.py); without, exactly the ChainedPrefixIndex.
+            # (cache/tier_index.py); without, exactly the ChainedPrefixIndex. A policy that
+            # never asks for tiers (`uses_tier_view` False) gets the HBM estimate alone: its
+            # decisions read only that, and the model of the tiers would be work for nothing.
+            reads_tiers = getattr(self.policy, "uses_tier_view", True)
             self.state = RouterState(
                 fc.instances,
                 roles,
@@ -210,7 +213,7 @@ class SimFleet:
                     fc.instances,
                     self.num_blocks,
                     self.bs,
-                    fc.kv_tiers,
+                    fc.kv_tiers if reads_tiers else KVTiersConfig(),
                     profile.kv_bytes_per_token,
                     fc.hardware,
                 ),
