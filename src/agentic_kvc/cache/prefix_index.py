@@ -418,12 +418,17 @@ class ExactPrefixIndex:
     A stored block whose parent this index never saw (events lost, or the subscriber started
     late) cannot be keyed; it is skipped and counted in `unkeyed_blocks`, so the view can
     under-report (never over-report) that instance until the prefix is stored again.
+
+    `engine_keys=True`: the engine names blocks by the keys requests carry (the simulator,
+    whose engine hashes are the router's keys), so an event's hashes are used as they are,
+    with or without token ids.
     """
 
-    def __init__(self, n_instances: int, block_size: int = 16) -> None:
+    def __init__(self, n_instances: int, block_size: int = 16, engine_keys: bool = False) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
+        self.engine_keys = engine_keys
         self.tiers: dict[str, BlockIndex] = {t: BlockIndex(n_instances) for t in TIERS}
         self.index = self.tiers["hbm"]
         # Per tier, per instance: engine hash -> router key of the blocks that tier holds.
@@ -483,8 +488,12 @@ class ExactPrefixIndex:
                 f"{self.block_size}; set the router's block size to the engine's"
             )
         engine_hashes = [int(h) for h in _field(event, "block_hashes", [])]
-        tokens = list(_field(event, "token_ids", []))
         held = self._held(instance, tier)
+        if self.engine_keys:
+            held.update(zip(engine_hashes, engine_hashes, strict=True))
+            self.tiers[tier].add(instance, engine_hashes)
+            return
+        tokens = list(_field(event, "token_ids", []))
         if not tokens and tier != "hbm":
             # An offload event without token ids: its blocks are known by their engine hashes
             # (stored on the GPU first), keyed as they were there.
@@ -520,6 +529,15 @@ class ExactPrefixIndex:
     def blocks(self, instance: int, tier: str = "hbm") -> int:
         self._held(instance)
         return self.tiers[tier].blocks(instance)
+
+    def holds_below_hbm(self) -> bool:
+        """Whether any instance holds a block in host memory or on disk (an event with such
+        a medium stored it and none removed it since)."""
+        return bool(self.tiers["host"]._where or self.tiers["disk"]._where)
+
+    def keys(self, instance: int, tier: str = "hbm") -> set[int]:
+        """The router keys of the blocks `instance` holds in `tier` (a copy)."""
+        return set(self._held(instance, tier).values())
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
         return self.index.matched_tokens(request, n_instances)

@@ -27,10 +27,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.cache.tier_index import estimated_view
 from agentic_kvc.config import KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
-from agentic_kvc.policy.base import NoHealthyInstance, RequestView
+from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.pause import PauseEstimator
 from agentic_kvc.policy.registry import get_policy
@@ -84,11 +85,28 @@ class ExactCacheView:
 
 class TieredExactCacheView(ExactCacheView):
     """The exact view of a fleet with KV tiers: also where each instance holds a prompt below
-    HBM, as KV events with their `medium` would report it (`Instance.tier_hits`)."""
+    HBM, from the KV events the tier stores publish with their `medium` (sim/tiers.py), kept
+    by the proxy's own event index (`cache.prefix_index.ExactPrefixIndex`, keyed by the
+    engine's hashes, which in the simulator are the router's keys). HBM is read from the
+    pools, as `ExactCacheView` does. `Instance.tier_hits` reads the stores directly: the same
+    answer, tests/sim/test_sim_tier_events.py."""
 
-    def tier_hits(self, request: RequestView, n_instances: int) -> list[Any]:
+    def __init__(self, instances: list[Instance], tiers: FleetTiers) -> None:
+        super().__init__(instances)
+        self.events = ExactPrefixIndex(len(instances), instances[0].bs, engine_keys=True)
+        tiers.publish(self.events.apply)
+
+    def tier_hits(self, request: RequestView, n_instances: int) -> list[TierHits]:
         hashes = request.block_hashes
-        return [inst.tier_hits(hashes) for inst in self.instances[:n_instances]]
+        host, disk = self.events.tiers["host"], self.events.tiers["disk"]
+        out = []
+        for i, inst in enumerate(self.instances[:n_instances]):
+            m = inst.pool.count_hit(hashes)
+            h = host.held_from(i, hashes, m)
+            d = disk.held_from(i, hashes, m + h)
+            bs = inst.bs
+            out.append(TierHits(m * bs, h * bs, d * bs))
+        return out
 
 
 @dataclass(slots=True, eq=False)
@@ -193,10 +211,12 @@ class SimFleet:
         if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index
             self.state = RouterState(fc.instances, roles, None)
         elif config.policy.cache_view == "exact":
-            exact = TieredExactCacheView if fc.kv_tiers.enabled else ExactCacheView
-            self.state = RouterState(
-                fc.instances, roles, exact(self.instances), record_on_route=False
+            view = (
+                ExactCacheView(self.instances)
+                if self.tiers is None
+                else TieredExactCacheView(self.instances, self.tiers)
             )
+            self.state = RouterState(fc.instances, roles, view, record_on_route=False)
         else:
             # The proxy sizes its estimate by the engines' KV blocks (cache_config_info). The
             # proxy's `EstimatedPrefixIndex`, kept by chain segments: the same answers for

@@ -24,14 +24,22 @@ What vLLM 0.32 does, and what is modelled (the code read is cited in docs/kv_tie
 Blocks are kept as runs of chained hashes, indexed only every `MARK` positions (`TierStore`):
 a long-context run moves millions of blocks through the tiers, so the per-block work is list
 slicing, not a dict entry per block.
+
+KV events. A store given a sink (`TierStore.events`, wired by `FleetTiers.publish`) reports
+what enters and leaves it as vLLM's KV events do: a `BlockStored` for each run written, a
+`BlockRemoved` for each run (or tail) evicted, with the tier's `medium` ("CPU" for host
+memory, as vLLM's OffloadingConnector names it; "DISK" for the disk store), in the dict form
+`cache.prefix_index.ExactPrefixIndex.apply` reads. The simulator's exact view keeps its map
+of the tiers from them (sim/fleet.py). Without a sink nothing is built.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import compress, count, repeat
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentic_kvc.cache.chain_index import agree_until
 from agentic_kvc.config import KVTiersConfig
@@ -106,11 +114,14 @@ class TierStore:
         "below",
         "block_bytes",
         "capacity",
+        "copies",
+        "events",
         "evicted",
         "held",
         "held_until",
         "index",
         "lru",
+        "medium",
         "n",
         "name",
         "offmark",
@@ -147,6 +158,56 @@ class TierStore:
         self.held_until: dict[int, float] = {}
         self.n = 0  # blocks stored
         self.evicted = 0
+        # KV events (module docstring): the sink each event is handed to, None for none, and
+        # the medium they name; `copies`, with a sink, counts the runs holding each block.
+        self.events: Callable[[dict[str, Any]], None] | None = None
+        self.medium = "CPU"
+        self.copies: dict[int, int] = {}
+
+    def publish(self, sink: Callable[[dict[str, Any]], None]) -> None:
+        """Report what enters and leaves this store to `sink` from now on, as KV events (the
+        module docstring); the store must be empty."""
+        if self.n:
+            raise ValueError(f"{self.name}: KV events must be wired before the first block")
+        self.events = sink
+        self.copies = {}
+
+    def _stored(self, runs: list[Run]) -> None:
+        """A BlockStored event for the blocks of `runs` not held already. A block can be
+        held by two runs (`_find`'s rare miss), which vLLM's stores never do; the events
+        name each block once, as theirs."""
+        copies = self.copies
+        new: list[int] = []
+        for r in runs:
+            for h in r.hashes:
+                c = copies.get(h, 0)
+                copies[h] = c + 1
+                if not c:
+                    new.append(h)
+        if new and self.events is not None:
+            self.events(
+                {
+                    "type": "BlockStored",
+                    "block_hashes": new,
+                    "parent_block_hash": None,
+                    "token_ids": [],
+                    "medium": self.medium,
+                }
+            )
+
+    def _removed(self, hashes: Sequence[int]) -> None:
+        """A BlockRemoved event for the blocks of `hashes` that no other run holds."""
+        copies = self.copies
+        gone: list[int] = []
+        for h in hashes:
+            c = copies[h] - 1
+            if c:
+                copies[h] = c
+            else:
+                del copies[h]
+                gone.append(h)
+        if gone and self.events is not None:
+            self.events({"type": "BlockRemoved", "block_hashes": gone, "medium": self.medium})
 
     def __len__(self) -> int:
         return self.n
@@ -318,6 +379,8 @@ class TierStore:
         new = sum(len(r.hashes) for r in fresh)
         if not new:
             return 0
+        if self.events is not None:
+            self._stored(fresh)
         end = self.write.send(now, new * self.block_bytes)
         for r in fresh:
             r.ready = end
@@ -336,6 +399,7 @@ class TierStore:
         lru, held, until, index = self.lru, self.held, self.held_until, self.index
         below = self.below
         out: list[tuple[int, list[int]]] = []
+        removed: list[int] | None = [] if self.events is not None else None
         dropped = 0
         while n > 0:
             # Held runs whose pause is over go first, then LRU, then the held ones.
@@ -360,6 +424,8 @@ class TierStore:
             lo = r.lo + cut
             first = cut + (-lo % MARK)
             deque(map(index.pop, hs[first::MARK], repeat(None)), maxlen=0)
+            if removed is not None:
+                removed += hs[cut:]
             if cut == 0:
                 index.pop(hs[0], None)  # the head
                 if r.lo % MARK:
@@ -374,6 +440,8 @@ class TierStore:
             n -= k
         self.n -= dropped
         self.evicted += dropped
+        if removed:
+            self._removed(removed)
         if below is not None and out:
             below.put(out, now)
 
@@ -528,7 +596,9 @@ class FleetTiers:
                             self.retention,
                         )
                     )
+                    self.disks[-1].medium = "DISK"
                 disk_of[i] = self.disks[-1]
+        self.disk_of = disk_of
         self.shared_disk = bool(self.disks) and cfg.disk_scope != "instance"
         self.instances: list[InstanceTiers] = []
         for i in range(n_instances):
@@ -547,3 +617,18 @@ class FleetTiers:
             self.instances.append(
                 InstanceTiers(host, h2d_link, disk_of[i], block_bytes, cfg.write_through)
             )
+
+    def publish(self, apply: Callable[[int, dict[str, Any]], None]) -> None:
+        """Report every store's KV events (module docstring) as `apply(instance, event)`: a
+        host tier's to its instance, a disk store's to each instance that reads it."""
+        for i, it in enumerate(self.instances):
+            if it.host is not None:
+                it.host.publish(partial(apply, i))
+        for disk in self.disks:
+            members = [i for i, d in enumerate(self.disk_of) if d is disk]
+
+            def each(event: dict[str, Any], members: list[int] = members) -> None:
+                for i in members:
+                    apply(i, event)
+
+            disk.publish(each)
