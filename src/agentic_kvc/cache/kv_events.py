@@ -152,6 +152,11 @@ class ExactCacheView:
         """Blocks `instance` holds in `tier` (hbm, host or disk)."""
         return self.index.blocks(instance, tier)
 
+    def holds_below_hbm(self) -> bool:
+        """Whether any instance holds a block below HBM: when none does, every `tier_hits`
+        answer is the HBM hit with nothing after it, and a caller may skip asking."""
+        return self.index.holds_below_hbm()
+
     def stats(self) -> dict[str, Any]:
         out = {
             "events": self.index.events,

@@ -383,8 +383,15 @@ class ProxyApp:
             ticket = self.state.admit(request, decision, self.now())
             _fill_decision(rec, decision)
             if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
-                hits = fleet.tier_hits(request)[decision.prefill]
-                rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
+                # A view that holds nothing below HBM (engines without offloading: no event
+                # with a host or disk medium) would answer 0 and 0 after another walk of the
+                # prompt on every request; a policy that asked already has its answer cached.
+                below = getattr(fleet.cache, "holds_below_hbm", None)
+                if below is None or below():
+                    hits = fleet.tier_hits(request)[decision.prefill]
+                    rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
+                else:
+                    rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
             if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
                 rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
             self.metrics.decision(decision.route_class, decision.reason)
