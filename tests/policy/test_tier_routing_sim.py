@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.cache.tier_index import TieredPrefixIndex
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.profiles import get_profile
@@ -54,7 +55,12 @@ def test_tier_aware_routing_runs_and_its_accounting_balances(name: str, view: st
     fleet = _run(_cfg(**{"policy.name": name, "policy.cache_view": view}))
     assert all(r.error is None for r in fleet.records)
     cache = fleet.state.cache
-    assert isinstance(cache, TieredPrefixIndex if view == "estimated" else TieredExactCacheView)
+    if view == "exact":
+        assert isinstance(cache, TieredExactCacheView)
+    elif name in TIER_AWARE:
+        assert isinstance(cache, TieredPrefixIndex)
+    else:  # a session-affinity router never asks for tiers: the HBM estimate alone
+        assert type(cache) is ChainedPrefixIndex
     for inst in fleet.state.instances:  # every routed reload was released at its first token
         assert inst.num_requests == inst.pending_prefill_tokens == 0
         assert inst.pending_host_reload_tokens == inst.pending_disk_reload_tokens == 0
