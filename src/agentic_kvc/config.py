@@ -47,6 +47,16 @@ class WorkloadConfig(_Strict):
     rate_scale: float = Field(1.0, gt=0)
     token_scale: float = Field(1.0, gt=0, le=1.0)
     max_input_tokens: int | None = Field(None, ge=1)
+    # Each session's timeline shifted by its own offset in [0, session_jitter_s), drawn from
+    # the run's seed (workload/transform.py): replicates of a trace that differ. 0 (default):
+    # off, and left out of the run id.
+    session_jitter_s: float = Field(0.0, ge=0)
+
+    @property
+    def uses_seed(self) -> bool:
+        """Whether the run's seed changes this workload: the generator draws from it, and
+        `session_jitter_s` does; a trace alone replays the same requests whatever the seed."""
+        return self.generator is not None or self.session_jitter_s > 0
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -171,6 +181,8 @@ class RunConfig(_Strict):
         # Only a non-zero repeat is hashed, so every run_id from before the field is unchanged.
         if not out["repeat"]:
             del out["repeat"]
+        if not self.workload.session_jitter_s:  # likewise
+            del out["workload"]["session_jitter_s"]
         for key in ("kv_retention_ttl_s", "host_neighbour_threads"):
             if not out["sim"][key]:  # likewise: ids from before these fields unchanged
                 del out["sim"][key]

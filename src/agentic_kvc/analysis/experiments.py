@@ -209,6 +209,7 @@ def expand_experiment(
     policies = matrix.get("policy", [])
     named = dict(zip(map(_key, policies), policy_variants(policies), strict=True))
     out: list[PlannedRun] = []
+    configs: list[RunConfig] = []
     for combo in itertools.product(*(matrix[k] for k in keys)):
         labels = dict(zip(keys, combo, strict=True))
         overrides = (*fixed, *(override_item(k, v) for k, v in labels.items()))
@@ -218,6 +219,7 @@ def expand_experiment(
             where = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "no matrix"
             raise ConfigError(f"experiment {name!r} ({where}): {exc}") from None
         run_id = cfg.run_id()
+        configs.append(cfg)
         out.append(
             PlannedRun(
                 run_id=run_id,
@@ -237,7 +239,50 @@ def expand_experiment(
                 trace=cfg.workload.trace or "",
             )
         )
+    _check_replicates_differ(name, out, configs)
     return out
+
+
+def _simulated_as(cfg: RunConfig) -> str:
+    """What a simulated run computes, as a canonical string: its config without what changes
+    only its run id (`repeat`) and without `seed` where the seed drives nothing
+    (`sim.backend.seed_uses`). Two runs with one key give byte-identical records."""
+    from agentic_kvc.sim.backend import seed_uses  # the simulator, only for simulated runs
+
+    out = cfg.canonical()
+    out.pop("repeat", None)
+    try:
+        uses = seed_uses(cfg)
+    except ValueError:  # an unknown profile: the run fails on its own; keep the seed
+        uses = ["?"]
+    if not uses:
+        del out["seed"]
+    return json.dumps(out, sort_keys=True)
+
+
+def _check_replicates_differ(name: str, runs: list[PlannedRun], configs: list[RunConfig]) -> None:
+    """Plan-time guard: distinct runs of one simulated experiment that must give the same
+    records (a trace run's seeds, a simulated run's repeats) are an error, not replicates
+    (their paired intervals would be a bootstrap of one run). Real engines vary from run to
+    run, so their repeats are real replicates and are not checked."""
+    first: dict[str, PlannedRun] = {}
+    for run, cfg in zip(runs, configs, strict=True):
+        if cfg.backend != "sim":
+            continue
+        other = first.setdefault(_simulated_as(cfg), run)
+        if other.run_id == run.run_id:
+            continue
+        differ = sorted(k for k in run.labels if run.labels[k] != other.labels.get(k))
+        a = ", ".join(f"{k}={other.labels[k]!r}" for k in differ)
+        b = ", ".join(f"{k}={run.labels[k]!r}" for k in differ)
+        raise ConfigError(
+            f"experiment {name!r}: runs ({a}) and ({b}) are the same simulation, so they "
+            f"cannot be replicates: in the simulator `repeat` only renames a run, and the seed "
+            f"drives only a generated workload, workload.session_jitter_s and "
+            f"sim.host_neighbour_threads' ingress delays (a trace replays the same requests "
+            f"whatever the seed). Vary what the runs replay (workload.session_jitter_s, "
+            f"workload.window_s) or drop the field from the matrix."
+        )
 
 
 def expand(

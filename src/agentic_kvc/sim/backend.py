@@ -25,6 +25,22 @@ def profile_for(config: RunConfig) -> EngineProfile:
         raise ValueError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
 
 
+def seed_uses(config: RunConfig) -> list[str]:
+    """What the run's `seed` changes in a simulated run (empty: runs that differ only in the
+    seed are the same run). The simulator is deterministic apart from these: the workload
+    (its generator, `session_jitter_s`) and the frontends' ingress delays, drawn per request
+    when `sim.host_neighbour_threads` meets a profile with a background delay (fleet.py). The
+    policies' own draws (dynamo_kv, llmd_weighted) use `policy.params.seed`, not this one."""
+    uses = []
+    if config.workload.generator is not None:
+        uses.append("workload.generator")
+    if config.workload.session_jitter_s > 0:
+        uses.append("workload.session_jitter_s")
+    if config.sim.host_neighbour_threads > 0 and profile_for(config).background_delay_s > 0:
+        uses.append("sim.host_neighbour_threads (ingress delays)")
+    return uses
+
+
 def prepare_sim(config: RunConfig) -> Callable[..., list[dict[str, Any]]]:
     """Load `config`'s workload once; the result simulates it under any profile (fits), and
     under another config of the same workload and seed if given (e.g. another `sim` section)."""

@@ -35,7 +35,8 @@ def resolve_trace_path(trace: str, base_dir: Path | None = None) -> Path:
 def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) -> Workload:
     """Read the trace or run the generator, then subset and scale as `cfg` says.
 
-    `seed` drives the generator (traces ignore it). The result's meta records the source and
+    `seed` drives the generator and `session_jitter_s` (a trace without the jitter ignores it:
+    `WorkloadConfig.uses_seed`). The result's meta records the source and
     every transform applied; `cfg.mode` is left to the backends, which use `arrival_s` (open
     loop) or the first turn's arrival plus `think_s` (closed loop).
     """
@@ -55,6 +56,8 @@ def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) 
         max_requests=cfg.max_requests,
         token_scale=cfg.token_scale,
         max_input_tokens=cfg.max_input_tokens,
+        session_jitter_s=cfg.session_jitter_s,
+        seed=seed,
         rate_scale=cfg.rate_scale,
         time_scale=cfg.time_scale,
     )
@@ -72,8 +75,8 @@ def _run_config(config: RunConfig | Mapping[str, Any] | Path) -> RunConfig:
 
 
 def _workload_key(cfg: RunConfig) -> str:
-    # A trace ignores the seed, so every seed of a trace run shares one cached workload.
-    seed = cfg.seed if cfg.workload.generator is not None else None
+    # A trace without session jitter ignores the seed, so all its seeds share one workload.
+    seed = cfg.seed if cfg.workload.uses_seed else None
     return dumps_canonical({"workload": cfg.workload.model_dump(mode="json"), "seed": seed})
 
 
@@ -86,8 +89,8 @@ def _cached_workload(key: str) -> Workload:
 
 def workload_for(config: RunConfig | Mapping[str, Any] | Path) -> Workload:
     """The workload a run replays: from its RunConfig, its canonical config dict (a run's
-    `config.json`), or its run directory. Cached by workload config (and seed, for generated
-    workloads), so the runs of one workload load it once; treat the result as read-only."""
+    `config.json`), or its run directory. Cached by workload config (and seed, where the
+    workload uses it), so the runs of one workload load it once; treat the result as read-only."""
     return _cached_workload(_workload_key(_run_config(config)))
 
 

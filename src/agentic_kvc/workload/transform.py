@@ -12,14 +12,23 @@ Applied in this order (each step sees the previous one's result):
 5. `max_input_tokens`: a request whose (scaled) prompt is longer is either dropped together with
    the rest of its session (`overflow="drop"`, the default: an agent whose context no longer
    fits stops), or cut to its first `max_input_tokens` tokens (`overflow="truncate"`).
-6. `rate_scale = r`: arrivals compressed r-fold (think times unchanged).
-7. `time_scale = s`: arrivals and think times multiplied by s.
+6. `session_jitter_s = J` (with the run's `seed`): each session's whole timeline (every
+   arrival) shifted later by its own offset, uniform in [0, J), drawn from the seed and the
+   session id (a subagent session takes its root session's offset, so a spawn or a join stays
+   causal); think times, contents and a session's gaps between turns unchanged, arrivals
+   re-sorted. A trace replays the same times whatever the seed, so without this a trace run's
+   seeds are one run; with it they are realisations of the same sessions whose openings
+   interleave differently (J of the order of the trace's gap between session starts). The
+   offset depends only on (seed, session id), so a session keeps its offset in any subset.
+7. `rate_scale = r`: arrivals compressed r-fold (think times unchanged).
+8. `time_scale = s`: arrivals and think times multiplied by s.
 
 What was done is recorded in `workload.meta["transforms"]`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from agentic_kvc.workload.formats.common import prefix_blocks
@@ -77,6 +86,36 @@ def scale_tokens(workload: Workload, factor: float) -> Workload:
     return Workload(_map(workload.sessions, fn), meta=dict(workload.meta))
 
 
+def jitter_offset(seed: int, session_id: str, jitter_s: float) -> float:
+    """A session's start offset under `session_jitter_s`: uniform in [0, jitter_s), a pure
+    function of (seed, session id) (the first 8 bytes of a SHA-256, as a fraction of 2**64)."""
+    digest = hashlib.sha256(f"session-jitter\0{seed}\0{session_id}".encode()).digest()
+    return jitter_s * int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def jitter_sessions(sessions: list[Session], jitter_s: float, seed: int) -> list[Session]:
+    """Shift each session tree's arrivals by its `jitter_offset` (step 6 of the module
+    docstring); sessions come back ordered by their new start."""
+    if jitter_s <= 0:
+        raise ValueError(f"session_jitter_s must be > 0, got {jitter_s}")
+    parent = {s.session_id: s.parent_session_id for s in sessions}
+
+    def root(sid: str) -> str:
+        seen = {sid}
+        while (up := parent.get(sid)) is not None and up not in seen:
+            seen.add(up)
+            sid = up
+        return sid
+
+    out = []
+    for s in sessions:
+        dt = jitter_offset(seed, root(s.session_id), jitter_s)
+        reqs = [_replace(r, arrival_s=r.arrival_s + dt) for r in s.requests]
+        out.append(Session(s.session_id, reqs, s.parent_session_id))
+    out.sort(key=lambda s: (s.start_s, s.session_id))
+    return out
+
+
 def apply_transforms(
     workload: Workload,
     *,
@@ -86,10 +125,13 @@ def apply_transforms(
     token_scale: float = 1.0,
     max_input_tokens: int | None = None,
     overflow: Overflow = "drop",
+    session_jitter_s: float = 0.0,
+    seed: int = 0,
     rate_scale: float = 1.0,
     time_scale: float = 1.0,
 ) -> Workload:
-    """Subset and scale `workload` (see the module docstring for the order and meaning)."""
+    """Subset and scale `workload` (see the module docstring for the order and meaning).
+    `seed` is used by `session_jitter_s` only."""
     sessions = list(workload.sessions)
     done: dict[str, Any] = {}
     n0 = len(workload)
@@ -113,6 +155,9 @@ def apply_transforms(
     if max_input_tokens is not None:
         sessions, info = _limit_input(sessions, max_input_tokens, overflow)
         done["max_input_tokens"] = info
+    if session_jitter_s:
+        sessions = jitter_sessions(sessions, session_jitter_s, seed)
+        done["session_jitter_s"] = {"jitter_s": session_jitter_s, "seed": seed}
     if rate_scale != 1.0:
         if rate_scale <= 0:
             raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
