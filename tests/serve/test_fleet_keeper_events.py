@@ -48,6 +48,7 @@ def test_events_in_the_keepers_directory_give_every_run_the_same_flags() -> None
 class _StubFleet:
     def __init__(self) -> None:
         self.urls = ["http://x:1", "http://x:2"]
+        self.model_name = "tiny"
         self.stopped = False
 
     def start(self) -> _StubFleet:
@@ -87,6 +88,8 @@ def test_events_only_runs_share_one_fleet_and_reset_its_tier(
     monkeypatch.setattr(
         backend_mod, "reset_prefix_caches", lambda urls, external=False: resets.append(external)
     )
+    flushed: list[str] = []
+    monkeypatch.setattr(backend_mod, "flush_kv_events", lambda urls, model: flushed.append(model))
     keeper = FleetKeeper()
     try:
         owners = []
@@ -104,6 +107,8 @@ def test_events_only_runs_share_one_fleet_and_reset_its_tier(
         assert started[0]["per_instance_args"] == kv.args
         assert owners == [None, str(tmp_path / "sglang_cache_aware"), owners[1]]
         assert resets == [host_gib > 0] * 2  # the tier is emptied only when there is one
+        # ... and then its reset's events are published before the next proxy subscribes.
+        assert flushed == (["tiny"] * 2 if host_gib > 0 else [])
     finally:
         keeper.close()
 
@@ -131,3 +136,20 @@ def test_a_pd_connector_still_gets_a_fleet_of_its_own(monkeypatch, tmp_path: Pat
             assert shared is None
     assert len(started) == 2 and all(f.stopped for f in started)
     keeper.close()
+
+
+def test_flush_sends_a_one_token_prompt_to_every_engine(monkeypatch) -> None:
+    from agentic_kvc.serve.backend import flush_kv_events
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    class _Ok:
+        def raise_for_status(self) -> None:
+            pass
+
+    monkeypatch.setattr(
+        backend_mod.httpx, "post", lambda url, json, **_: sent.append((url, json)) or _Ok()
+    )
+    flush_kv_events(["http://a", "http://b"], "tiny")
+    assert [u for u, _ in sent] == ["http://a/v1/completions", "http://b/v1/completions"]
+    assert all(b["prompt"] == [0] and b["max_tokens"] == 1 for _, b in sent)

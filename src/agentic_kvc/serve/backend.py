@@ -162,6 +162,8 @@ class FleetKeeper:
         else None."""
         if self._fleet is not None and self._key == key and self._fleet.all_alive():
             reset_prefix_caches(self._fleet.urls, external=reset_external)
+            if reset_external:
+                flush_kv_events(self._fleet.urls, self._fleet.model_name)
             return self._fleet, self._owner
         self._stop_fleet()  # its event sockets' directory stays: `start` may name it
         self._fleet = start().start()
@@ -198,6 +200,22 @@ def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0, external: bool
                     f"{url}/reset_prefix_cache: HTTP {resp.status_code} {resp.text[:200]}"
                 )
             time.sleep(0.5)
+
+
+def flush_kv_events(urls: list[str], model: str, timeout_s: float = 60.0) -> None:
+    """One engine step on every engine, so that the KV events a cache reset queued are
+    published now, before the next run's proxy subscribes.
+
+    vLLM publishes events only when the engine steps. A reset's `AllBlocksCleared` events wait
+    for the next step, i.e. the next run's first request; the tier's (vLLM's CPU block pool's)
+    carries no medium and comes after that step's HBM `BlockStored` events, so the exact view
+    forgot every instance's first blocks (the shared system prompt), and every later block,
+    whose parent is one of them, could not be keyed: in the first tiers_real campaign
+    (15:14-15:19 UTC) the view of every run after the first on a kept fleet predicted 0 cached
+    tokens. A one-token prompt fills no block, so it stores nothing and hits nothing."""
+    body = {"model": model, "prompt": [0], "max_tokens": 1, "temperature": 0}
+    for url in urls:
+        httpx.post(f"{url}/v1/completions", json=body, timeout=timeout_s).raise_for_status()
 
 
 _SHARED: FleetKeeper | None = None  # set by `shared_fleets()`
