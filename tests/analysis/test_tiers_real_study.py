@@ -246,6 +246,8 @@ def test_answer_and_findings_speak_of_the_real_runs(section) -> None:
     s, _ = section
     assert "on real engines a host tier" in s.answer.lower()
     assert "beyond the repeats' spread" in s.answer
+    # 2 instances x 1,000 host tokens a run served; the view expected 50 x 40 a run: 100%.
+    assert "the proxy's exact view expected 100% of what they served" in s.answer
     assert "paired over 3 repeats" in s.answer
     assert any(f.startswith("real engines: + host 64 MiB vs HBM only") for f in s.findings)
 

@@ -314,13 +314,13 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
         tok_rows,
     )
     s.note(
-        "What a tier buys on this engine: a reload here is a host memcpy (the tiny model's KV "
-        "is 1 KiB a token, so about 3 MB for a 3,000-token prompt) that stands in for a "
-        "prefill of the tiny model, itself only tens of milliseconds; and the engine's "
-        "scheduler serves a tier hit one step later (an asynchronous load). The gain measured "
-        "here is that saved prefill and the queueing it frees, not a GPU link's bandwidth; on "
-        "a GPU the same tier saves a large model's prefill and costs a PCIe copy "
-        "(docs/kv_tiers.md)."
+        "What a tier buys on this engine: a reload here is a host memcpy of the tiny model's "
+        "KV (the engine's own KV is host memory too) that stands in for a prefill of the tiny "
+        "model, itself short; and the engine's scheduler serves a tier hit one step later (an "
+        "asynchronous load). The gain measured here is that saved prefill and the queueing it "
+        "frees, not a GPU link's bandwidth, and on a shared 2-core machine it is small beside "
+        "the run-to-run spread the load column explains; on a GPU the same tier saves a large "
+        "model's prefill and costs a PCIe copy (docs/kv_tiers.md, docs/kv_tiers_real.md)."
     )
     return _answer(s, tier_gain, vs_blind, runs, host_by_run)
 
@@ -349,7 +349,13 @@ def _answer(
             "on real engines a host tier moves the tier-blind router's "
             + "; ".join(
                 f"TTFT {m.split('_')[1]} by {diff_cell(res)}"
-                + (" (beyond the repeats' spread)" if beyond else " (not beyond the spread)")
+                + (
+                    " (beyond the repeats' spread)"
+                    if beyond
+                    else " (within the repeats' spread)"
+                    if res.significant
+                    else ""
+                )
                 for (_, _, m), (res, beyond) in sorted(blind.items(), key=lambda x: x[0][2])
             )
         )
@@ -357,15 +363,23 @@ def _answer(
     if not hosted.is_empty():
         served = sum(host_by_run.get(i, 0.0) for i in hosted["run_id"].to_list())
         total = max(int(hosted["input_tokens"].sum()), 1)
+        expected = float(hosted["predicted_host"].sum())
         parts.append(
             f"the engines' own counters say the host tier served {pct(served / total)} of "
             "the prompt tokens with it on"
+            + (
+                f", and the proxy's exact view expected {pct(expected / served, 0)} of what "
+                "they served"
+                if served
+                else ""
+            )
         )
     for (t, r, _), (res, beyond) in sorted(vs_blind.items()):
         if r == OURS and t != HBM_ONLY and res is not None:
             parts.append(
                 f"with the {t} tier, {OURS} against the tier-blind router is {diff_cell(res)} "
-                "on TTFT p90" + ("" if beyond else " (not beyond the repeats' spread)")
+                "on TTFT p90"
+                + ("" if beyond or not res.significant else " (within the repeats' spread)")
             )
     if not parts:
         return ""
