@@ -94,6 +94,7 @@ def test_section_has_every_setup_and_the_figures(section) -> None:
     assert all(Path(f).is_file() for f in s.figures)
     assert s.answer.startswith("A 128 GiB") is False  # no 128 GiB setup here: not claimed
     assert "predicted_ttft is at least 15% below" in s.answer
+    assert f"(paired over {len(SEEDS)} replicates, 95% intervals)" in s.answer  # as counted
 
 
 def test_token_shares_and_host_gain_recompute_from_records(section) -> None:

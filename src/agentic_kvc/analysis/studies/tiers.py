@@ -178,7 +178,8 @@ def analyse(
                 )
         s.table(
             f"**{cell}**: TTFT and where prompt tokens came from, per tier setup and router "
-            "(pooled over 3 replicates: seeds, or the trace's 600 s windows). *vs HBM only*: "
+            "(pooled over its replicates: generator or session-jitter seeds, or the trace's "
+            "600 s windows). *vs HBM only*: "
             "the same router without tiers; *vs best peer*: ours against the peer with the "
             "lowest TTFT p90 in that setup; both paired over replicates, 95% intervals. "
             "Tokens: the share of prompt tokens served from HBM / "
@@ -276,7 +277,10 @@ def _answer(
         )
     if not parts:
         return "The tier runs are not complete here, so the data do not decide it."
-    text = "; ".join(parts) + " (paired over 3 replicates, 95% intervals)."
+    # The replicates each comparison was paired over (a cell's seeds or windows), as counted.
+    n = sorted({r.n_pairs for *_, r in big} | {x[3].n_pairs for x in judged})  # type: ignore[union-attr]
+    over = str(n[0]) if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
+    text = "; ".join(parts) + f" (paired over {over} replicates, 95% intervals)."
     return text[0].upper() + text[1:]
 
 
