@@ -232,3 +232,64 @@ def test_online_observe_picks_the_observations() -> None:
     fleet = _sim(["policy.params.cost_model=online", "policy.params.online_observe=decode"])
     assert fleet.policy.fit.by_kind.get("decode", 0) > 100
     assert "ttft" not in fleet.policy.fit.by_kind
+
+
+def bursty_streams(rng: random.Random, theta: tuple[float, ...], share: float):
+    """`observations` as a router behind a coalescing API server relays them: a stream of
+    8-64 tokens decoded at the true step time, but `share` of the streams reach the router in
+    one burst once the engine has produced them all: the first token late by the whole
+    decode (its TTFT reads long) and the rest ~10 us apart (its decode span reads ~0)."""
+    (x_t, y_t), (x_d, y_d) = observations(rng, theta, 0.05)
+    steps = rng.randint(8, 64) - 1
+    if rng.random() < share:
+        return (x_t, y_t + y_d * steps), (x_d, 1e-5 * steps, steps)
+    return (x_t, y_t), (x_d, y_d * steps, steps)
+
+
+@pytest.mark.parametrize("seed", [7, 8, 9])
+def test_recovers_affine_engine_through_delivery_bursts(seed: int) -> None:
+    """A tenth of the streams arrive as one burst (H2 saw 2-27 of 65 on real vLLM CPU
+    engines): the decode gate drops their spans and the fit still recovers the engine within
+    the clean recovery test's tolerance; fitting the burst spans as steps (the observer's
+    old path, `update(x, span / steps)`) does not. The bursts' late TTFTs are still fitted
+    (the observer cannot tell them at the first token): at a fifth of the streams they push
+    the overhead ~12% high for one seed, so this share is the gate's tested range."""
+    fits = {"gated": OnlineAffineFit(WRONG), "ungated": OnlineAffineFit(WRONG)}
+    for name, fit in fits.items():
+        rng = random.Random(seed)
+        for _ in range(300):
+            (x_t, y_t), (x_d, span, steps) = bursty_streams(rng, TRUTH, 0.1)
+            fit.update(x_t, y_t, "ttft")
+            if name == "gated":
+                fit.observe_decode(x_d, span, steps)
+            else:
+                fit.update(x_d, span / steps, "decode")
+    gated, ungated = fits["gated"], fits["ungated"]
+    errs = dict(zip(TERMS, relative_errors(gated, TRUTH), strict=True))
+    assert all(errs[t] < TOLERANCE[t] for t in TERMS), errs
+    bad = dict(zip(TERMS, relative_errors(ungated, TRUTH), strict=True))
+    assert not all(bad[t] < TOLERANCE[t] for t in TERMS), bad
+    assert prediction_error(ungated, TRUTH) > 2 * prediction_error(gated, TRUTH)
+    # every burst was dropped, and counted; no clean stream was
+    dropped = gated.snapshot()["dropped"]["decode_burst"]
+    assert dropped == 300 - gated.by_kind["decode"]
+    assert 15 < dropped < 50  # ~10% of 300
+    # relative errors are bounded: a burst's gap of microseconds cannot read as 6000%
+    assert 0 <= ungated.rel_error["decode"] <= 1
+    assert gated.rel_error["decode"] < 0.2
+
+
+def test_decode_gate_opens_only_once_the_overhead_is_known() -> None:
+    """The floor is a tenth of the overhead less two standard errors: 0 at a prior of 100% sd, so an
+    uninformed fit drops nothing; it stays below a tenth of the overhead estimate."""
+    fit = OnlineAffineFit(TRUTH)
+    assert fit.gap_floor_s() == 0.0
+    assert fit.observe_decode(decode_features(1, 0, 0, 0), 1e-6, 10) is not None
+    rng = random.Random(5)
+    for _ in range(100):
+        for x, y in observations(rng, TRUTH, 0.05):
+            fit.update(x, y)
+    assert 0 < fit.gap_floor_s() < fit.coefficients()[0] / 10
+    n = fit.observations
+    assert fit.observe_decode(decode_features(1, 0, 0, 0), 1e-5, 10) is None
+    assert fit.observations == n and fit.dropped == {"decode_burst": 1}

@@ -29,6 +29,27 @@ covariance is bounded by the prior's (a bound on its trace) so directions no req
 excites do not wind up while traffic is one-sided. Multipliers are projected onto >= 0
 (a step never gets cheaper with more work).
 
+Decode observations and delivery bursts. Behind a real API server the stream does not reach
+the router token by token: when the server's event loop falls behind the engine (vLLM merges
+the pending outputs of a request, then sends them at once), a whole stream can arrive in one
+burst, its first token late by the whole decode. On two vLLM CPU engines behind the proxy
+(docs/policies.md, "predicted_ttft on real engines"; H2's two campaigns) 55-60% of
+client-side gaps were under 0.1 ms, 14-16% of streams came as one burst of several events,
+and 51-56% had fewer SSE events than tokens, so the router cannot count the steps a chunk
+covers (per-chunk timing would need per-event token
+counts the engine does not send). Such a stream's span reads ~0 over output - 1 steps. So
+`OnlineAffineFit.observe_decode` drops (and counts, `dropped["decode_burst"]`, in the
+snapshot and /metrics) a decode observation whose mean gap is below `gap_floor_s`: a tenth
+of the fit's overhead estimate less two standard errors. Every step pays the overhead, so a
+much shorter mean step is impossible under the model; the floor is 0 while the overhead is
+uncertain, so an uninformed fit drops nothing. The simulator has no bursts
+and its decode observations pass unchanged. A partly coalesced stream (first token late by
+part of the decode) still reads short, and a burst's late first token still enters the TTFT
+fit: neither can be told at the first token.
+
+Relative errors (`rel_error`) divide by max(observed, predicted), as the weighting does, so
+they lie in [0, 1]: a burst's gap of microseconds cannot print as thousands of percent.
+
 `StreamObserver` turns the router's bookkeeping (`policy/fleet.py` `RouterState` calls it with
 its tickets and instance views) into those observations; the simulator and the proxy run the
 same code, and in the simulator the engine stays the truth: the observer sees only the times
@@ -126,6 +147,8 @@ class OnlineAffineFit:
         self.by_kind: dict[str, int] = {}
         # a-priori relative error |y - x.theta| / y per kind, exponentially averaged
         self.rel_error: dict[str, float] = {}
+        # observations refused as impossible under the model, by reason (`observe_decode`)
+        self.dropped: dict[str, int] = {}
         self._coef: tuple[float, ...] = tuple(float(v) for v in self.scale * self.m)
 
     def predict(self, x: Sequence[float]) -> float:
@@ -150,13 +173,34 @@ class OnlineAffineFit:
         if tr > self._trace0:  # anti-windup: no direction grows beyond the prior's
             self.P *= self._trace0 / tr
         self.noise_var = lam * self.noise_var + (1 - lam) * e * e
-        rel = abs(y - pred) / y
+        rel = abs(y - pred) / max(y, pred)  # bounded by 1: a burst cannot read as 6000%
         old = self.rel_error.get(kind)
         self.rel_error[kind] = rel if old is None else 0.98 * old + 0.02 * rel
         self.observations += 1
         self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         self._coef = tuple(float(v) for v in self.scale * self.m)
         return rel
+
+    def gap_floor_s(self) -> float:
+        """The shortest mean decode step the fit can believe: a tenth of its overhead
+        estimate less two standard errors (>= 0). Every step pays the overhead, so a mean gap
+        far below it is not a step time the model can produce; 0 while the overhead is
+        uncertain. The tenth is a margin, not a fit: the overhead also absorbs whatever TTFT
+        latency the model lacks (a 40 ms first token pushes a generic prior's 20 ms to 35 ms
+        with a 6 ms sd in four requests, tests/proxy), and the whole bound would then drop
+        the engine's true 10 ms gaps; bursts read microseconds, three orders below."""
+        i = TERMS.index("overhead_s")
+        return max(self._coef[i] - 2.0 * self.coefficient_sd()[i], 0.0) / 10
+
+    def observe_decode(self, x: Sequence[float], span_s: float, steps: int) -> float | None:
+        """A decode observation: `steps` steps took `span_s` between first token and end of
+        stream as relayed. A mean gap below `gap_floor_s` is a delivery burst, not steps
+        (module docstring): it is counted in `dropped["decode_burst"]` and not fitted."""
+        y = span_s / steps
+        if y < self.gap_floor_s():
+            self.dropped["decode_burst"] = self.dropped.get("decode_burst", 0) + 1
+            return None
+        return self.update(x, y, "decode")
 
     def coefficients(self) -> tuple[float, ...]:
         """Current theta, `TERMS` order."""
@@ -174,6 +218,7 @@ class OnlineAffineFit:
             "coef_sd": dict(zip(TERMS, self.coefficient_sd(), strict=True)),
             "rel_error": dict(self.rel_error),
             "observations": dict(self.by_kind),
+            "dropped": dict(self.dropped),
         }
 
 
@@ -290,4 +335,4 @@ class StreamObserver:
             (self._tok[i] - tok0) / steps,
             (self._pairs[i] - pairs0) / steps,
         )
-        self.fit.update(x, span / steps, "decode")
+        self.fit.observe_decode(x, span, steps)

@@ -97,12 +97,21 @@ class _CostModelCollector(Collector):
         n = GaugeMetricFamily(
             "akvc_proxy_cost_model_observations", "Observations fitted, by kind", labels=["kind"]
         )
+        dropped = GaugeMetricFamily(
+            "akvc_proxy_cost_model_dropped",
+            "Observations not fitted, by reason (decode_burst: a mean inter-token gap below "
+            "the fit's lower bound on a step, i.e. a delivery burst)",
+            labels=["reason"],
+        )
         for kind, value in snap["rel_error"].items():
             err.add_metric([kind], value)
         for kind, count in snap["observations"].items():
             n.add_metric([kind], count)
+        for reason, count in snap.get("dropped", {}).items():
+            dropped.add_metric([reason], count)
         yield err
         yield n
+        yield dropped
 
 
 class ProxyMetrics:

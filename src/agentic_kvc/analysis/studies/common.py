@@ -200,9 +200,10 @@ def online_fit_table(s: Section, data: StudyData, what: str) -> bool:
         f"The online-fitted cost model ({what}): its prior (the first decision's coefficients) "
         "-> where the fit ended (median over runs of the last decision's receipt, "
         "`scores.cost_model` in the request records), the observations it had by then (mean "
-        "over runs; a TTFT and a decode observation per finished request) and its recent "
-        "relative error on TTFT and on inter-token gaps (mean over runs). A fit starts afresh "
-        "in every run.",
+        "over runs; a TTFT and a decode observation per finished request, less decode "
+        "observations dropped as delivery bursts) and its recent relative error on TTFT and on "
+        "inter-token gaps, |observed - predicted| / max(observed, predicted), at most 100% "
+        "(mean over runs). A fit starts afresh in every run.",
         [
             "variant",
             "backend",
