@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,32 @@ class Step:
         return j
 
 
+class EngineStalled(RuntimeError):
+    """A simulated instance has waiting work that nothing can ever schedule (a liveness bug:
+    the run would otherwise go on sampling an idle instance forever)."""
+
+    def __init__(self, inst: Instance, now: float) -> None:
+        pool = inst.pool
+        lines = [
+            f"instance {inst.index} is stalled at t={now:.6f} s: {len(inst.waiting)} waiting, "
+            f"{len(inst.holding)} loaded (holding blocks), nothing running, no KV load or "
+            f"transfer in flight; {pool.num_free} of {pool.num_blocks} blocks free"
+        ]
+        for where, seqs in (("loaded", inst.holding), ("waiting", inst.waiting)):
+            for s in seqs:
+                lines.append(
+                    f"  {where} {inst.seq_name(s)}: {s.num_computed} of {s.num_tokens} tokens "
+                    f"computed, {len(s.blocks)} blocks, {s.generated} of {s.max_output} output"
+                )
+        super().__init__("\n".join(lines))
+        self.index = inst.index
+        self.seqs = [*inst.holding, *inst.waiting]
+
+
+def _seq_name(seq: Seq) -> str:
+    return f"seq {seq.uid}"
+
+
 class Instance:
     def __init__(
         self,
@@ -194,6 +220,8 @@ class Instance:
         # `holding`: requests admitted for a tier load, in admission order, until scheduled.
         self.tiers: InstanceTiers | None = None
         self.holding: deque[Seq] = deque()
+        # How errors name a request (the fleet names it by its request id).
+        self.seq_name: Callable[[Seq], str] = _seq_name
 
     def set_tiers(self, tiers: InstanceTiers) -> None:
         self.tiers = tiers
@@ -393,11 +421,41 @@ class Instance:
         return n
 
     def schedule(self, now: float) -> Step | None:
-        """Plan the next step at `now`; None if there is nothing to do."""
+        """Plan the next step at `now`; None if there is nothing to do.
+
+        A pass that preempted admits nothing (vLLM skips the waiting queue then); if it also
+        scheduled nothing (the first running request could not grow and preempted every
+        running one, itself last) vLLM's engine core runs an empty step and schedules again
+        at once, admitting from the freed blocks. The simulator plans that second pass at the
+        same `now`: returning None would leave the instance idle with waiting work and
+        nothing to wake it (with tiers, a loaded request's blocks then stayed held forever).
+
+        Raises `EngineStalled` when nothing can run and nothing will change that: waiting
+        work, nothing running, no KV load or transfer in flight, no blocks held for a PD
+        decode side (`_stalled`).
+        """
+        preemptions = self.preemptions
         step = self._schedule(now)
+        if step is None and self.preemptions != preemptions:
+            if self.pool.evict_log:
+                self._offload(now)
+            step = self._schedule(now)
         if self.pool.evict_log:
             self._offload(now)
+        if step is None and self._stalled():
+            raise EngineStalled(self, now)
         return step
+
+    def _stalled(self) -> bool:
+        """Waiting work that no event can unblock: nothing runs (no blocks will be freed by a
+        finish or a preemption), no load or PD transfer will land, no PD prefill's blocks
+        will be released. Holds do not count: admission reclaims them."""
+        return (
+            bool(self.waiting or self.holding)
+            and not self.running
+            and not self._in_flight
+            and not self._held
+        )
 
     def _schedule(self, now: float) -> Step | None:
         if self.holds:

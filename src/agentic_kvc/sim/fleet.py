@@ -206,6 +206,7 @@ class SimFleet:
         )
         for inst in self.instances:
             inst.prefill_runs = closed_form and runs
+            inst.seq_name = _seq_name
         self.policy = get_policy(config.policy.name, config.policy.params)
         roles = fc.roles
         if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index
@@ -311,6 +312,7 @@ class SimFleet:
             if self.scrape_s > 0:
                 self._push(0.0, SCRAPE, None)
             self._push(0.0, SAMPLE, None)
+        heap = self._heap
         for t, kind, payload in self._events():
             self._now = t
             self.stats.events += 1
@@ -336,12 +338,28 @@ class SimFleet:
             elif kind == SAMPLE:
                 self._sample(t)
                 if self._outstanding:
+                    if len(heap) < 2 and all(e[1] == SCRAPE for e in heap):
+                        raise self._stalled(t)
                     self._push(t + self.sample_s, SAMPLE, None)
         # Simulated span: up to the last request's end (trailing scrape/sample ticks excluded).
         ends = [r.t_done if r.t_done is not None else r.arrival_s for r in self.records]
         self.stats.sim_s = max(ends, default=0.0)
         self.stats.steps = sum(i.steps for i in self.instances)
         return self.stats
+
+    def _stalled(self, t: float) -> RuntimeError:
+        """Requests are outstanding but only the scrape and sample ticks are left to run:
+        nothing will ever finish them (a lost wake-up; the run would tick forever)."""
+        busy = [
+            f"instance {i.index}: {len(i.running)} running, {len(i.waiting)} waiting, "
+            f"{len(i.holding)} loaded, {i._in_flight} in flight"
+            for i in self.instances
+            if i.running or i.waiting or i.holding or i._in_flight or i.step is not None
+        ]
+        return RuntimeError(
+            f"simulation stalled at t={t:.6f} s: {self._outstanding} requests outstanding and no "
+            f"event left but scrapes and samples ({'; '.join(busy) or 'no instance has work'})"
+        )
 
     # ---- sessions --------------------------------------------------------------------
 
@@ -754,6 +772,12 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile) -> FleetTiers:
     return FleetTiers(
         cfg, links, profile, fc.block_size, fc.instances, config.sim.kv_retention_ttl_s
     )
+
+
+def _seq_name(seq: Seq) -> str:
+    """A sequence as an error names it: its request id (`seq.tag` is its flight and turn)."""
+    flight, _k = seq.tag
+    return f"request {flight.request.request_id} (seq {seq.uid})"
 
 
 def _tier_record(rec: RequestRecord, seq: Seq) -> None:
