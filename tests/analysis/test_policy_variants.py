@@ -140,6 +140,12 @@ def test_online_fit_table_reads_prior_and_final_state_from_receipts(tmp_path: Pa
     assert not online_fit_table(
         Section("x", "X", "?"), SimpleNamespace(runs=[run("c", "online")]), "t"
     )  # type: ignore[arg-type]
+    # decode observations dropped as bursts (receipt `dropped`) show beside the count
+    burst = _fit(30, [0.003, 4e-5, 3e-9, 1e-4, 2e-8], 0.4, 0.3) | {"dropped": {"decode_burst": 7}}
+    _write_run(tmp_path / "d", [_fit(0, prior, 0, 0), burst])
+    s = Section("x", "X", "?")
+    assert online_fit_table(s, SimpleNamespace(runs=[run("d", "online"), run("b", "online")]), "t")  # type: ignore[arg-type]
+    assert s.blocks[-1].splitlines()[-1].split(" | ")[3] == "25 (4 dropped)"  # means of 2 runs
 
 
 @pytest.fixture(scope="module")

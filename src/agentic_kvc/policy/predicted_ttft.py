@@ -335,8 +335,8 @@ class PredictedTTFT(ColocatingPolicy):
 
     def _receipt_fit(self, scores: dict[Any, Any]) -> None:
         """cost_model online: the coefficients this decision used, their standard errors,
-        the fit's recent relative error and how many observations it has (receipt field
-        `scores.cost_model`)."""
+        the fit's recent relative error, how many observations it has and, once it has
+        dropped any, how many it dropped and why (receipt field `scores.cost_model`)."""
         fit = self.fit
         if fit is None:
             return
@@ -346,6 +346,8 @@ class PredictedTTFT(ColocatingPolicy):
             "rel_error": {k: round(v, 3) for k, v in fit.rel_error.items()},
             "observations": fit.observations,
         }
+        if fit.dropped:  # decode observations refused as delivery bursts (profiles/online.py)
+            scores["cost_model"]["dropped"] = dict(fit.dropped)
 
     def choose(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]

@@ -190,20 +190,22 @@ def online_fit_table(s: Section, data: StudyData, what: str) -> bool:
             for i, (_, _, scale) in enumerate(FIT_TERMS)
         ]
         obs = sum(last.get("observations", 0) for _, last in fits) / len(fits)
+        drops = [sum((last.get("dropped") or {}).values()) for _, last in fits]
+        seen = f"{obs:.0f}" + (f" ({sum(drops) / len(fits):.0f} dropped)" if any(drops) else "")
         errors = []
         for kind in ("ttft", "decode"):
             vals = [(last.get("rel_error") or {}).get(kind) for _, last in fits]
             got = [float(v) for v in vals if v is not None]
             errors.append(f"{sum(got) / len(got) * 100:.0f}%" if got else "-")
-        rows.append([variant, backend, str(len(fits)), f"{obs:.0f}", *coefs, *errors])
+        rows.append([variant, backend, str(len(fits)), seen, *coefs, *errors])
     s.table(
         f"The online-fitted cost model ({what}): its prior (the first decision's coefficients) "
         "-> where the fit ended (median over runs of the last decision's receipt, "
         "`scores.cost_model` in the request records), the observations it had by then (mean "
-        "over runs; a TTFT and a decode observation per finished request, less decode "
-        "observations dropped as delivery bursts) and its recent relative error on TTFT and on "
-        "inter-token gaps, |observed - predicted| / max(observed, predicted), at most 100% "
-        "(mean over runs). A fit starts afresh in every run.",
+        "over runs; a TTFT and a decode observation per finished request; in brackets, decode "
+        "observations dropped as delivery bursts, mean over runs) and its recent relative "
+        "error on TTFT and on inter-token gaps, |observed - predicted| / max(observed, "
+        "predicted), at most 100% (mean over runs). A fit starts afresh in every run.",
         [
             "variant",
             "backend",
