@@ -211,15 +211,21 @@ def test_bad_requests_on_real_engines_are_4xx_json_and_leave_them_healthy(
         assert client.post("/v1/completions", json=ok).status_code == 200
 
 
+SCRAPE_TIMEOUTS = [0]  # polled scrapes that got no answer in time (printed when a wait fails)
+
+
 def _proxy_metrics(proxy_url: str, polling: bool) -> str:
     """The proxy's /metrics. While `polling` (the caller retries until its own deadline), ""
-    when it does not answer in time: a proxy busy with a replay's long prompts on a loaded
-    2-core host once took over 5 s to answer one scrape (CI, 2026-11-25)."""
+    when it does not answer in time. The timeout is long: a proxy relaying fast streams on a
+    loaded 2-core host once took over 5 s to answer one scrape (CI, 2026-11-25), and a 5 s
+    timeout that gave up on every scrape while the streams ran let the whole replay finish
+    unseen (CI, 2026-11-28); a late answer still shows streams in flight."""
     try:
-        return httpx.get(proxy_url + "/metrics", timeout=5).text
+        return httpx.get(proxy_url + "/metrics", timeout=30).text
     except httpx.TimeoutException:
         if not polling:
             raise
+        SCRAPE_TIMEOUTS[0] += 1
         return ""
 
 
@@ -242,52 +248,77 @@ def _proxy_decoding(proxy_url: str, instance: int) -> int:
 def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     fleet, tiny_model, tmp_path
 ) -> None:
-    # Several sessions whose first turns stream for seconds (2,000 tokens), so streams are
+    # Several sessions whose first turns stream for seconds (2,800 tokens: prompt + output stay
+    # inside the tiny model's 4,096 positions), so streams are
     # still mid-flight on both instances at the kill even if the machine stalls between the
     # poll below and the kill (seen once in CI with 400-token turns: a ~1 s stall let every
     # stream on instance 1 finish first); later turns are short and remain to be sent after it.
-    sessions = []
-    for i in range(6):
-        s = _agent_session(f"k{i}", 10_000 + 1_000 * i, out=100)
-        first = dataclasses.replace(s.requests[0], output_tokens=2_000)
-        sessions.append(Session(s.session_id, [first, *s.requests[1:]]))
-    wl = Workload(sessions)
+    def workload(attempt: int) -> Workload:
+        # Fresh prompts per attempt: a retried attempt must not find its prefixes cached.
+        sessions = []
+        for i in range(6):
+            base = 10_000 + 10_000 * attempt + 1_000 * i
+            s = _agent_session(f"k{attempt}-{i}", base, out=100)
+            first = dataclasses.replace(s.requests[0], output_tokens=2_800)
+            sessions.append(Session(s.session_id, [first, *s.requests[1:]]))
+        return Workload(sessions)
+
     settings = ReplaySettings(
         target="http://placeholder", model=fleet.model_name, progress=False, timeout_s=90
     )
 
-    async def run(proxy_url: str) -> tuple[list[RequestRecord], float]:
-        settings.target = proxy_url
-        origin = time.monotonic()
-        task = asyncio.create_task(replay_async(wl, settings, token_fn(tiny_model), origin))
-        # Kill as soon as the router has streams open on instance 1 (the tiny model decodes
-        # hundreds of tokens a second, so a fixed sleep could miss every request).
-        # Each wait has its own generous deadline: on a loaded 2-core CI host one scrape of the
-        # proxy's /metrics can take seconds while it relays six fast streams, and one shared
-        # 60 s deadline once ran out between the two waits (CI, 2026-11-28).
+    async def poll_until(task: asyncio.Task, probe: Callable[[], int], least: int) -> bool:
+        """Poll `probe` until it reaches `least` (True), or the replay ends first (False: its
+        streams outran the polling, so nothing was killed and the attempt is repeated)."""
         deadline = time.monotonic() + 180
-        while await asyncio.to_thread(_proxy_inflight, proxy_url, 1, True) < 2:
-            assert time.monotonic() < deadline, "no request reached instance 1"
-            await asyncio.sleep(0.05)
-        # ... and one of them streams tokens, so the kill cuts a stream, not a prefill (a
-        # fixed 0.2 s wait here may end inside the prefills on a loaded host: the suspected
-        # cause of a flake in which no request was cut off mid-stream).
-        deadline = time.monotonic() + 180
-        while await asyncio.to_thread(_proxy_decoding, proxy_url, 1) < 1:
+        while await asyncio.to_thread(probe) < least:
+            if task.done():
+                return False
             if time.monotonic() >= deadline:
-                gauges = await asyncio.to_thread(_proxy_metrics, proxy_url, True)
+                gauges = await asyncio.to_thread(_proxy_metrics, settings.target, True)
                 raise AssertionError(
-                    "no stream on instance 1 got a first token in 180 s; the proxy's gauges:\n"
+                    f"{probe.__name__} stayed below {least} for 180 s "
+                    f"({SCRAPE_TIMEOUTS[0]} scrapes timed out); the proxy's gauges:\n"
                     + "\n".join(x for x in gauges.splitlines() if x.startswith("akvc_proxy_"))
                 )
             await asyncio.sleep(0.05)
+        return True
+
+    async def run(wl: Workload) -> tuple[list[RequestRecord], float] | None:
+        origin = time.monotonic()
+        task = asyncio.create_task(replay_async(wl, settings, token_fn(tiny_model), origin))
+        url = settings.target
+
+        # Kill as soon as the router has streams open on instance 1 (the tiny model decodes
+        # hundreds of tokens a second, so a fixed sleep could miss every request) and one of
+        # them streams tokens, so the kill cuts a stream, not a prefill (a request cut before
+        # its first byte is retried on the survivor, so nothing would be cut off mid-stream).
+        # Each wait has its own deadline: one scrape of a busy proxy can take seconds.
+        def inflight_on_1() -> int:
+            return _proxy_inflight(url, 1, True)
+
+        def decoding_on_1() -> int:
+            return _proxy_decoding(url, 1)
+
+        if not await poll_until(task, inflight_on_1, 2) or not await poll_until(
+            task, decoding_on_1, 1
+        ):
+            await task
+            return None
         t_kill = time.monotonic() - origin
         fleet.kill(1)
         recs = await asyncio.wait_for(task, timeout=300)  # never a hang
         return recs, t_kill
 
     with ProxyProcess(fleet.urls, "round_robin", tmp_path, records=tmp_path / "p.jsonl") as proxy:
-        recs, t_kill = asyncio.run(run(proxy.url))
+        settings.target = proxy.url
+        for attempt in range(3):  # a replay that outran the polling killed nothing: again
+            wl = workload(attempt)
+            done = asyncio.run(run(wl))
+            if done is not None:
+                break
+        assert done is not None, "three replays finished before a stream on instance 1 was seen"
+        recs, t_kill = done
         health = httpx.get(proxy.url + "/health").json()
     assert len(recs) == len(wl)  # the run completed: a record for every request
     # Cut off by the kill: sent to instance 1 before it and short of the tokens asked for.
