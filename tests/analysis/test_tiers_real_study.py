@@ -18,14 +18,10 @@ import yaml
 
 from agentic_kvc.analysis.experiments import Plan, expand
 from agentic_kvc.analysis.studies.base import load_study
+from agentic_kvc.analysis.studies.common import beyond_spread
+from agentic_kvc.analysis.studies.common import repeat_spread as spread
 from agentic_kvc.analysis.studies.tiers import analyse
-from agentic_kvc.analysis.studies.tiers_real import (
-    HBM_ONLY,
-    beyond_spread,
-    engine_host_tokens,
-    spread,
-    tier_label,
-)
+from agentic_kvc.analysis.studies.tiers_real import HBM_ONLY, engine_host_tokens, tier_label
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 

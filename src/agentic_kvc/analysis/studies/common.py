@@ -82,6 +82,32 @@ def latency_cells(
     ]
 
 
+def repeat_spread(values: Sequence[float]) -> float:
+    """(max - min) / mean of one variant's per-repeat statistic, NaNs left out: the spread a
+    real-engine difference must exceed to count (docs/statistics.md)."""
+    vals = [v for v in values if v == v]
+    if not vals:
+        return float("nan")
+    mean = sum(vals) / len(vals)
+    return (max(vals) - min(vals)) / mean if mean else float("nan")
+
+
+def beyond_spread(r: PairedResult | None, *spreads: float) -> bool:
+    """Significant and larger than the larger side's repeat spread (docs/statistics.md)."""
+    if r is None or not r.significant:
+        return False
+    worst = max((s for s in spreads if s == s), default=0.0)
+    return abs(r.rel_diff) > worst
+
+
+def mean_range_ms(values: Sequence[float]) -> str:
+    """`mean (min-max)` of per-repeat seconds, in ms; "-" when there is none."""
+    vals = [v for v in values if v == v]
+    if not vals:
+        return "-"
+    return f"{ms(sum(vals) / len(vals))} ({ms(min(vals))}-{ms(max(vals))})"
+
+
 def ordered(values: Sequence[str], first: Sequence[str]) -> list[str]:
     """`values` with those of `first` leading, in that order, the rest sorted."""
     lead = [v for v in first if v in values]

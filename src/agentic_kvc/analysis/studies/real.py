@@ -31,7 +31,14 @@ from agentic_kvc.analysis.studies.base import (
     num,
     pct,
 )
-from agentic_kvc.analysis.studies.common import online_fit_table, ordered, study
+from agentic_kvc.analysis.studies.common import (
+    beyond_spread,
+    mean_range_ms,
+    online_fit_table,
+    ordered,
+    repeat_spread,
+    study,
+)
 from agentic_kvc.analysis.studies.figures import sim_vs_real
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.processor import processor_label, same_processor
@@ -117,13 +124,6 @@ def processor_note(manifests: list[dict[str, Any]], profile: Path | None = None)
     )
 
 
-def _spread(values: list[float]) -> str:
-    vals = [v for v in values if v == v]
-    if not vals:
-        return "-"
-    return f"{ms(sum(vals) / len(vals))} ({ms(min(vals))}-{ms(max(vals))})"
-
-
 @study(NAME, TITLE, QUESTION)
 def analyse(
     s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
@@ -149,8 +149,7 @@ def analyse(
         runs = per_run.filter(pl.col("variant") == v)
         t50 = runs["ttft_s_p50"].to_list()
         e50 = runs["e2e_s_p50"].to_list()
-        mean_t = sum(t50) / len(t50)
-        spread_of[v] = (max(t50) - min(t50)) / mean_t if mean_t else float("nan")
+        spread_of[v] = repeat_spread(t50)
         lv = [loads.get(r, {}) for r in runs["run_id"].to_list()]
         load1 = [x["load1"] for x in lv if x.get("load1") is not None]
         steal = [x["steal"] for x in lv if x.get("steal") is not None]
@@ -168,7 +167,7 @@ def analyse(
             [
                 v + (" (archived runs)" if from_archive else ""),
                 f"{len(t50)}" + (f" ({errors} failed requests)" if errors else ""),
-                _spread(t50),
+                mean_range_ms(t50),
                 ms(sim_t),
                 inside,
                 f"{num(sum(e50) / len(e50))} ({num(min(e50))}-{num(max(e50))})",
@@ -180,7 +179,7 @@ def analyse(
             ]
         )
         if c is not None:
-            beyond = c.significant and abs(c.rel_diff) > max(spread_of[BASELINE], spread_of[v])
+            beyond = beyond_spread(c, spread_of[BASELINE], spread_of[v])
             verdicts.append((v, c, beyond, mixed))
         if c_u is not None:
             against_unified.append((v, c_u, max(spread_of.get(UNIFIED, 0.0), spread_of[v])))

@@ -35,7 +35,12 @@ from agentic_kvc.analysis.studies.base import (
     num,
     pct,
 )
-from agentic_kvc.analysis.studies.common import ordered
+from agentic_kvc.analysis.studies.common import (
+    beyond_spread,
+    mean_range_ms,
+    ordered,
+    repeat_spread,
+)
 from agentic_kvc.analysis.studies.real import host_load
 
 PREFIX = "tiers_real"  # the experiments of this part of the study: tiers_real_*
@@ -82,23 +87,6 @@ def engine_host_tokens(samples: pl.DataFrame) -> dict[str, float]:
     }
 
 
-def spread(values: list[float]) -> float:
-    """(max - min) / mean of one side's per-repeat statistic (docs/statistics.md)."""
-    vals = [v for v in values if v == v]
-    if not vals:
-        return float("nan")
-    mean = sum(vals) / len(vals)
-    return (max(vals) - min(vals)) / mean if mean else float("nan")
-
-
-def beyond_spread(r: PairedResult | None, *spreads: float) -> bool:
-    """Significant and larger than the larger side's repeat spread."""
-    if r is None or not r.significant:
-        return False
-    worst = max((s for s in spreads if s == s), default=0.0)
-    return abs(r.rel_diff) > worst
-
-
 def _judged(r: PairedResult | None, beyond: bool) -> str:
     if r is None:
         return "-"
@@ -132,13 +120,6 @@ def _per_run(df: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("run_id")
     )
-
-
-def _mean_range(values: list[float]) -> str:
-    vals = [v for v in values if v == v]
-    if not vals:
-        return "-"
-    return f"{ms(sum(vals) / len(vals))} ({ms(min(vals))}-{ms(max(vals))})"
 
 
 def _sim_row(sim: pl.DataFrame) -> dict[str, float]:
@@ -178,7 +159,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
     spreads: dict[tuple[str, str, str], float] = {}
     for (t, r), part in runs.partition_by(["tier", "policy"], as_dict=True).items():
         for m in METRICS:
-            spreads[(str(t), str(r), m)] = spread(part[m].to_list())
+            spreads[(str(t), str(r), m)] = repeat_spread(part[m].to_list())
 
     def diff(
         base: str, cand: str, by: str, where: pl.Expr, m: str, key_b: Any, key_c: Any
@@ -210,7 +191,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
                     )
                     tier_gain[(t, r, m)] = vs_hbm
                 sim_v = sim_rows.get((t, r), {}).get(m)
-                cells += [_mean_range(part[m].to_list()), ms(sim_v), _judged(*vs_hbm)]
+                cells += [mean_range_ms(part[m].to_list()), ms(sim_v), _judged(*vs_hbm)]
             blind: tuple[PairedResult | None, bool] = (None, False)
             if r != TIER_BLIND:
                 blind = diff(
