@@ -10,7 +10,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 import yaml
@@ -23,6 +22,7 @@ from agentic_kvc.analysis.studies.common import online_fit_table, run_fit
 from agentic_kvc.analysis.studies.concurrency import ONLINE, PROFILE
 from agentic_kvc.config import load_config
 from agentic_kvc.runs import execute
+from tests.analysis.test_real_study_sources import real_study_data
 
 BASE = {
     "backend": "sim",
@@ -182,42 +182,11 @@ def test_concurrency_study_keeps_the_two_predicted_ttft_variants_apart(
     assert int(fit_row.split(" | ")[3]) > 0  # the fit had observations
 
 
-def _real_data(variants: dict[str, float]) -> SimpleNamespace:
-    rng = np.random.default_rng(1)
-    rows, runs = [], []
-    for variant, ttft in variants.items():
-        for rep in range(3):
-            run_id = f"{variant}{rep}"
-            runs.append((SimpleNamespace(run_id=run_id, source="runs", manifest={}), None))
-            for i in range(40):
-                t = ttft * (1 + 0.05 * rng.standard_normal())
-                rows.append(
-                    {
-                        "backend": "vllm",
-                        "variant": variant,
-                        "run_id": run_id,
-                        "replicate": str(rep),
-                        "request_id": f"r{i}",
-                        "ttft_s": t,
-                        "tpot_s": 0.01,
-                        "e2e_s": t + 0.5,
-                        "error": "",
-                        "input_tokens": 1000,
-                        "cached_tokens": 0,
-                        "output_tokens": 50,
-                        "prefill_instance": 0,
-                        "decode_instance": 0,
-                        "instances": 2,
-                    }
-                )
-    data = SimpleNamespace(requests=pl.DataFrame(rows), runs=runs)
-    data.manifests = lambda: [(SimpleNamespace(run_id=r.run_id), r.manifest) for r, _ in runs]
-    return data
-
-
 def test_real_study_pairs_predicted_ttft_rows_with_unified_too(tmp_path: Path) -> None:
     s = real.analyse(
-        _real_data({"round_robin": 0.2, "unified": 0.1, real.PROFILE: 0.1, real.ONLINE: 0.3}),
+        real_study_data(
+            {"round_robin": 0.2, "unified": 0.1, real.PROFILE: 0.1, real.ONLINE: 0.3}, 0.05, 1
+        ),
         tmp_path,
     )
     table = next(b for b in s.blocks if "| variant | repeats |" in b).splitlines()

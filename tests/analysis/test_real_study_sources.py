@@ -12,18 +12,22 @@ import polars as pl
 from agentic_kvc.analysis.studies import real
 
 
-def _data(archived: set[str]) -> SimpleNamespace:
-    rng = np.random.default_rng(0)
+def real_study_data(
+    variants: dict[str, float], noise: float, seed: int, archived: frozenset[str] = frozenset()
+) -> SimpleNamespace:
+    """Study 7's input, built by hand: 3 repeats of 40 requests per variant, TTFT about the
+    given seconds with `noise` relative scatter; the `archived` variants' runs come from the
+    archive."""
+    rng = np.random.default_rng(seed)
     rows = []
     runs = []
-    # round_robin ~100 ms, "adaptive v2 (NIXL)" ~300 ms: a clear difference, 3 repeats each.
-    for variant, ttft in (("round_robin", 0.1), ("adaptive v2 (NIXL)", 0.3)):
+    for variant, ttft in variants.items():
         for rep in range(3):
-            run_id = f"{variant[:2]}{rep}"
-            source = "archive" if run_id in archived else "runs"
+            run_id = f"{variant}{rep}"
+            source = "archive" if variant in archived else "runs"
             runs.append((SimpleNamespace(run_id=run_id, source=source, manifest={}), None))
             for i in range(40):
-                t = ttft * (1 + 0.1 * rng.standard_normal())
+                t = ttft * (1 + noise * rng.standard_normal())
                 rows.append(
                     {
                         "backend": "vllm",
@@ -48,14 +52,22 @@ def _data(archived: set[str]) -> SimpleNamespace:
     return data
 
 
+RR, PD = "round_robin", "adaptive v2 (NIXL)"
+
+
+def _data(archived: set[str]) -> SimpleNamespace:
+    # round_robin ~100 ms, "adaptive v2 (NIXL)" ~300 ms: a clear difference, 3 repeats each.
+    return real_study_data({RR: 0.1, PD: 0.3}, 0.1, 0, frozenset(archived))
+
+
 def test_archived_variant_beside_fresh_baseline_is_not_judged(tmp_path: Path) -> None:
     fresh = real.analyse(_data(set()), tmp_path)
     assert "beyond the repeats' spread" in fresh.answer
     assert not any("not interleaved" in f for f in fresh.findings)
-    mixed = real.analyse(_data({"ad0", "ad1", "ad2"}), tmp_path)
+    mixed = real.analyse(_data({PD}), tmp_path)
     assert "not run interleaved" in mixed.answer and "beyond" not in mixed.answer
     (line,) = [f for f in mixed.findings if "adaptive v2" in f]
     assert line.endswith("not interleaved: not a finding")
     # Both from the archive (one campaign): paired as usual.
-    both = real.analyse(_data({"ro0", "ro1", "ro2", "ad0", "ad1", "ad2"}), tmp_path)
+    both = real.analyse(_data({RR, PD}), tmp_path)
     assert "beyond the repeats' spread" in both.answer
