@@ -282,6 +282,10 @@ class BlockIndex:
     def n_instances(self) -> int:
         return len(self._held)
 
+    def holds_any(self) -> bool:
+        """Whether any instance holds a block."""
+        return bool(self._where)
+
     def _ensure(self, instance: int) -> set[int]:
         if instance < 0:
             raise IndexError(f"instance index must be >= 0, got {instance}")
@@ -533,7 +537,7 @@ class ExactPrefixIndex:
     def holds_below_hbm(self) -> bool:
         """Whether any instance holds a block in host memory or on disk (an event with such
         a medium stored it and none removed it since)."""
-        return bool(self.tiers["host"]._where or self.tiers["disk"]._where)
+        return self.tiers["host"].holds_any() or self.tiers["disk"].holds_any()
 
     def keys(self, instance: int, tier: str = "hbm") -> set[int]:
         """The router keys of the blocks `instance` holds in `tier` (a copy)."""
