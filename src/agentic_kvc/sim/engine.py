@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_kvc.policy.base import TierHits
 from agentic_kvc.profiles.cost import StepCost
 from agentic_kvc.sim.blocks import BlockPool, BlockTable, Hit
 from agentic_kvc.sim.tiers import InstanceTiers
@@ -236,14 +237,11 @@ class Instance:
             self.pool.evict_log = []
             self.tiers.offload(log, now)
 
-    def tier_hits(self, block_hashes: Sequence[int]) -> Any:
+    def tier_hits(self, block_hashes: Sequence[int]) -> TierHits:
         """Leading tokens of a prompt (its block hashes) held here: in HBM, then host memory,
-        then disk, contiguous (`policy.base.TierHits`); reads only, as a KV-event-fed router
-        would see them."""
-        try:
-            from agentic_kvc.policy.base import TierHits
-        except ImportError:  # pragma: no cover - the router side's type not there
-            from agentic_kvc.sim.tiers import TierHitsTuple as TierHits
+        then disk, contiguous; read from the pool and the tier stores themselves. The router's
+        exact view answers the same from KV events (`fleet.TieredExactCacheView`); this is the
+        reference tests/sim/test_sim_tier_events.py checks it against."""
         n = self.pool.count_hit(block_hashes)
         host = disk = 0
         if self.tiers is not None:

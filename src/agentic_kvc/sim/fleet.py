@@ -226,7 +226,6 @@ class SimFleet:
             # (cache/tier_index.py); without, exactly the ChainedPrefixIndex. A policy that
             # never asks for tiers (`uses_tier_view` False) gets the HBM estimate alone: its
             # decisions read only that, and the model of the tiers would be work for nothing.
-            reads_tiers = getattr(self.policy, "uses_tier_view", True)
             self.state = RouterState(
                 fc.instances,
                 roles,
@@ -234,7 +233,7 @@ class SimFleet:
                     fc.instances,
                     self.num_blocks,
                     self.bs,
-                    fc.kv_tiers if reads_tiers else KVTiersConfig(),
+                    fc.kv_tiers if self.policy.uses_tier_view else KVTiersConfig(),
                     profile.kv_bytes_per_token,
                     fc.hardware,
                 ),

@@ -39,7 +39,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import compress, count, repeat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from agentic_kvc.cache.chain_index import agree_until
 from agentic_kvc.config import KVTiersConfig
@@ -444,15 +444,6 @@ class TierStore:
             self._removed(removed)
         if below is not None and out:
             below.put(out, now)
-
-
-class TierHitsTuple(NamedTuple):
-    """Leading prompt tokens in HBM, then host, then disk (policy/base.py's TierHits, for
-    callers that run without it)."""
-
-    hbm: int
-    host: int
-    disk: int
 
 
 class InstanceTiers:
