@@ -266,7 +266,7 @@ def fit_step_cost(cost: StepCost) -> AffineStepCost:
     )
 
 
-def scaled_cost(cost: AffineStepCost, scale: dict[str, float]) -> AffineStepCost:
+def scale_terms(cost: AffineStepCost, scale: dict[str, float]) -> AffineStepCost:
     """`cost` with its terms multiplied by `scale` (term name -> factor); `cost` itself when
     `scale` is empty."""
     if not scale:
@@ -309,7 +309,7 @@ class PredictedTTFT(ColocatingPolicy):
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
-        self._cost = scaled_cost(fitted_cost(p.hardware, p.model), p.cost_scale)
+        self._cost = scale_terms(fitted_cost(p.hardware, p.model), p.cost_scale)
         # cost_model online: the fit, and the observer the backend attaches to its router
         # state (RouterState.observer); None keeps the profile's coefficients.
         self.fit: OnlineAffineFit | None = None
@@ -481,7 +481,7 @@ class _Parts:
     ) -> None:
         self.p, self.request = p, request
         if cost is None:  # the profile's (the policy passes its own: online, or scaled)
-            cost = scaled_cost(fitted_cost(p.hardware, p.model), p.cost_scale)
+            cost = scale_terms(fitted_cost(p.hardware, p.model), p.cost_scale)
         self.cost = cost
         self.cached = cached = fleet.cached_tokens(request)  # HBM: the receipt's hit
         # Tiers below HBM: what any tier holds is context, not recompute (tier_pricing.py).
