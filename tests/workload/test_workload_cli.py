@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from agentic_kvc.cli import main
 from agentic_kvc.workload import read_workload
+from agentic_kvc.workload.transform import jitter_offset
 
 
 def test_synth_stats_convert(tmp_path: Path) -> None:
@@ -114,3 +116,55 @@ def test_convert_window_and_overflow(tmp_path: Path) -> None:
         main, ["workload", "convert", str(src), "-o", str(out), "--window", "5", "1"]
     )
     assert res.exit_code == 2 and "window_s" in res.output
+
+
+def _starts(path: Path) -> dict[str, float]:
+    return {s.session_id: s.start_s for s in read_workload(path).sessions}
+
+
+def test_session_jitter_shifts_each_session_by_its_seeded_offset(tmp_path: Path) -> None:
+    """`--session-jitter J --seed S` (convert and synth): every session starts later by
+    jitter_offset(S, session, J), in [0, J); same seed, same file; a negative J is refused."""
+    runner = CliRunner()
+    src = tmp_path / "w.jsonl"
+    assert (
+        runner.invoke(main, ["workload", "synth", "--sessions", "12", "-o", str(src)]).exit_code
+        == 0
+    )
+    plain = _starts(src)
+    j = 3.0
+
+    def convert(seed: int, name: str) -> Path:
+        out = tmp_path / name
+        args = ["workload", "convert", str(src), "-o", str(out), "--session-jitter", str(j)]
+        res = runner.invoke(main, [*args, "--seed", str(seed)])
+        assert res.exit_code == 0, res.output
+        return out
+
+    a, again, b = convert(1, "a.jsonl"), convert(1, "again.jsonl"), convert(2, "b.jsonl")
+    assert a.read_bytes() == again.read_bytes()
+    for out, seed in ((a, 1), (b, 2)):
+        got = _starts(out)
+        assert got.keys() == plain.keys()
+        for sid, t in got.items():
+            dt = t - plain[sid]
+            assert 0 <= dt < j and dt == pytest.approx(jitter_offset(seed, sid, j))
+        assert len({round(t - plain[s], 9) for s, t in got.items()}) > 1  # not one shift for all
+        assert read_workload(out).meta["transforms"]["session_jitter_s"] == {
+            "jitter_s": j,
+            "seed": seed,
+        }
+    assert _starts(a) != _starts(b)
+    # synth: the same offsets on the generated sessions of the same seed.
+    jit = tmp_path / "synth_jit.jsonl"
+    args = ["workload", "synth", "--sessions", "12", "--session-jitter", str(j), "-o", str(jit)]
+    assert runner.invoke(main, args).exit_code == 0
+    assert all(
+        t - plain[sid] == pytest.approx(jitter_offset(0, sid, j)) for sid, t in _starts(jit).items()
+    )
+    for cmd in (["convert", str(src)], ["synth"]):
+        res = runner.invoke(
+            main, ["workload", *cmd, "-o", str(tmp_path / "x"), "--session-jitter", "-0.5"]
+        )
+        assert res.exit_code == 2 and "--session-jitter" in res.output and "x>=0" in res.output
+        assert not (tmp_path / "x").exists()

@@ -32,6 +32,23 @@ def _output_option(help_text: str) -> Any:
     )
 
 
+def _session_jitter_option() -> Any:
+    """`--session-jitter SECONDS`: the run configs' `workload.session_jitter_s`."""
+    return click.option(
+        "--session-jitter",
+        "session_jitter",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="Shift each session's whole timeline later by its own offset, uniform in "
+        "[0, SECONDS), drawn from --seed and the session id (a subagent moves with its root "
+        "session); turn gaps, think times and contents unchanged. Replicates of one trace: "
+        "each seed interleaves the session openings differently. 0 is off. The run configs' "
+        "workload.session_jitter_s (docs/workloads.md).",
+    )
+
+
 def _fail(exc: Exception) -> None:
     click.echo(f"error: {exc}", err=True)
     sys.exit(2)
@@ -62,7 +79,13 @@ def workload() -> None:
     help="Session shape: agentic-coding (cold repo dump, tool loop), chat, heavy-tail.",
 )
 @click.option("--sessions", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same file.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Drives the generator and --session-jitter: same seed, same file.",
+)
 @click.option(
     "--param",
     "params",
@@ -71,11 +94,21 @@ def workload() -> None:
     help="Override a generator parameter, e.g. --param continue_prob=0.6 (repeatable; see "
     "SynthParams in workload/generator.py for the list).",
 )
+@_session_jitter_option()
 @_output_option("Native workload file to write (jsonl).")
-def synth_cmd(preset: str, sessions: int, seed: int, params: tuple[str, ...], output: Path) -> None:
+def synth_cmd(
+    preset: str,
+    sessions: int,
+    seed: int,
+    params: tuple[str, ...],
+    session_jitter: float,
+    output: Path,
+) -> None:
     """Generate closed-loop agentic sessions and write them as a native workload file."""
     try:
         wl = synthesize(preset, sessions, seed, key_values(params, "--param"))
+        if session_jitter:
+            wl = apply_transforms(wl, session_jitter_s=session_jitter, seed=seed)
     except ValueError as exc:
         _fail(exc)
     write_native(wl, output)
@@ -204,6 +237,14 @@ def stats_cmd(file: Path, fmt: str, as_json: bool) -> None:
     show_default=True,
     help="drop: a too-long request and the rest of its session go; truncate: cut it.",
 )
+@_session_jitter_option()
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Draws --session-jitter's offsets (same seed, same file); unused without it.",
+)
 @click.option(
     "--rate-scale",
     type=click.FloatRange(0, min_open=True),
@@ -226,6 +267,8 @@ def convert_cmd(
     token_scale: float,
     max_input_tokens: int | None,
     overflow: Overflow,
+    session_jitter: float,
+    seed: int,
     rate_scale: float,
     time_scale: float,
 ) -> None:
@@ -239,6 +282,8 @@ def convert_cmd(
             token_scale=token_scale,
             max_input_tokens=max_input_tokens,
             overflow=overflow,
+            session_jitter_s=session_jitter,
+            seed=seed,
             rate_scale=rate_scale,
             time_scale=time_scale,
         )
