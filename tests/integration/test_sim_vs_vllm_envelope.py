@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,22 +10,12 @@ from types import ModuleType
 import pytest
 
 from agentic_kvc.analysis.envelope import METRIC_NAMES, envelope
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_vs_vllm.py"
-
-
-def _script(name: str) -> ModuleType:
-    """A benchmark script beside sim_vs_vllm.py, loaded as a module."""
-    spec = importlib.util.spec_from_file_location(name, BENCH.with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from agentic_kvc.bench_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    return _script("sim_vs_vllm")
+    return load_benchmark("sim_vs_vllm")
 
 
 def test_repeats_are_distinct_runs_of_one_config(bench: ModuleType) -> None:
@@ -68,7 +57,7 @@ def test_table_has_one_row_per_case_and_metric(bench: ModuleType) -> None:
 
 
 def test_neighbour_levels_rotate_by_round_and_calibrate_in_the_first_rounds() -> None:
-    mod = _script("sim_vs_vllm_neighbours")
+    mod = load_benchmark("sim_vs_vllm_neighbours")
     steps = mod.plan([0, 1, 2], [1, 2], rounds=3, calibration_rounds=1)
     firsts = [next(lvl for k, lvl, _, _ in steps if k == r) for r in range(3)]
     assert firsts == [0, 1, 2]  # no level always runs first
@@ -147,7 +136,7 @@ def _session(path: Path, seed: int, one: list[float], two: list[float]) -> Path:
 
 
 def test_sessions_baseline_judges_one_hours_mean_by_anothers_envelope(tmp_path: Path) -> None:
-    mod = _script("sim_vs_vllm_sessions")
+    mod = load_benchmark("sim_vs_vllm_sessions")
     a = _session(tmp_path / "a.json", 11, [1.0, 1.2], [2.0, 4.0])  # means 1.1 and 3.0
     b = _session(tmp_path / "b.json", 11, [1.2, 1.4], [2.5, 3.5])  # means 1.3 and 3.0
     other_seed = _session(tmp_path / "c.json", 13, [9.0, 9.0], [9.0, 9.0])
@@ -166,7 +155,7 @@ def test_sessions_baseline_judges_one_hours_mean_by_anothers_envelope(tmp_path: 
 
 
 def test_offline_compare_pairs_the_same_checks_of_two_model_versions() -> None:
-    mod = _script("sim_vs_vllm_offline")
+    mod = load_benchmark("sim_vs_vllm_offline")
 
     def doc(sims: dict[str, float]) -> dict:
         # Two sessions, 2 instances, pooled fit; real mean 1.0 on every metric.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import yaml
 from click.testing import CliRunner
 from test_snakemake_pipeline import snakemake
 
+from agentic_kvc.bench_scripts import load_benchmark
 from agentic_kvc.lifecycle.cli import lifecycle
 from agentic_kvc.lifecycle.grids import GRIDS
 
@@ -33,17 +33,6 @@ CONFIG = {
     ],
     "bench": {"scripts": {}},
 }
-
-
-def _robustness():
-    spec = importlib.util.spec_from_file_location(
-        "policy_robustness", REPO / "benchmarks" / "policy_robustness.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("policy_robustness", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _jobs(log: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
@@ -80,7 +69,7 @@ def test_sweeps_plan_one_slurm_job_per_batch(pipeline: Path) -> None:
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     jobs = _jobs(out.stdout + out.stderr)
-    rb = _robustness()
+    rb = load_benchmark("policy_robustness")
 
     batches = {
         (w["sweep"], w["scenario"], int(w["seed"])) for r, w, _ in jobs if r == "sweep_batch"

@@ -3,9 +3,7 @@
 # imported only when a sweep target is in the DAG (input functions), not at every parse: a
 # parse is most of a cluster job's overhead, and a broken benchmark must not stop `report`.
 
-import importlib.util as _ilu
-import sys as _sys
-
+from agentic_kvc.bench_scripts import load_benchmark as _load_benchmark
 from agentic_kvc.lifecycle.grids import GRIDS as _LIFECYCLE_GRIDS
 
 SWEEP_WORK = f"{RESULTS}/robustness"
@@ -18,13 +16,7 @@ LIFECYCLE_GPU_CS = _LIFECYCLE_GRIDS["gpu"].cs
 
 def _robustness():
     """benchmarks/policy_robustness.py as a module (its scenarios, seeds and replicates)."""
-    name = "policy_robustness"
-    if name not in _sys.modules:
-        spec = _ilu.spec_from_file_location(name, Path(workflow.basedir, "benchmarks", f"{name}.py"))
-        mod = _ilu.module_from_spec(spec)
-        _sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return _sys.modules[name]
+    return _load_benchmark("policy_robustness", Path(workflow.basedir, "benchmarks"))
 
 
 def _scenario(name):

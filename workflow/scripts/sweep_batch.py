@@ -14,38 +14,29 @@ the wall time and where the job ran (SLURM job id and node, when under SLURM).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import socket
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from agentic_kvc.bench_scripts import load_benchmark
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"  # the pipeline's own copy
 SCRIPTS = {"robustness": "policy_robustness", "misspec": "policy_misspec"}
-
-
-def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py as a module (the folder is not a package): imported by name with
-    the folder on the path, as the benchmarks import each other, so a script and the siblings
-    it imports (policy_misspec imports policy_robustness) share one module object."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
 
 
 def batch_runs(sweep: str, scenario: str) -> list[tuple[str, list[str], str | None]]:
     """(policy spec, extra overrides, label) of every run of one seed of `scenario`, in the
     order the benchmark itself runs them."""
-    rb = load_benchmark("policy_robustness")
+    rb = load_benchmark("policy_robustness", BENCHMARKS)
     if scenario not in rb.SCENARIOS:
         raise SystemExit(f"unknown scenario {scenario!r}; known: {', '.join(rb.SCENARIOS)}")
     peers: list[tuple[str, list[str], str | None]] = [(p, [], None) for p in rb.PEERS]
     if sweep == "robustness":
         return peers + [(p, [], None) for p in rb.OURS]
-    ms = load_benchmark("policy_misspec")
+    ms = load_benchmark("policy_misspec", BENCHMARKS)
     return peers + [(spec, sets, label) for label, _o, spec, sets in ms.variants(scenario)]
 
 
@@ -57,7 +48,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, required=True, help="the sweep's run cache")
     ap.add_argument("--out", type=Path, required=True, help="the batch's marker (JSON)")
     a = ap.parse_args()
-    rb = load_benchmark("policy_robustness")
+    rb = load_benchmark("policy_robustness", BENCHMARKS)
     t0 = time.perf_counter()
     rows = 0
     runs = batch_runs(a.sweep, a.scenario)
