@@ -30,7 +30,7 @@ from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import Replayer, ReplaySettings
 from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.runs import write_results
-from agentic_kvc.serve.backend import FleetKeeper, _fleet_for, merge_proxy_records
+from agentic_kvc.serve.backend import FleetKeeper, _fleet_for, merge_proxy_records, proxy_args_for
 from agentic_kvc.serve.device import pinned
 from agentic_kvc.serve.hostload import HostLoadSampler
 from agentic_kvc.serve.sampler import InstanceSampler
@@ -75,14 +75,7 @@ def _proxy_args(config: RunConfig) -> list[str]:
         raise ValueError(
             "routers-real: only policy.cache_view=estimated and fleet.roles unset are supported"
         )
-    return [
-        "--cache-view",
-        config.policy.cache_view,
-        "--scrape-interval",
-        str(config.sim.scrape_interval_s),
-        "--timeout",
-        str(config.replay.request_timeout_s),
-    ]
+    return proxy_args_for(config)
 
 
 def run_variant(

@@ -278,6 +278,23 @@ def _fleet_for(
     yield keeper.fleet(key, start, logs.parent, reset_external=config.fleet.kv_tiers.enabled)
 
 
+def proxy_args_for(config: RunConfig) -> list[str]:
+    """The proxy's command-line arguments that a run config fixes: its cache view, scrape
+    interval, request timeout and, under PD roles, one --role per instance (the KV events
+    endpoints come from the engines' launch plan and are added by the caller)."""
+    args = [
+        "--cache-view",
+        config.policy.cache_view,
+        "--scrape-interval",
+        str(config.sim.scrape_interval_s),
+        "--timeout",
+        str(config.replay.request_timeout_s),
+    ]
+    for role in config.fleet.roles or ():
+        args += ["--role", role]
+    return args
+
+
 def _run_vllm(
     config: RunConfig, run_dir: Path, host: HostLoadSampler, keeper: FleetKeeper | None
 ) -> BackendResult:
@@ -286,17 +303,7 @@ def _run_vllm(
     workload = load_workload(config.workload, config.seed)
     logs = run_dir / "logs"
     proxy_records = run_dir / "proxy_records.jsonl"
-    proxy_args = [
-        "--cache-view",
-        config.policy.cache_view,
-        "--scrape-interval",
-        str(config.sim.scrape_interval_s),
-        "--timeout",
-        str(config.replay.request_timeout_s),
-    ]
-    if config.fleet.roles is not None:
-        for role in config.fleet.roles:
-            proxy_args += ["--role", role]
+    proxy_args = proxy_args_for(config)
     # PD-capable policies need a KV connector on every engine; the exact view needs KV events.
     # Events alone leave the fleet shareable between runs (sockets in the keeper's directory).
     events_only = keeper is not None and not may_disaggregate(

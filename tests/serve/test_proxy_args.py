@@ -1,0 +1,46 @@
+"""The proxy arguments a run config fixes (serve.backend.proxy_args_for): the vLLM backend and
+the routers-real instrument both start their proxies with them, and the proxy's CLI reads them
+back as the config's values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentic_kvc.config import load_config
+from agentic_kvc.instruments.routers_real import _proxy_args
+from agentic_kvc.proxy.cli import proxy
+from agentic_kvc.serve.backend import proxy_args_for
+
+BASE = Path(__file__).resolve().parents[2] / "config" / "runs" / "sim_h20_agentic.yaml"
+
+
+def _parsed(args: list[str]) -> dict:
+    ctx = proxy.make_context("proxy", ["--backend", "http://127.0.0.1:1", *args])
+    return ctx.params
+
+
+def test_the_proxy_reads_back_the_configs_view_interval_timeout_and_roles() -> None:
+    cfg = load_config(
+        BASE,
+        [
+            "fleet.instances=2",
+            "fleet.roles=[prefill,decode]",
+            "policy.cache_view=exact",
+            "sim.scrape_interval_s=0.25",
+            "replay.request_timeout_s=42",
+        ],
+    )
+    got = _parsed(proxy_args_for(cfg))
+    assert got["cache_view"] == "exact" and got["scrape_interval"] == 0.25
+    assert got["upstream_timeout"] == 42.0 and list(got["roles"]) == ["prefill", "decode"]
+    plain = load_config(BASE, [])
+    assert "--role" not in proxy_args_for(plain)  # no roles, no --role
+
+
+def test_routers_real_starts_its_proxies_with_the_same_arguments() -> None:
+    cfg = load_config(BASE, ["replay.request_timeout_s=7"])
+    assert _proxy_args(cfg) == proxy_args_for(cfg)
+    with pytest.raises(ValueError, match="routers-real"):
+        _proxy_args(load_config(BASE, ["fleet.instances=2", "fleet.roles=[prefill,decode]"]))
