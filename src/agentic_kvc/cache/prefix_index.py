@@ -18,7 +18,7 @@ cache would reuse.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
 from operator import is_
 from typing import Any
@@ -41,6 +41,24 @@ class _Record:
         self.hashes = hashes
         self.end = len(hashes)
         self.t = t
+
+
+def _held_prefix(
+    get: Callable[[int], _Record | None], cutoff: float, hashes: Sequence[int], lo: int, hi: int
+) -> int:
+    """How many of `hashes` an instance holds as a prefix, known to lie in [lo, hi]: block
+    m-1 held and block m absent, by binary search. `get` is the instance's hash -> record map
+    lookup; a record older than `cutoff` (TTL) counts as absent. Exact because "block j is
+    held" is monotone in j (`EstimatedPrefixIndex` says why); matched_blocks and
+    matched_tokens_at both search with it."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        run = get(hashes[mid - 1])
+        if run is not None and run.t >= cutoff:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class IndexClock:
@@ -234,14 +252,7 @@ class EstimatedPrefixIndex(IndexClock):
                     lo = guess + 1
                 else:
                     hi = guess - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                run = get(block_hashes[mid - 1])
-                if run is not None and run.t >= cutoff:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            out[i] = guess = lo
+            out[i] = guess = _held_prefix(get, cutoff, block_hashes, lo, hi)
         return out
 
     def matched_tokens(self, request: RequestView, n_instances: int) -> list[int]:
@@ -254,15 +265,7 @@ class EstimatedPrefixIndex(IndexClock):
         if not hashes or instance >= len(self._owner):
             return 0
         get, cutoff = self._owner[instance].get, self._cutoff()
-        lo, hi = 0, len(hashes)  # the same binary search: block lo-1 held, block hi absent
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            run = get(hashes[mid - 1])
-            if run is not None and run.t >= cutoff:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo * request.block_size
+        return _held_prefix(get, cutoff, hashes, 0, len(hashes)) * request.block_size
 
 
 class BlockIndex:
