@@ -124,6 +124,7 @@ from agentic_kvc.policy.common import (
     uncached_tokens,
 )
 from agentic_kvc.policy.registry import register
+from agentic_kvc.policy.session_load import SessionLoad, stationary_wait_s
 from agentic_kvc.policy.tier_pricing import link_speeds, reload_delays
 from agentic_kvc.portable import round_significant
 from agentic_kvc.profiles.cost import AffineStepCost, StepCost
@@ -199,6 +200,13 @@ class PredictedTTFTParams(StrictParams):
     tier_disk_latency_s: float | None = Field(
         None, ge=0, description="Per-reload disk latency (s); None: the profile's."
     )
+    opening: Literal["turn", "lifetime", "lifetime_replace"] = Field(
+        "turn",
+        description="How a request that opens a session (no cache of its own) is priced. "
+        "turn: by this turn alone. lifetime: its wait is at least the stationary M/G/1 wait "
+        "that the sessions homed on the candidate bring back (policy/session_load.py), so a "
+        "transient queue weighs less than a lasting load. Colocated candidates only.",
+    )
     cost_model: Literal["profile", "online"] = Field(
         "profile",
         description="profile: the coefficients are the profile's fit, fixed. online: they are "
@@ -221,6 +229,13 @@ class PredictedTTFTParams(StrictParams):
         "both",
         description="cost_model online: fit on each request's TTFT, its inter-token gaps, or both.",
     )
+
+    @field_validator("opening")
+    @classmethod
+    def _opening_colocated(cls, v: str, info: Any) -> str:
+        if v != "turn" and info.data.get("split"):
+            raise ValueError("opening: lifetime prices colocated candidates only (split: false)")
+        return v
 
     @field_validator("cost_scale")
     @classmethod
@@ -324,6 +339,8 @@ class PredictedTTFT(ColocatingPolicy):
                 decode=p.online_observe != "ttft",
             )
         self._fit_seen = -1
+        # opening: lifetime: what each session brings back to its instance (session_load.py)
+        self.session_load: SessionLoad | None = SessionLoad() if p.opening != "turn" else None
 
     def cost(self) -> AffineStepCost:
         """The coefficients in use now (the online fit's, rebuilt when it has moved)."""
@@ -360,6 +377,8 @@ class PredictedTTFT(ColocatingPolicy):
             for i in candidates:
                 pred[i.index] += parts.decode_s(i)
         unc = parts.unc
+        if self.session_load is not None:
+            return self._choose_lifetime(request, fleet, candidates, parts)
         best = argmin(
             candidates,
             lambda i: (pred[i.index], unc[i.index], i.num_requests),
@@ -369,6 +388,71 @@ class PredictedTTFT(ColocatingPolicy):
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
         self._receipt_fit(scores)
         return best, "min_predicted_ttft", scores
+
+    def _choose_lifetime(
+        self,
+        request: RequestView,
+        fleet: FleetView,
+        candidates: Sequence[InstanceView],
+        parts: _Parts,
+    ) -> tuple[InstanceView, str, dict[int, Any]]:
+        """`opening: lifetime`: an opening's wait on i is max(its queue now, the stationary
+        wait W_i of the sessions homed on i); ties (every W_i infinite) go to the lower
+        rho_i. Every turn routed feeds the session load (its gap, and its work on the
+        chosen instance)."""
+        p: PredictedTTFTParams = self.params  # type: ignore[assignment]
+        load = self.session_load
+        assert load is not None
+        pred, unc, held, cost = parts.pre, parts.unc, parts.held, parts.cost
+        budget = p.max_num_batched_tokens
+        n = len(fleet.instances)
+        opening = not _holds_own_cache(request, fleet, held, candidates)
+        rho = [0.0] * n
+        floor = p.opening == "lifetime"
+        out = request.output_tokens
+        if opening:
+            rho, second, decoding, kv = load.load(
+                fleet.now, fleet.affinity, n, exclude=request.session_id
+            )
+            for i in candidates:
+                k = i.index
+                wait = stationary_wait_s(rho[k], second[k])
+                queue = predict_ttft_s(i, 0, 0, parts.ctx_q, cost, budget)
+                extra = wait - queue
+                if parts.decode:  # the decode term on the stationary decode load (Little)
+                    now_s = parts.decode_s(i)
+                    stat_s = out * (
+                        cost.overhead_s
+                        + (cost.per_decode_seq_s + cost.per_token_s) * (decoding[k] + 1)
+                        + cost.per_kv_token_s * (kv[k] + request.input_tokens)
+                    )
+                    extra += max(stat_s - now_s, 0.0) if floor else stat_s - now_s
+                pred[k] += max(extra, 0.0) if floor else extra
+        best = argmin(
+            candidates,
+            lambda i: (pred[i.index], rho[i.index], unc[i.index], i.num_requests),
+            self.tie,
+            n,
+        )
+        if request.session_id is not None:
+            b = best.index
+            work = predict_ttft_s(InstanceView(index=b), unc[b], held[b], 0.0, cost, budget)
+            ctx = request.input_tokens + out / 2
+            dec = out * (cost.per_decode_seq_s + cost.per_token_s + cost.per_kv_token_s * ctx)
+            load.observe(
+                request.session_id,
+                fleet.now,
+                work + dec,
+                pred[b],
+                request.last_turn,
+                decode_s=parts.decode_s(best),
+                kv=ctx,
+            )
+        scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
+        if opening:
+            scores["rho"] = [round(r, 4) for r in rho]
+        self._receipt_fit(scores)
+        return best, "min_predicted_ttft_lifetime" if opening else "min_predicted_ttft", scores
 
     def _decide(self, request: RequestView, fleet: FleetView) -> Decision:
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
@@ -490,6 +574,7 @@ class _Parts:
         )
         if tiers is not None:
             cached = [t.total for t in tiers]
+        self.held = cached  # what each candidate holds in any tier (context, not recomputed)
         self.unc = unc = uncached_tokens(request, cached)
         self.ctx_q = ctx_q = request.input_tokens / 2
         budget = p.max_num_batched_tokens

@@ -1,0 +1,95 @@
+"""predicted_ttft `opening: lifetime`: a session's opening is priced by the load the sessions
+homed on each candidate bring back (policy/session_load.py), not by the queue at this instant."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentic_kvc.policy import get_policy
+from agentic_kvc.policy.predicted_ttft import PredictedTTFT
+from agentic_kvc.policy.session_load import SessionLoad, stationary_wait_s
+from tests.policy.policy_helpers import fleet, req
+
+
+def _busy_sessions(load: SessionLoad, names: list[str], work_s: float, gap_s: float) -> None:
+    """Sessions that opened at 0 and came back once at gap_s, each turn `work_s` of engine
+    time and a decode of 1 s."""
+    for s in names:
+        load.observe(s, 0.0, work_s, span_s=1.0, decode_s=1.0, kv=2000)
+    for s in names:
+        load.observe(s, gap_s, work_s, span_s=1.0, decode_s=1.0, kv=2000)
+
+
+def test_load_is_work_over_period_per_homed_session() -> None:
+    load = SessionLoad()
+    _busy_sessions(load, ["a", "b"], work_s=0.2, gap_s=4.0)
+    _busy_sessions(load, ["c"], work_s=0.5, gap_s=2.0)
+    rho, second, decoding, _kv = load.load(4.5, {"a": 0, "b": 0, "c": 1}, 2)
+    assert rho == pytest.approx([2 * 0.2 / 4.0, 0.5 / 2.0])
+    assert second == pytest.approx([2 * 0.2**2 / 4.0, 0.5**2 / 2.0])
+    assert decoding == pytest.approx([2 * 1.0 / 4.0, 1.0 / 2.0])  # Little's law
+    # Pollaczek-Khinchine: sum(lambda w^2) / (2 (1 - rho)); saturated: infinite
+    assert stationary_wait_s(rho[1], second[1]) == pytest.approx(0.125 / (2 * 0.75))
+    assert math.isinf(stationary_wait_s(1.0, 0.1))
+    # the session being placed does not count against itself
+    assert load.load(4.5, {"a": 0, "b": 0, "c": 1}, 2, exclude="c")[0][1] == 0.0
+
+
+def test_a_finished_or_long_silent_session_stops_counting() -> None:
+    load = SessionLoad()
+    _busy_sessions(load, ["a", "b"], work_s=0.2, gap_s=4.0)
+    homes = {"a": 0, "b": 0}
+    assert load.load(5.0, homes, 1)[0][0] == pytest.approx(0.1)
+    load.observe("a", 8.0, 0.2, last_turn=True)  # its finish signal
+    assert "a" not in load.sessions
+    assert load.load(8.5, homes, 1)[0][0] == pytest.approx(0.2 / 4.0)
+    # b's last arrival was at 4 s; gaps of 4 s, so an hour later it is far past its period
+    assert load.load(3600.0, homes, 1)[0][0] == 0.0
+
+
+def _policy(opening: str) -> PredictedTTFT:
+    return get_policy("predicted_ttft", {"opening": opening})  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("opening", ["lifetime", "lifetime_replace"])
+def test_opening_avoids_the_instance_whose_sessions_bring_more_work(opening: str) -> None:
+    # Instance 0's queue is momentarily longer (one opening's prefill), but instance 1 is home
+    # to eight sessions that each bring 0.11 s of engine time every second (rho 0.88: their
+    # stationary wait, 0.40 s, outlasts instance 0's transient, about 0.23 s).
+    names = [f"s{k}" for k in range(8)]
+    view = fleet(2, affinity=dict.fromkeys(names, 1), pending_prefill_tokens=[3000, 0])
+    view.now = 1.5
+    today = get_policy("predicted_ttft").decide(req(2000, session="new"), view)
+    assert today.prefill == 1  # by this turn alone: the shorter queue
+    policy = _policy(opening)
+    assert policy.session_load is not None
+    _busy_sessions(policy.session_load, names, work_s=0.11, gap_s=1.0)
+    d = policy.decide(req(2000, session="new"), view)
+    assert d.prefill == 0 and d.reason == "min_predicted_ttft_lifetime"
+    assert d.scores["rho"][1] == pytest.approx(0.88) and d.scores["rho"][0] == 0.0
+
+
+def test_without_homed_load_an_opening_is_placed_as_today() -> None:
+    view = fleet(2, pending_prefill_tokens=[3000, 0])
+    d = _policy("lifetime").decide(req(2000, session="new"), view)
+    today = get_policy("predicted_ttft").decide(req(2000, session="new"), view)
+    assert d.prefill == today.prefill == 1
+    assert d.scores[0] == pytest.approx(today.scores[0])
+
+
+def test_a_later_turn_on_its_own_cache_is_not_repriced_but_feeds_the_load() -> None:
+    policy = _policy("lifetime")
+    view = fleet(2, cached={1: 1500}, affinity={"s": 1}, pending_prefill_tokens=[0, 4000])
+    view.now = 3.0
+    policy.session_load.observe("s", 0.0, 0.1)  # type: ignore[union-attr]
+    d = policy.decide(req(2000, session="s"), view)
+    assert d.reason == "min_predicted_ttft" and "rho" not in d.scores
+    s = policy.session_load.sessions["s"]  # type: ignore[union-attr]
+    assert s.gaps == 1 and s.gap_sum == pytest.approx(3.0) and s.later_work_s > 0
+
+
+def test_lifetime_opening_refuses_split() -> None:
+    with pytest.raises(ValueError, match="colocated"):
+        get_policy("predicted_ttft", {"split": True, "opening": "lifetime"})
