@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import Link, TierStore
+from agentic_kvc.sim.tiers import MARK, Link, TierStore
 
 if TYPE_CHECKING:
     from agentic_kvc.config import KVTiersConfig
@@ -161,16 +161,15 @@ class TieredPrefixIndex:
             # The runs after the HBM hit that the engine reloads are used now (most recent).
             m = self.hbm.held_blocks(instance, block_hashes)
             if self.host and m < n:
-                host = self.host[instance]
-                k = host.run(block_hashes, m, n)
-                if k:
-                    host.touch(block_hashes, m, m + k)
-                m += k
+                # One walk finds the stretch and its runs (`touch` would walk it again).
+                m, runs = self.host[instance]._walk(block_hashes, m, n)
+                if runs:
+                    self.host[instance]._use(runs)
             if self.disk and m < n:
                 disk = self.disk[self.disk_group[instance]]
-                k = disk.run(block_hashes, m, n)
-                if k:
-                    disk.touch(block_hashes, m, m + k)
+                runs = disk._walk(block_hashes, m, n)[1]
+                if runs:
+                    disk._use(runs)
         self.hbm.record(instance, block_hashes, now)
 
     def clear(self, instance: int) -> None:
@@ -209,8 +208,18 @@ class TieredPrefixIndex:
             return [TierHits(m * bs) for m in hbm]
         n = len(hashes)
         out = []
+        # Most instances' host tier holds nothing after their HBM prefix: the run holding
+        # block m, if any, has an index key among blocks m - m % MARK .. m (`TierStore._find`),
+        # so a store whose index has none of them answers 0 without a walk. Instances mostly
+        # share m (a shared prefix, or none), so the probe is sliced once per m.
+        at, probe = -1, hashes[:0]
         for i, m in enumerate(hbm):
-            h = host[i].run(hashes, m, n) if host and m < n else 0
+            h = 0
+            if host and m < n:
+                if m != at:
+                    at, probe = m, hashes[m - m % MARK : m + 1]
+                if not host[i].index.keys().isdisjoint(probe):
+                    h = host[i].run(hashes, m, n)
             d = disk[group[i]].run(hashes, m + h, n) if disk and m + h < n else 0
             out.append(TierHits(m * bs, h * bs, d * bs))
         return out

@@ -226,6 +226,8 @@ class TierStore:
         index = self.index
         h = hashes[j]
         floor = j - (base + j) % MARK
+        if floor >= 0 and index.keys().isdisjoint(hashes[floor : j + 1]):
+            return None  # no index key among the probed blocks (one C pass: most probes miss)
         i = j
         while i >= floor and i >= 0:
             r = index.get(hashes[i])
@@ -253,10 +255,17 @@ class TierStore:
         runs: list[Run] = []
         j = start
         stop = min(stop, len(hashes))
+        index = self.index
         while j < stop:
-            r = self._find(hashes, j, base)
-            if r is None:
-                break
+            # The commonest answer first, without `_find`'s call: a run that starts at j (a
+            # prompt's next run after the one just walked), its head indexed. `_find` probes
+            # this key first too, so it would return the same run.
+            h = hashes[j]
+            r = index.get(h)
+            if r is None or r.lo != base + j or r.hashes[0] != h:
+                r = self._find(hashes, j, base)
+                if r is None:
+                    break
             hs = r.hashes
             off = r.lo - base  # where the run starts, as an index into hashes
             runs.append(r)
@@ -331,28 +340,34 @@ class TierStore:
         `sampled[i]`: run i is checked for stored blocks at its first block and its indexed
         positions only, not block by block (the caller knows it was not loaded from here; see
         `InstanceTiers.offload`)."""
-        index = self.index
+        index, offmark, lru = self.index, self.offmark, self.lru
+        keys = index.keys()
         fresh: list[Run] = []
+        new = 0
         for i, (lo, hashes) in enumerate(runs):
             if not hashes:
                 continue
+            first = -lo % MARK  # index in hashes of the first chain position divisible by MARK
+            marks = hashes[first::MARK]
             if (
-                index.keys().isdisjoint(hashes[-lo % MARK :: MARK])
+                keys.isdisjoint(marks)
                 # `_find(hashes, 0, lo)` probes hashes up to the next MARK position: past the
                 # MARK ones, only an off-MARK head can be found there.
-                and (
-                    self.offmark.keys().isdisjoint(hashes[: -lo % MARK])
-                    or self._find(hashes, 0, lo) is None
-                )
+                and (offmark.keys().isdisjoint(hashes[:first]) or self._find(hashes, 0, lo) is None)
                 if sampled is not None and sampled[i]
                 else self._disjoint(hashes, lo)
             ):
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
+                # `_index`, inline (the commonest path: one per run HBM hands down).
                 r = Run(lo, hashes)
-                self._index(r)
+                index[hashes[0]] = r
+                if first:
+                    offmark[hashes[0]] = lo
+                index.update(zip(marks, repeat(r)))
                 fresh.append(r)
-                self.lru[r] = None  # a new run: most recent (`_use`)
+                new += len(hashes)
+                lru[r] = None  # a new run: most recent (`_use`)
                 continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
@@ -364,6 +379,7 @@ class TierStore:
                     r = Run(lo + m, rest)
                     self._index(r)
                     fresh.append(r)
+                    new += len(rest)
                     parts.append(r)
                     break
                 # The first stored block after m starts a run (its head is indexed): the
@@ -372,11 +388,11 @@ class TierStore:
                 r = Run(lo + m, hashes[m:j])
                 self._index(r)
                 fresh.append(r)
+                new += j - m
                 parts.append(r)
                 m, more = self._walk(hashes, j, len(hashes), lo)
                 parts += more
             self._use(parts)
-        new = sum(len(r.hashes) for r in fresh)
         if not new:
             return 0
         if self.events is not None:
@@ -401,6 +417,36 @@ class TierStore:
         out: list[tuple[int, list[int]]] = []
         removed: list[int] | None = [] if self.events is not None else None
         dropped = 0
+        if not held and not until and removed is None:
+            # The common case (LRU, no KV events), with what the loop below does for it:
+            # runs leave from the LRU's front, the last one cut from its tail.
+            pop, offmark = index.pop, self.offmark
+            while n > 0 and lru:
+                r = next(iter(lru))
+                hs = r.hashes
+                k = len(hs)
+                lo = r.lo
+                if n >= k:  # the whole run
+                    deque(map(pop, hs[-lo % MARK :: MARK], repeat(None)), maxlen=0)
+                    pop(hs[0], None)  # the head
+                    if lo % MARK:
+                        offmark.pop(hs[0], None)
+                    lru.popitem(last=False)
+                    if below is not None:  # handed down as it is: the run is gone
+                        out.append((lo, hs))
+                        r.hashes = []
+                    else:
+                        del hs[:]
+                else:
+                    k = n
+                    cut = len(hs) - k
+                    lo += cut
+                    deque(map(pop, hs[cut + (-lo % MARK) :: MARK], repeat(None)), maxlen=0)
+                    if below is not None:
+                        out.append((lo, hs[cut:]))
+                    del hs[cut:]
+                dropped += k
+                n -= k
         while n > 0:
             # Held runs whose pause is over go first, then LRU, then the held ones.
             if held:
