@@ -432,9 +432,17 @@ class BlockPool:
         if cached is None:
             if lo == p.lo:
                 del self.heads[p.hashes[0]]
-            if self.evict_log is not None:
-                self.evict_log.append((lo, p.hashes[lo - p.lo :], p.below))
-            del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
+                if self.evict_log is not None:
+                    # The whole piece: its list goes down as it is (a copy and the emptying
+                    # would each touch every hash int's reference count).
+                    self.evict_log.append((lo, p.hashes, p.below))
+                    p.hashes = []
+                else:
+                    p.hashes.clear()
+            else:
+                if self.evict_log is not None:
+                    self.evict_log.append((lo, p.hashes[lo - p.lo :], p.below))
+                del p.hashes[lo - p.lo :]  # the caller cuts the piece to [p.lo, lo)
             self.evictions += hi - lo
             return
         hashes = p.hashes[lo - p.lo : hi - p.lo]
