@@ -21,7 +21,8 @@ process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_lifetime.py \\
         --results /tmp/akvc_k2_results --out results/bench/tiers_opening_lifetime.json
 
-`--only` restricts to cells whose name contains a string. Runs already in the results folder
+`--table` prints the JSON as docs/kv_tiers.md's table. `--only` restricts to cells whose
+name contains a string. Runs already in the results folder
 are skipped by run-batch (the run id is the config's hash).
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -140,10 +142,56 @@ def specs(cell: dict[str, Any], host: float) -> list[tuple[str, Any, list[str]]]
     return out
 
 
+def openings_informed(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, int]:
+    """Over today's runs: session openings (turn 0), those that come after the run's first
+    later turn (before it no session has shown a gap or a later turn's work, so any load a
+    lifetime term puts on an instance is its prior), and the requests in all."""
+    n = informed = reqs = 0
+    for lab, _rep, recs in rows:
+        if lab != "today":
+            continue
+        first_return = min((r["arrival_s"] for r in recs if r["turn"] > 0), default=math.inf)
+        opens = [r["arrival_s"] for r in recs if r["turn"] == 0]
+        n += len(opens)
+        informed += sum(t > first_return for t in opens)
+        reqs += len(recs)
+    return {"openings": n, "after_first_later_turn": informed, "requests": reqs}
+
+
 def records(results: Path, base: str, sets: list[str]) -> list[dict[str, Any]]:
     rid = load_config(REPO / base, sets).run_id()
     path = results / "runs" / rid / "requests.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _cell(r: dict[str, Any]) -> str:
+    t, e = r["ttft_p90"], r["e2e_p90"]
+
+    def one(m: dict[str, Any]) -> str:
+        lo, hi = m["ci"]
+        txt = f"{100 * m['rel']:+.1f}% [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        return txt + (" n.s." if lo <= 0 <= hi else "")
+
+    return f"{one(t)} / {one(e)}"
+
+
+def table(report: dict[str, Any]) -> str:
+    """Per cell and host: each form against today's predicted_ttft, and ours and today's
+    against the best peer (the peer with the lowest TTFT p90 against today's)."""
+    rows = [
+        "| cell | lifetime vs today | lifetime_replace vs today | best peer | "
+        "lifetime vs peer | lifetime_replace vs peer | today vs peer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, r in report.items():
+        peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
+        best = max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
+        rows.append(
+            f"| {key} | {_cell(r['lifetime_vs_today'])} | {_cell(r['replace_vs_today'])} | "
+            f"{best} | {_cell(r[f'lifetime_vs_{best}'])} | {_cell(r[f'replace_vs_{best}'])} | "
+            f"{_cell(r[f'today_vs_{best}'])} |"
+        )
+    return "\n".join(rows)
 
 
 def main() -> int:
@@ -151,7 +199,11 @@ def main() -> int:
     ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k2_results"))
     ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_opening_lifetime.json")
     ap.add_argument("--only", default="", help="only cells whose name contains this")
+    ap.add_argument("--table", action="store_true", help="print --out as a markdown table")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return 0
     akvc = str(REPO / ".venv/bin/akvc")
     report: dict[str, Any] = {}
     if args.out.exists():
@@ -176,6 +228,7 @@ def main() -> int:
             ]
             n = int(cell["set"].get("fleet.instances", 8))
             res: dict[str, Any] = {"runs": len(runs), "wall_s": round(wall, 1)}
+            res["openings"] = openings_informed(rows)
             for ours in ("lifetime", "replace"):
                 res[f"{ours}_vs_today"] = compare(rows, "today", ours, n)
             for peer in cell["peers"]:

@@ -95,6 +95,17 @@ HBM over its links plus what the router has already routed onto them, beyond the
 of it (`policy/tier_pricing.py`). No fixed credit per tier; the same terms reach the split
 candidates through P's score. The receipt's hit stays the HBM hit; the host and disk tokens
 are the decision's reloads.
+
+Session openings (`opening`, default `turn`: today's). A request with no cache of its own fixes
+where its session's later turns run, and the score above prices only this turn, with the
+instance's state at this instant (a queued prefill that drains within one prefill weighs as
+much as a lasting load). `lifetime` floors an opening's wait on each candidate at the
+stationary M/G/1 wait of the sessions homed there, and its decode term at their Little's-law
+decode load (policy/session_load.py: per session, observed later-turn work over observed turn
+period); `lifetime_replace` uses the stationary terms instead of the instant's. Measured on
+every tiers cell (docs/kv_tiers.md, TraceLab part, section 7): neither closes the TraceLab gap
+to sticky_least_loaded, and `lifetime_replace` is several times worse on Mooncake, whose
+openings the current queue places well; both stay opt-in.
 """
 
 from __future__ import annotations

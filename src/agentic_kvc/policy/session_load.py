@@ -19,7 +19,10 @@ sessions homed there bring back per second, from what the router observes:
   (the router's session affinity) that are still live: not finished (the finish signal,
   `RequestView.last_turn`) and not idle far past their period, i.e. the time since their last
   arrival is within the 99th percentile of a lognormal over gaps whose log mean is the
-  session's (the fleet's before it has one) and whose log spread is the fleet's.
+  session's (the fleet's before it has one) and whose log spread is the fleet's (with the
+  pause estimator's default spread as one pseudo-gap);
+- per instance, by Little's law, the decode load of those sessions: sum_j lambda_j x the
+  decode time of the session's latest turn (and its KV tokens likewise).
 
 The stationary queueing wait those sessions imply is the Pollaczek-Khinchine mean wait of an
 M/G/1 queue with the sessions as classes of deterministic service:
@@ -30,7 +33,9 @@ It is what a later turn of a session opened on i waits for on average, where the
 queue (`predict_ttft_s` with no prompt) is what this turn waits for now. Nothing here is
 fitted: the periods and works are observed, the work is priced by the policy's cost model,
 the prior pause is the pause estimator's own, and the 99th percentile only decides when a
-silent session stops counting.
+silent session stops counting. predicted_ttft's `opening: lifetime` floors an opening's wait
+and decode term at these; `lifetime_replace` uses them instead of the instant's (measured on
+every tiers cell in docs/kv_tiers.md, TraceLab part, section 7: neither is kept in the study).
 """
 
 from __future__ import annotations
