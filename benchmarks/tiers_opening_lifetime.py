@@ -227,7 +227,8 @@ def main() -> int:
                 (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
             ]
             n = int(cell["set"].get("fleet.instances", 8))
-            res: dict[str, Any] = {"runs": len(runs), "wall_s": round(wall, 1)}
+            # this invocation's batch time: runs already in the results folder are skipped
+            res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
             res["openings"] = openings_informed(rows)
             for ours in ("lifetime", "replace"):
                 res[f"{ours}_vs_today"] = compare(rows, "today", ours, n)
