@@ -161,15 +161,9 @@ class TieredPrefixIndex:
             # The runs after the HBM hit that the engine reloads are used now (most recent).
             m = self.hbm.held_blocks(instance, block_hashes)
             if self.host and m < n:
-                # One walk finds the stretch and its runs (`touch` would walk it again).
-                m, runs = self.host[instance]._walk(block_hashes, m, n)
-                if runs:
-                    self.host[instance]._use(runs)
+                m = self.host[instance].use_held(block_hashes, m, n)
             if self.disk and m < n:
-                disk = self.disk[self.disk_group[instance]]
-                runs = disk._walk(block_hashes, m, n)[1]
-                if runs:
-                    disk._use(runs)
+                self.disk[self.disk_group[instance]].use_held(block_hashes, m, n)
         self.hbm.record(instance, block_hashes, now)
 
     def clear(self, instance: int) -> None:

@@ -290,6 +290,14 @@ class TierStore:
                 held.pop(r, None)
                 lru[r] = None
 
+    def use_held(self, hashes: Sequence[int], start: int, stop: int) -> int:
+        """The stretch of hashes[start:stop] this tier holds from `start` is used: its runs
+        become most recent. Returns where the stretch ends (one walk: `run` then `touch`
+        would walk it twice)."""
+        end, runs = self._walk(hashes, start, stop)
+        self._use(runs)
+        return end
+
     def touch(self, hashes: Sequence[int], start: int, stop: int) -> float:
         """A load uses hashes[start:stop] (stored): their runs are most recent. Returns when
         their writes have landed."""
@@ -340,8 +348,8 @@ class TierStore:
         `sampled[i]`: run i is checked for stored blocks at its first block and its indexed
         positions only, not block by block (the caller knows it was not loaded from here; see
         `InstanceTiers.offload`)."""
-        index, offmark, lru = self.index, self.offmark, self.lru
-        keys = index.keys()
+        offmark, lru = self.offmark, self.lru
+        keys = self.index.keys()
         fresh: list[Run] = []
         new = 0
         for i, (lo, hashes) in enumerate(runs):
@@ -359,12 +367,8 @@ class TierStore:
             ):
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
-                # `_index`, inline (the commonest path: one per run HBM hands down).
                 r = Run(lo, hashes)
-                index[hashes[0]] = r
-                if first:
-                    offmark[hashes[0]] = lo
-                index.update(zip(marks, repeat(r)))
+                self._index(r)
                 fresh.append(r)
                 new += len(hashes)
                 lru[r] = None  # a new run: most recent (`_use`)
