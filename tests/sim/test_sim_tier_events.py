@@ -11,20 +11,12 @@ from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.config import load_config
 from agentic_kvc.policy.base import TierHits
 from agentic_kvc.sim.fleet import SimFleet, TieredExactCacheView
-from agentic_kvc.sim.tiers import GIB, Link, TierStore
-from tests.sim.test_sim_tiers import BLOCK, BS, HOST, PROFILE, _rec, _workload
+from agentic_kvc.sim.tiers import Link, TierStore
+from tests.sim.test_sim_tiers import BS, HOST_SMALL_DISK, PROFILE, _rec, _workload
 
 # Host holds 10 blocks; its overflow goes to the instance's disk (test_sim_tiers'
 # test_host_overflow_goes_to_disk_and_both_load_at_once, timings by hand there).
-TIERS = {
-    **HOST,
-    "host_gib": (10 * BLOCK + 1) / GIB,
-    "disk_gib": 1.0,
-    "disk_scope": "instance",
-    "disk_read_gbps": 0.001,
-    "disk_write_gbps": 0.01,
-    "disk_latency_s": 0.005,
-}
+TIERS = HOST_SMALL_DISK
 
 
 def _content(store: TierStore | None) -> set[int]:

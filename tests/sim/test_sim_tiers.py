@@ -71,6 +71,15 @@ HOST = {  # 10 MB/s each way, 2 ms per transfer: 26 blocks take 41.6 ms + 2 ms
     "host_d2h_gbps": 0.01,
     "host_latency_s": 0.002,
 }
+HOST_SMALL_DISK = {  # host holds 10 blocks, its overflow goes to the instance's 1 MB/s disk
+    **HOST,
+    "host_gib": (10 * BLOCK + 1) / GIB,
+    "disk_gib": 1.0,
+    "disk_scope": "instance",
+    "disk_read_gbps": 0.001,
+    "disk_write_gbps": 0.01,
+    "disk_latency_s": 0.005,
+}
 
 
 def test_hbm_only_recomputes_what_was_evicted() -> None:
@@ -125,16 +134,7 @@ def test_host_overflow_goes_to_disk_and_both_load_at_once() -> None:
     # Host holds 10 blocks: of a0's 26 evicted ones it keeps the head (4-13), the tail
     # (14-29) moves on to disk. a1 loads 10 blocks from host (2 ms + 16 ms) and 16 from disk
     # at 1 MB/s (5 ms + 256 ms) in parallel: it waits for the disk.
-    tiers = {
-        **HOST,
-        "host_gib": (10 * BLOCK + 1) / GIB,
-        "disk_gib": 1.0,
-        "disk_scope": "instance",
-        "disk_read_gbps": 0.001,
-        "disk_write_gbps": 0.01,
-        "disk_latency_s": 0.005,
-    }
-    fleet = _run(tiers)
+    fleet = _run(HOST_SMALL_DISK)
     a1 = _rec(fleet, "a1")
     assert (a1.cached_tokens, a1.host_tokens, a1.disk_tokens) == (64, 160, 256)
     assert a1.recomputed_tokens == 160
