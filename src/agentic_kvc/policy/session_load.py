@@ -59,10 +59,9 @@ class _Session:
     first_span_s: float  # the opening turn's predicted duration (TTFT + decode)
     decode_s: float  # its latest turn's decode time and KV tokens (for Little's law)
     kv: float
-    gaps: int = 0
+    gaps: int = 0  # gaps between its turns = its turns after the first (work observed)
     gap_sum: float = 0.0
     log_gap_sum: float = 0.0
-    later: int = 0  # turns after the first whose work was observed
     later_work_s: float = 0.0
 
 
@@ -72,12 +71,11 @@ class SessionLoad:
     instance the load its homed sessions bring (`load`)."""
 
     sessions: dict[str, _Session] = field(default_factory=dict)
-    gaps: int = 0  # fleet-wide: gaps between a session's turns
+    gaps: int = 0  # fleet-wide: gaps between a session's turns (= later turns seen)
     gap_sum: float = 0.0
     log_gap_sum: float = 0.0
     log_gap_sq: float = 0.0
-    later: int = 0  # fleet-wide: later turns and their work
-    later_work_s: float = 0.0
+    later_work_s: float = 0.0  # fleet-wide: the later turns' work
 
     def observe(
         self,
@@ -105,13 +103,11 @@ class SessionLoad:
         s.gaps += 1
         s.gap_sum += gap
         s.log_gap_sum += lg
-        s.later += 1
         s.later_work_s += work_s
         self.gaps += 1
         self.gap_sum += gap
         self.log_gap_sum += lg
         self.log_gap_sq += lg * lg
-        self.later += 1
         self.later_work_s += work_s
         if last_turn:
             del self.sessions[session_id]
@@ -135,7 +131,7 @@ class SessionLoad:
         decoding = [0.0] * n_instances
         kv = [0.0] * n_instances
         fleet_gap = self.gap_sum / self.gaps if self.gaps else None
-        fleet_work = self.later_work_s / self.later if self.later else None
+        fleet_work = self.later_work_s / self.gaps if self.gaps else None
         fleet_mu = self.log_gap_sum / self.gaps if self.gaps else 0.0
         sigma = self._sigma()
         for sid, s in self.sessions.items():
@@ -154,8 +150,8 @@ class SessionLoad:
                 period = fleet_gap
             else:
                 period = s.first_span_s + _PRIOR_PAUSE_S
-            if s.later:
-                work = s.later_work_s / s.later
+            if s.gaps:
+                work = s.later_work_s / s.gaps
             else:
                 work = fleet_work if fleet_work is not None else s.first_work_s
             lam = 1.0 / period
