@@ -25,7 +25,7 @@ from agentic_kvc.config import load_config
 from agentic_kvc.instruments.cache_error import errors, record_rows, run_cache_error
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.runs import execute
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 BASE = "config/runs/real_cpu_small.yaml"

@@ -26,7 +26,7 @@ import polars as pl
 
 from agentic_kvc.config import load_config
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 # The sweep's machinery, imported by name from this folder (also when this script is loaded by

@@ -33,8 +33,8 @@ import polars as pl
 from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import load_config
 from agentic_kvc.policy.calibrated_split import params_from_sim
-from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 from agentic_kvc.workload.generator import synthesize
 from agentic_kvc.workload.model import Block, Request, Session, Workload

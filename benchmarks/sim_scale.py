@@ -56,8 +56,8 @@ def point_sets(preset: str, policy: str, instances: int) -> list[str]:
 def run_point(sets: list[str]) -> dict:
     """In the child: generate, simulate, report (stdout, one JSON line)."""
     from agentic_kvc.config import load_config
-    from agentic_kvc.sim.backend import profile_for
     from agentic_kvc.sim.fleet import SimFleet
+    from agentic_kvc.sim.run_backend import profile_for
     from agentic_kvc.workload import load_workload
 
     config = load_config(BASE, sets)

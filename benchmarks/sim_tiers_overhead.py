@@ -27,8 +27,8 @@ import agentic_kvc.sim.fleet as sim_fleet
 from agentic_kvc.config import KVTiersConfig, load_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.runs import hardware_info
-from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 REPO = Path(__file__).resolve().parents[1]

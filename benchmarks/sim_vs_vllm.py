@@ -62,7 +62,7 @@ from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.serve.neighbours import busy_neighbours
-from agentic_kvc.sim.backend import profile_for, run_sim
+from agentic_kvc.sim.run_backend import profile_for, run_sim
 
 VALIDATION_SEED = 11
 

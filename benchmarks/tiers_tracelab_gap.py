@@ -59,8 +59,8 @@ from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import argmin
 from agentic_kvc.policy.predicted_ttft import PredictedTTFT, _Parts
 from agentic_kvc.policy.registry import list_policies, register
-from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 REPO = Path(__file__).resolve().parent.parent

@@ -136,7 +136,7 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
     with contextlib.ExitStack() as stack:
         if any(cfg.backend == "vllm" for cfg in configs):
             # Imported only here: simulated batches should not pay for the serving stack.
-            from agentic_kvc.serve.backend import shared_fleets
+            from agentic_kvc.serve.run_backend import shared_fleets
 
             stack.enter_context(shared_fleets())
         for i, cfg in enumerate(configs):

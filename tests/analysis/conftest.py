@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from foundation.fake_backend import CountingFakeBackend
+from foundation.fake_run_backend import CountingFakeBackend
 
 from agentic_kvc.analysis.experiments import Plan, expand
 from agentic_kvc.config import load_config

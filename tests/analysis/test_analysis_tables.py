@@ -113,7 +113,7 @@ def test_bad_record_names_the_file(tree) -> None:  # type: ignore[no-untyped-def
 
 
 def test_sim_vs_real_pairs_twins_and_computes_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from foundation.fake_backend import CountingFakeBackend
+    from foundation.fake_run_backend import CountingFakeBackend
 
     from agentic_kvc.analysis.tables import sim_vs_real
     from agentic_kvc.config import load_config

@@ -10,7 +10,7 @@ import yaml
 
 from agentic_kvc.analysis.experiments import expand
 from agentic_kvc.config import ConfigError, load_config
-from agentic_kvc.sim.backend import prepare_sim, profile_for, seed_uses
+from agentic_kvc.sim.run_backend import prepare_sim, profile_for, seed_uses
 from agentic_kvc.workload import synthesize, write_native
 
 

@@ -20,7 +20,7 @@ from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.profiles.fitted import apply_fit, scaled_cost, under_background, with_background
 from agentic_kvc.profiles.linear import LinearStepCost
-from agentic_kvc.sim.backend import prepare_sim
+from agentic_kvc.sim.run_backend import prepare_sim
 
 COST = LinearStepCost(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 

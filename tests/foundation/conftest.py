@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from foundation.fake_backend import CountingFakeBackend
+from foundation.fake_run_backend import CountingFakeBackend
 
 
 @pytest.fixture
@@ -20,5 +20,5 @@ def base_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def fake_backend() -> CountingFakeBackend:
+def fake_run_backend() -> CountingFakeBackend:
     return CountingFakeBackend()

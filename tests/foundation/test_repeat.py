@@ -83,7 +83,7 @@ def test_repeats_share_their_twin_and_variant(base_config: dict[str, Any]) -> No
 def test_backends_do_not_import_runs() -> None:
     """The backend contract module ends the runs <-> backends import circle."""
     code = (
-        "import sys, agentic_kvc.sim.backend, agentic_kvc.serve.backend;"
+        "import sys, agentic_kvc.sim.run_backend, agentic_kvc.serve.run_backend;"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('agentic_kvc.'))))"
     )
     out = subprocess.run(
@@ -94,13 +94,13 @@ def test_backends_do_not_import_runs() -> None:
         cwd=Path(__file__).parent,
     )
     loaded = json.loads(out.stdout)
-    assert "agentic_kvc.sim.backend" in loaded and "agentic_kvc.serve.backend" in loaded
+    assert "agentic_kvc.sim.run_backend" in loaded and "agentic_kvc.serve.run_backend" in loaded
     assert "agentic_kvc.runs" not in loaded
 
 
 def test_runs_finds_backends_by_name() -> None:
-    from agentic_kvc.backend import backend_for
-    from agentic_kvc.sim.backend import run_sim
+    from agentic_kvc.run_backend import backend_for
+    from agentic_kvc.sim.run_backend import run_sim
 
     assert backend_for("sim") is run_sim
     with pytest.raises(ValueError, match="field 'backend'"):

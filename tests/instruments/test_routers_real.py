@@ -29,7 +29,7 @@ from agentic_kvc.instruments.routers_real import (
 )
 from agentic_kvc.io import read_jsonl
 from agentic_kvc.replay.driver import ReplaySettings
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.config import load_config
-from agentic_kvc.serve.backend import run_vllm
+from agentic_kvc.serve.run_backend import run_vllm
 
 pytestmark = pytest.mark.vllm
 DAG = Path(__file__).resolve().parents[1] / "data" / "agentic_dag.jsonl"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from agentic_kvc.analysis.experiments import expand
-from agentic_kvc.backend import backend_for
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
+from agentic_kvc.run_backend import backend_for
 from agentic_kvc.runs import execute
 
 REPO = Path(__file__).resolve().parents[2]

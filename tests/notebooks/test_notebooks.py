@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from foundation.fake_backend import synthetic_run
+from foundation.fake_run_backend import synthetic_run
 
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl

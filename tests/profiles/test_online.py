@@ -179,8 +179,8 @@ def _sim(sets: list[str]):  # type: ignore[no-untyped-def]
     from pathlib import Path
 
     from agentic_kvc.config import load_config
-    from agentic_kvc.sim.backend import profile_for
     from agentic_kvc.sim.fleet import SimFleet
+    from agentic_kvc.sim.run_backend import profile_for
     from agentic_kvc.workload import load_workload
 
     repo = Path(__file__).resolve().parents[2]

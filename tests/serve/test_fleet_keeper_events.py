@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from agentic_kvc.config import load_config
-from agentic_kvc.serve import backend as backend_mod
-from agentic_kvc.serve.backend import FleetKeeper, _fleet_for, reset_prefix_caches
+from agentic_kvc.serve import run_backend
 from agentic_kvc.serve.kv_connectors import kv_launch_for_run
+from agentic_kvc.serve.run_backend import FleetKeeper, _fleet_for, reset_prefix_caches
 
 
 class _Resp:
@@ -25,7 +25,7 @@ class _Resp:
 @pytest.mark.parametrize(("external", "query"), [(False, ""), (True, "?reset_external=true")])
 def test_reset_asks_for_the_tier_too_only_when_told(monkeypatch, external, query) -> None:
     posted: list[str] = []
-    monkeypatch.setattr(backend_mod.httpx, "post", lambda url, **_: posted.append(url) or _Resp())
+    monkeypatch.setattr(run_backend.httpx, "post", lambda url, **_: posted.append(url) or _Resp())
     reset_prefix_caches(["http://a", "http://b"], external=external)
     assert posted == [f"http://a/reset_prefix_cache{query}", f"http://b/reset_prefix_cache{query}"]
 
@@ -84,12 +84,12 @@ def test_events_only_runs_share_one_fleet_and_reset_its_tier(
         started.append(kw)
         return _StubFleet()
 
-    monkeypatch.setattr(backend_mod.VllmFleet, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(from_config))
     monkeypatch.setattr(
-        backend_mod, "reset_prefix_caches", lambda urls, external=False: resets.append(external)
+        run_backend, "reset_prefix_caches", lambda urls, external=False: resets.append(external)
     )
     flushed: list[str] = []
-    monkeypatch.setattr(backend_mod, "flush_kv_events", lambda urls, model: flushed.append(model))
+    monkeypatch.setattr(run_backend, "flush_kv_events", lambda urls, model: flushed.append(model))
     keeper = FleetKeeper()
     try:
         owners = []
@@ -127,7 +127,7 @@ def test_a_pd_connector_still_gets_a_fleet_of_its_own(monkeypatch, tmp_path: Pat
         started.append(_Own())
         return started[-1]
 
-    monkeypatch.setattr(backend_mod.VllmFleet, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(from_config))
     keeper = FleetKeeper()
     cfg = _config(0.0, "sglang_cache_aware")
     plan = {"per_instance_args": [["--kv-transfer-config", "{}"]] * 2}
@@ -139,7 +139,7 @@ def test_a_pd_connector_still_gets_a_fleet_of_its_own(monkeypatch, tmp_path: Pat
 
 
 def test_flush_sends_a_one_token_prompt_to_every_engine(monkeypatch) -> None:
-    from agentic_kvc.serve.backend import flush_kv_events
+    from agentic_kvc.serve.run_backend import flush_kv_events
 
     sent: list[tuple[str, dict[str, Any]]] = []
 
@@ -148,7 +148,7 @@ def test_flush_sends_a_one_token_prompt_to_every_engine(monkeypatch) -> None:
             pass
 
     monkeypatch.setattr(
-        backend_mod.httpx, "post", lambda url, json, **_: sent.append((url, json)) or _Ok()
+        run_backend.httpx, "post", lambda url, json, **_: sent.append((url, json)) or _Ok()
     )
     flush_kv_events(["http://a", "http://b"], "tiny")
     assert [u for u, _ in sent] == ["http://a/v1/completions", "http://b/v1/completions"]

@@ -1,4 +1,4 @@
-"""The proxy arguments a run config fixes (serve.backend.proxy_args_for): the vLLM backend and
+"""The proxy arguments a run config fixes (serve.run_backend.proxy_args_for): the vLLM backend and
 the routers-real instrument both start their proxies with them, and the proxy's CLI reads them
 back as the config's values."""
 
@@ -11,7 +11,7 @@ import pytest
 from agentic_kvc.config import load_config
 from agentic_kvc.instruments.routers_real import _proxy_args
 from agentic_kvc.proxy.cli import proxy
-from agentic_kvc.serve.backend import proxy_args_for
+from agentic_kvc.serve.run_backend import proxy_args_for
 
 BASE = Path(__file__).resolve().parents[2] / "config" / "runs" / "sim_h20_agentic.yaml"
 

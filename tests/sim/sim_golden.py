@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentic_kvc.config import load_config
 from agentic_kvc.io import dumps_canonical
-from agentic_kvc.sim.backend import run_sim
+from agentic_kvc.sim.run_backend import run_sim
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("golden_hashes.json")

@@ -15,8 +15,8 @@ from agentic_kvc.io import read_jsonl
 from agentic_kvc.policy.registry import list_policies
 from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.runs import BackendResult, execute
-from agentic_kvc.sim.backend import run_sim
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import run_sim
 from agentic_kvc.workload import load_workload
 
 

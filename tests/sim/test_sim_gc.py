@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.config import load_config
-from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 RUNS = Path(__file__).resolve().parents[2] / "config" / "runs"
@@ -45,7 +45,7 @@ CASES = {
 CHILD = """
 import gc, json, sys
 from agentic_kvc.config import load_config
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
 

@@ -29,7 +29,7 @@ def _run(policy: str) -> SimFleet:
 
 
 def _profile(config):  # type: ignore[no-untyped-def]
-    from agentic_kvc.sim.backend import profile_for
+    from agentic_kvc.sim.run_backend import profile_for
 
     return profile_for(config)
 

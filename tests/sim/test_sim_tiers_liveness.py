@@ -11,9 +11,9 @@ import pytest
 from agentic_kvc.config import KVTiersConfig, load_config
 from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 from agentic_kvc.profiles.hardware import tier_links
-from agentic_kvc.sim.backend import profile_for
 from agentic_kvc.sim.engine import KV_LOCAL, EngineStalled, Instance, Seq
 from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.sim.tiers import FleetTiers
 from agentic_kvc.workload import load_workload
 

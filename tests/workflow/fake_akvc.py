@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for foundation.*
 
-from foundation.fake_backend import CountingFakeBackend
+from foundation.fake_run_backend import CountingFakeBackend
 
 from agentic_kvc import cli, runs
 

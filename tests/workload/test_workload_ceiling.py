@@ -9,7 +9,7 @@ import pytest
 from agentic_kvc.config import load_config
 from agentic_kvc.io import dumps_canonical
 from agentic_kvc.metrics.summary import summarize
-from agentic_kvc.sim.backend import prepare_sim, profile_for
+from agentic_kvc.sim.run_backend import prepare_sim, profile_for
 from agentic_kvc.workload import (
     Block,
     Request,

@@ -246,8 +246,8 @@ def expand_experiment(
 def _simulated_as(cfg: RunConfig) -> str:
     """What a simulated run computes, as a canonical string: its config without what changes
     only its run id (`repeat`) and without `seed` where the seed drives nothing
-    (`sim.backend.seed_uses`). Two runs with one key give byte-identical records."""
-    from agentic_kvc.sim.backend import seed_uses  # the simulator, only for simulated runs
+    (`sim.run_backend.seed_uses`). Two runs with one key give byte-identical records."""
+    from agentic_kvc.sim.run_backend import seed_uses  # the simulator, only for simulated runs
 
     out = cfg.canonical()
     out.pop("repeat", None)

@@ -166,7 +166,7 @@ def _engine_flags(argv: list[str]) -> str:
 def real_run_rows(runs: Iterable[RunDir]) -> list[dict[str, str]]:
     """What explains a real-engine run: engine build, device, flags, startup time, logs.
 
-    Read from the manifest's `backend_info` (written by `serve.backend.run_vllm`); runs of other
+    Read from the manifest's `backend_info` (written by `serve.run_backend.run_vllm`); runs of other
     backends have none and are skipped.
     """
     rows = []

@@ -73,7 +73,7 @@ from agentic_kvc.profiles import load_cpu_profile
 from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.profiles.fitted import apply_fit, with_background
 from agentic_kvc.profiles.linear import LinearStepCost
-from agentic_kvc.sim.backend import prepare_sim
+from agentic_kvc.sim.run_backend import prepare_sim
 
 SERVING_SEED = 12
 # Closed-loop agentic sessions scaled to the tiny model (3k-token prompts at most), loading one

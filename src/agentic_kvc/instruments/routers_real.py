@@ -1,7 +1,7 @@
 """Several routers on real engines: 1 proxy vs 2 proxies in front of the same vLLM fleet.
 
 The simulated instrument (`instruments/routers.py`) models R router replicas; this one runs
-them: the fleet of a `backend: vllm` config is started once (`serve.backend.FleetKeeper`,
+them: the fleet of a `backend: vllm` config is started once (`serve.run_backend.FleetKeeper`,
 prefix caches reset between variants), and per variant R `akvc proxy` processes (each its own
 process with its own in-flight accounting, session affinity and estimated prefix index) sit in
 front of it. The replayer sends each request to a proxy chosen at random per request, seeded,
@@ -30,9 +30,14 @@ from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import Replayer, ReplaySettings
 from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.runs import write_results
-from agentic_kvc.serve.backend import FleetKeeper, _fleet_for, merge_proxy_records, proxy_args_for
 from agentic_kvc.serve.device import pinned
 from agentic_kvc.serve.hostload import HostLoadSampler
+from agentic_kvc.serve.run_backend import (
+    FleetKeeper,
+    _fleet_for,
+    merge_proxy_records,
+    proxy_args_for,
+)
 from agentic_kvc.serve.sampler import InstanceSampler
 from agentic_kvc.serve.services import ProxyProcess
 from agentic_kvc.workload.model import Request, Workload
@@ -187,7 +192,7 @@ def per_request(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def simulate(config: RunConfig, workload: Workload, proxies: int, spread: Spread) -> dict[str, Any]:
     """The simulator's R-replica run of the same config and workload (backend: sim)."""
-    from agentic_kvc.sim.backend import profile_for
+    from agentic_kvc.sim.run_backend import profile_for
 
     sim_cfg = config.model_copy(update={"backend": "sim"})
     records, samples, _of = run_routers(sim_cfg, workload, profile_for(sim_cfg), proxies, spread)

@@ -12,7 +12,7 @@ from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import dumps_canonical
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.profiles.cost import EngineProfile
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 from agentic_kvc.workload.model import Workload
 

@@ -16,7 +16,7 @@ from agentic_kvc.instruments.cache_error import run_cache_error
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.instruments.routers import measures, run_routers
 from agentic_kvc.io import atomic_write_jsonl
-from agentic_kvc.sim.backend import profile_for
+from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 

@@ -62,7 +62,7 @@ def run(
     sessions: int = 100,
     base: str = BASE,
 ) -> list[dict[str, Any]]:
-    from agentic_kvc.sim.backend import prepare_sim, profile_for
+    from agentic_kvc.sim.run_backend import prepare_sim, profile_for
 
     rows: list[dict[str, Any]] = []
     req_rows: list[dict[str, Any]] = []

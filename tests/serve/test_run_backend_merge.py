@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentic_kvc.metrics.records import RequestRecord
-from agentic_kvc.serve.backend import estimate_offset, merge_proxy_records
+from agentic_kvc.serve.run_backend import estimate_offset, merge_proxy_records
 from agentic_kvc.serve.sampler import parse_proxy_gauges
 
 

@@ -1,10 +1,11 @@
-"""The backend contract: what `akvc run` asks of a simulated or a real fleet.
+"""The run-backend contract: what `akvc run` asks of a simulated or a real fleet.
 
-A backend is a callable `(config, run_dir) -> BackendResult`: it produces the run's request
-records and instance samples (and facts for the manifest); `runs.execute` writes them into the
-run directory. Backends import this module, never `runs`, and `runs` finds them by name
-through `backend_for` (imported only when asked for: the real one needs aiohttp and vLLM's
-launcher, the simulated one numpy), so neither side imports the other.
+A run backend (the config's `backend:`, `sim` or `vllm`) is a callable
+`(config, run_dir) -> BackendResult`: it produces the run's request records and instance samples
+(and facts for the manifest); `runs.execute` writes them into the run directory. Run backends
+(`sim/run_backend.py`, `serve/run_backend.py`) import this module, never `runs`, and `runs`
+finds them by name through `backend_for` (imported only when asked for: the real one needs
+aiohttp and vLLM's launcher, the simulated one numpy), so neither side imports the other.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class Backend(Protocol):
 
 # `backend:` value -> "module:function" of its implementation.
 BACKENDS = {
-    "sim": "agentic_kvc.sim.backend:run_sim",
-    "vllm": "agentic_kvc.serve.backend:run_vllm",
+    "sim": "agentic_kvc.sim.run_backend:run_sim",
+    "vllm": "agentic_kvc.serve.run_backend:run_vllm",
 }
 
 

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 
-from agentic_kvc.backend import BackendResult, workload_facts
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import read_jsonl
 from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.replay.driver import ReplaySettings, TokenFn, replay_async
 from agentic_kvc.replay.prompts import token_fn
+from agentic_kvc.run_backend import BackendResult, workload_facts
 from agentic_kvc.serve.device import detect_device, pinned
 from agentic_kvc.serve.hostload import HostLoadSampler
 from agentic_kvc.serve.kv_connectors import (

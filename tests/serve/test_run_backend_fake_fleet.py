@@ -11,7 +11,7 @@ import pytest
 from agentic_kvc.config import load_config
 from agentic_kvc.io import read_jsonl
 from agentic_kvc.runs import execute, is_complete
-from agentic_kvc.serve import backend as backend_mod
+from agentic_kvc.serve import run_backend
 from agentic_kvc.serve.launcher import FleetPlan, InstanceSpec, VllmFleet
 from agentic_kvc.serve.ports import free_port
 
@@ -26,8 +26,8 @@ def _fake_fleet(fleet_cfg, log_dir, device="auto", **_kw) -> VllmFleet:
 
 
 def test_vllm_backend_run_writes_a_complete_run(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(backend_mod.VllmFleet, "from_config", staticmethod(_fake_fleet))
-    monkeypatch.setattr(backend_mod, "token_fn", lambda _d: lambda r: [7] * r.input_tokens)
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(_fake_fleet))
+    monkeypatch.setattr(run_backend, "token_fn", lambda _d: lambda r: [7] * r.input_tokens)
     cfg = load_config(
         {
             "backend": "vllm",
@@ -82,4 +82,4 @@ def test_missing_tiny_model_is_a_clear_error(tmp_path: Path, monkeypatch) -> Non
         }
     )
     with pytest.raises(LaunchError, match="make model"):
-        backend_mod.run_vllm(cfg, tmp_path)
+        run_backend.run_vllm(cfg, tmp_path)

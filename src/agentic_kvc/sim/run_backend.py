@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.backend import BackendResult
 from agentic_kvc.config import RunConfig
 from agentic_kvc.profiles import get_profile
 from agentic_kvc.profiles.cost import EngineProfile
+from agentic_kvc.run_backend import BackendResult
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload import load_workload
 

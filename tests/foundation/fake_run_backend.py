@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agentic_kvc.backend import BackendResult
 from agentic_kvc.config import RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy import FleetView, InstanceView, RequestView, get_policy
+from agentic_kvc.run_backend import BackendResult
 
 ROUTE_CLASSES = ("WARM", "MEDIUM", "HEAVY")
 
