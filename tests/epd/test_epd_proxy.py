@@ -9,7 +9,7 @@ import pytest
 
 from agentic_kvc.epd.app import EPDApp
 from agentic_kvc.epd.proxy import EPDRouter, forward
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 
 
 class _Hosts(httpx.AsyncBaseTransport):

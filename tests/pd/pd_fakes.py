@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from agentic_kvc.proxy.fake_backend import FakeVLLM, Send, _reply
+from agentic_kvc.proxy.fake_engine import FakeVLLM, Send, _reply
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 
 

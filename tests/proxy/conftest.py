@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 from agentic_kvc.proxy.settings import ProxySettings
 

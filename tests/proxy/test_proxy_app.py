@@ -12,7 +12,7 @@ import pytest
 
 from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, Policy, RequestView
 from agentic_kvc.policy.registry import list_policies, register
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ServerThread
 
 Fakes = list[tuple[FakeVLLM, ServerThread]]

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from agentic_kvc.proxy.app import ProxyApp
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 from agentic_kvc.proxy.settings import ProxySettings
 

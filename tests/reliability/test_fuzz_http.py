@@ -15,7 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.openapi import OPENAPI
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
 from agentic_kvc.proxy.settings import ProxySettings

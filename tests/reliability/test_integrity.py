@@ -16,7 +16,7 @@ import pytest
 from agentic_kvc.analysis.load import find_runs
 from agentic_kvc.config import load_config
 from agentic_kvc.io import read_jsonl
-from agentic_kvc.proxy.fake_backend import FakeVLLM
+from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ServerThread
 from agentic_kvc.runs import RUN_FILES, complete_runs, execute, is_complete
 from agentic_kvc.security import PathEscape

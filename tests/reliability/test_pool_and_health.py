@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from agentic_kvc.metrics.prometheus import EngineMetrics
-from agentic_kvc.proxy.backends import BackendClient, BackendMonitor
+from agentic_kvc.proxy.engine_clients import EngineClient, EngineMonitor
 from agentic_kvc.proxy.upstream import UpstreamPool
 
 from .conftest import idle, records_of
@@ -37,7 +37,7 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 # ---- health: N consecutive failed checks -----------------------------------------------
 
 
-class _Scripted(BackendClient):
+class _Scripted(EngineClient):
     """A backend whose monitor checks follow a script, one item per scrape:
     "ok" (the scrape answers), "slow" (scrape and /health probe both fail, e.g. time out),
     "refused" (both fail, nothing listening). Out of service, its probe answers at once."""
@@ -65,12 +65,12 @@ def _health_events(script: list[str], failures: int) -> list[tuple[int, bool]]:
     b = _Scripted(script)
     events: list[tuple[int, bool]] = []
 
-    def on_health(backend: BackendClient, ok: bool) -> None:
+    def on_health(backend: EngineClient, ok: bool) -> None:
         events.append((b.checks, ok))
         backend.healthy = ok
 
     async def main() -> None:
-        monitor = BackendMonitor([b], 0.001, 0.001, on_health, lambda *_: None, failures)
+        monitor = EngineMonitor([b], 0.001, 0.001, on_health, lambda *_: None, failures)
         monitor.start()
         while b.checks <= len(script):
             await asyncio.sleep(0.001)
@@ -91,7 +91,7 @@ def test_monitor_marks_out_only_after_n_consecutive_failed_checks() -> None:
 
 def test_health_failures_must_be_positive() -> None:
     with pytest.raises(ValueError, match="failures_to_mark_out"):
-        BackendMonitor([], 1.0, 1.0, lambda *_: None, lambda *_: None, 0)
+        EngineMonitor([], 1.0, 1.0, lambda *_: None, lambda *_: None, 0)
 
 
 def test_backend_failing_fewer_than_n_checks_stays_in_service(proxy_over, faults, caplog) -> None:

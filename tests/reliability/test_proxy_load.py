@@ -64,7 +64,7 @@ def test_thousand_concurrent_streams_leave_no_fd_or_memory_growth(tmp_path: Path
     try:
         for i in range(2):
             port = free_port()
-            argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_backend", "--port", str(port)]
+            argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_engine", "--port", str(port)]
             fakes.append(ManagedProcess(f"fake{i}", argv, tmp_path / f"fake{i}.log").start())
             wait_http_ok(f"http://{LOOPBACK}:{port}/health", 30, fakes[-1].alive)
             fakes[-1].url = f"http://{LOOPBACK}:{port}"  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from agentic_kvc.workload.model import Block, Request, Session, Workload
 
 def _fake_spec(i: int) -> InstanceSpec:
     port = free_port()
-    argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_backend", "--port", str(port)]
+    argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_engine", "--port", str(port)]
     return InstanceSpec(i, port, argv, env={})
 
 

@@ -20,7 +20,7 @@ def _fake_fleet(fleet_cfg, log_dir, device="auto", **_kw) -> VllmFleet:
     specs = []
     for i in range(fleet_cfg.instances):
         port = free_port()
-        argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_backend", "--port", str(port)]
+        argv = [sys.executable, "-m", "agentic_kvc.proxy.fake_engine", "--port", str(port)]
         specs.append(InstanceSpec(i, port, argv, env={}))
     return VllmFleet(FleetPlan("cpu", "fake", "fake-model", specs), log_dir)
 

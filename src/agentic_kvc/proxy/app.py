@@ -37,8 +37,8 @@ from agentic_kvc.policy.base import Decision, NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
-from agentic_kvc.proxy.backends import CONNECTION_ERRORS, BackendClient, BackendMonitor
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
+from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
 from agentic_kvc.proxy.metrics import ProxyMetrics
 from agentic_kvc.proxy.openapi import OPENAPI
 from agentic_kvc.proxy.prompt import PromptTokenizer, parse_request, prompt_tokens
@@ -117,7 +117,7 @@ class ProxyApp:
         self.policy = get_policy(settings.policy, settings.params)
         n = len(settings.backends)
         self.backends = [
-            BackendClient(i, url, settings.connect_timeout_s, settings.max_idle_connections)
+            EngineClient(i, url, settings.connect_timeout_s, settings.max_idle_connections)
             for i, url in enumerate(settings.backends)
         ]
         self.block_size = settings.block_size or DEFAULT_BLOCK_SIZE
@@ -140,7 +140,7 @@ class ProxyApp:
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
         self.metrics = ProxyMetrics(settings.policy, self.state, self.backends)
         self.records = RecordSink(settings.records, settings.on_record)
-        self.monitor = BackendMonitor(
+        self.monitor = EngineMonitor(
             self.backends,
             settings.scrape_interval_s,
             settings.health_interval_s,
@@ -174,7 +174,7 @@ class ProxyApp:
             await b.close()
         self.started = False
 
-    async def _first_contact(self, b: BackendClient) -> None:
+    async def _first_contact(self, b: EngineClient) -> None:
         timeout = min(self.settings.connect_timeout_s, 5.0)
         m = await b.scrape(timeout)
         if m is None:
@@ -192,7 +192,7 @@ class ProxyApp:
             if self.tokenizer is not None:
                 log.info("tokenizer for text prompts: %s", self.tokenizer.path)
 
-    def _set_health(self, b: BackendClient, healthy: bool, why: str) -> None:
+    def _set_health(self, b: EngineClient, healthy: bool, why: str) -> None:
         if b.healthy != healthy:
             state = "back in service" if healthy else "out of service"
             log.warning("backend %d (%s) %s: %s", b.index, b.url, state, why)
@@ -201,7 +201,7 @@ class ProxyApp:
         if not healthy:
             self.monitor.poke(b.index)
 
-    def _on_scrape(self, b: BackendClient, m: EngineMetrics) -> None:
+    def _on_scrape(self, b: EngineClient, m: EngineMetrics) -> None:
         self.state.update_scrape(b.index, self.now(), m.running, m.waiting, m.kv_usage)
         estimated = self.settings.cache_view == "estimated"
         if m.block_size and not self._block_size_known:
@@ -427,7 +427,7 @@ class ProxyApp:
         kind = "timeout" if status == 504 else "upstream_error"
         await self._reject(send, path, status, message, kind)
 
-    def _backend_failed(self, b: BackendClient, exc: BaseException, where: str) -> str:
+    def _backend_failed(self, b: EngineClient, exc: BaseException, where: str) -> str:
         kind = type(exc).__name__
         self.metrics.backend_error(b.index, kind)
         self._set_health(b, False, f"{where}: {kind}: {exc}")

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agentic_kvc.policy.fleet import RouterState
-from agentic_kvc.proxy.backends import BackendClient
+from agentic_kvc.proxy.engine_clients import EngineClient
 
 # Router overhead is tens of microseconds to a few milliseconds: fine buckets there.
 OVERHEAD_BUCKETS = (
@@ -27,7 +27,7 @@ OVERHEAD_BUCKETS = (
 
 
 class _FleetCollector(Collector):
-    def __init__(self, state: RouterState, backends: Sequence[BackendClient]) -> None:
+    def __init__(self, state: RouterState, backends: Sequence[EngineClient]) -> None:
         self.state = state
         self.backends = backends
 
@@ -115,7 +115,7 @@ class _CostModelCollector(Collector):
 
 
 class ProxyMetrics:
-    def __init__(self, policy: str, state: RouterState, backends: Sequence[BackendClient]) -> None:
+    def __init__(self, policy: str, state: RouterState, backends: Sequence[EngineClient]) -> None:
         self.policy = policy
         self.registry = CollectorRegistry(auto_describe=False)
         self.decisions = Counter(

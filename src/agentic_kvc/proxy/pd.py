@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentic_kvc.proxy.backends import BackendClient
+from agentic_kvc.proxy.engine_clients import EngineClient
 
 Connector = Literal["nixl", "mooncake"]
 CONNECTORS: tuple[str, ...] = ("nixl", "mooncake")
@@ -135,7 +135,7 @@ def _usage_ints(answer: Any) -> tuple[int | None, int | None]:
 
 
 async def run_prefill(
-    prefill: BackendClient,
+    prefill: EngineClient,
     path: str,
     body: dict[str, Any],
     request_id: str,

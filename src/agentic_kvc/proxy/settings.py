@@ -23,7 +23,7 @@ class ProxySettings:
     scrape_interval_s: float = 1.0  # engine /metrics; 0 turns scraping off
     health_interval_s: float = 1.0  # /health probe period of an unhealthy backend
     # Consecutive failed checks (scrape, then /health) before the monitor marks a backend out;
-    # a refused connection marks it out at once (proxy/backends.BackendMonitor).
+    # a refused connection marks it out at once (proxy/engine_clients.EngineMonitor).
     health_failures: int = 3
     upstream_timeout_s: float = 600.0  # whole upstream exchange of one request
     connect_timeout_s: float = 3.0

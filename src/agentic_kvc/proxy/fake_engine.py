@@ -195,7 +195,7 @@ async def _reply(send: Send, status: int, body: bytes, ctype: bytes = b"applicat
 
 
 def main() -> None:
-    """`python -m agentic_kvc.proxy.fake_backend --port P`: serve one fake (benchmarks)."""
+    """`python -m agentic_kvc.proxy.fake_engine --port P`: serve one fake (benchmarks)."""
     import argparse
 
     import uvicorn

@@ -1,8 +1,8 @@
-"""One pooled HTTP client per vLLM backend, plus its health probe and metrics scraper.
+"""One pooled HTTP client per vLLM engine behind the proxy, plus its health probe and scraper.
 
-Each backend gets its own keep-alive pool (`upstream.UpstreamPool`), so a request reuses a
-warm TCP connection (no handshake on the hot path) and a dead backend's broken connections
-never sit in another backend's pool. When a backend comes back after a failure its pool is
+Each engine gets its own keep-alive pool (`upstream.UpstreamPool`), so a request reuses a
+warm TCP connection (no handshake on the hot path) and a dead engine's broken connections
+never sit in another engine's pool. When an engine comes back after a failure its pool is
 replaced: connections kept from before the restart point at a dead socket, and the first
 request on one would fail (the stale-connection bug seen in vllm-router).
 """
@@ -21,13 +21,13 @@ from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE, UpstreamPool, UpstreamR
 
 log = logging.getLogger("agentic_kvc.proxy")
 
-# Errors that mean "this backend refused or dropped us" (as opposed to a slow answer):
+# Errors that mean "this engine refused or dropped us" (as opposed to a slow answer):
 # upstream.UpstreamRefused / UpstreamDropped, and the OS's own resets.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError,)
 
 
 @dataclass(slots=True)
-class BackendClient:
+class EngineClient:
     index: int
     url: str  # base URL, no trailing slash
     connect_timeout_s: float = 3.0
@@ -47,7 +47,7 @@ class BackendClient:
 
     async def reopen(self) -> None:
         """Fresh pool after recovery. The old one is retired, not closed: its idle sockets may
-        be dead (a restarted engine), but a backend marked out by a probe that merely timed out
+        be dead (a restarted engine), but an engine marked out by a probe that merely timed out
         under load may still be streaming answers, and closing those cut them (seen in the PD
         tests on a loaded machine)."""
         old = self.pool
@@ -61,7 +61,7 @@ class BackendClient:
             self.pool = None
 
     async def get(self, path: str, timeout_s: float) -> tuple[int, bytes]:
-        assert self.pool is not None, "backend client not opened"
+        assert self.pool is not None, "engine client not opened"
         return await self.pool.get(path, timeout_s)
 
     async def probe_health(self, timeout_s: float) -> bool:
@@ -90,25 +90,25 @@ class BackendClient:
         return self.metrics
 
 
-HealthCallback = Callable[[BackendClient, bool], None]
-ScrapeCallback = Callable[[BackendClient, EngineMetrics], None]
+HealthCallback = Callable[[EngineClient, bool], None]
+ScrapeCallback = Callable[[EngineClient, EngineMetrics], None]
 
 
-class BackendMonitor:
-    """Background loop per backend: scrape a healthy one, probe an unhealthy one.
+class EngineMonitor:
+    """Background loop per engine: scrape a healthy one, probe an unhealthy one.
 
-    A check fails when the scrape fails and a `/health` probe right after it fails too. A
-    backend is marked out after `failures_to_mark_out` consecutive failed checks, or at once
+    A check fails when the scrape fails and a `/health` probe right after it fails too. An
+    engine is marked out after `failures_to_mark_out` consecutive failed checks, or at once
     when the probe's connection is refused (nothing listens: the engine is gone). One timed-out
     check is not enough: an engine busy under load answers its probes late, and marking it out
-    moved its traffic to the others and flapped it out and in (issue 15). An unhealthy backend
+    moved its traffic to the others and flapped it out and in (issue 15). An unhealthy engine
     is probed on `/health` every `health_interval_s` and returns to service on the first 200.
-    With scraping off (interval 0), healthy backends are only watched through request errors.
+    With scraping off (interval 0), healthy engines are only watched through request errors.
     """
 
     def __init__(
         self,
-        backends: list[BackendClient],
+        engines: list[EngineClient],
         scrape_interval_s: float,
         health_interval_s: float,
         on_health: HealthCallback,
@@ -118,19 +118,19 @@ class BackendMonitor:
         if failures_to_mark_out < 1:
             raise ValueError(f"failures_to_mark_out must be >= 1, got {failures_to_mark_out}")
         self.failures_to_mark_out = failures_to_mark_out
-        self.backends = backends
+        self.engines = engines
         self.scrape_interval_s = scrape_interval_s
         self.health_interval_s = health_interval_s
         self.on_health = on_health
         self.on_scrape = on_scrape
         self._tasks: list[asyncio.Task[None]] = []
-        self._wake = [asyncio.Event() for _ in backends]
+        self._wake = [asyncio.Event() for _ in engines]
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._loop(b)) for b in self.backends]
+        self._tasks = [asyncio.create_task(self._loop(b)) for b in self.engines]
 
     def poke(self, index: int) -> None:
-        """A request saw this backend fail: start probing it now rather than at the next tick."""
+        """A request saw this engine fail: start probing it now rather than at the next tick."""
         self._wake[index].set()
 
     async def stop(self) -> None:
@@ -146,7 +146,7 @@ class BackendMonitor:
             await asyncio.wait_for(self._wake[index].wait(), seconds)
         self._wake[index].clear()
 
-    async def _loop(self, b: BackendClient) -> None:
+    async def _loop(self, b: EngineClient) -> None:
         probe_timeout = max(min(self.health_interval_s, 5.0), 0.5)
         while True:
             try:
@@ -179,5 +179,5 @@ class BackendMonitor:
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let one bad scrape end the monitor
-                log.exception("monitor for backend %s failed; retrying", b.url)
+                log.exception("monitor for engine %s failed; retrying", b.url)
                 await asyncio.sleep(self.health_interval_s)
