@@ -1,4 +1,4 @@
-"""Redis connector with a real redis-server: E in a child process, PD in this one."""
+"""The Redis encoder-cache transport, real redis-server: E in a child process, PD in this one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentic_kvc.epd.connector import ECConnectorError, RedisECConnector
+from agentic_kvc.epd.ec_transport import ECTransportError, RedisECTransport
 from agentic_kvc.epd.encode_scheduler import EncodeScheduler
 from agentic_kvc.epd.endpoints import EncodeEndpoint, PDEndpoint, toy_embedding
 from agentic_kvc.epd.preallocator import Metadata, MMInput, PDEncoderCache
@@ -24,7 +24,7 @@ SPANS = {r: [MMInput(10 + 40 * i, n) for i, n in enumerate(s)] for r, s in REQUE
 
 
 def _encode_instance(url: str, name: str, reqs: dict, result, stop) -> None:  # type: ignore[no-untyped-def]
-    conn = RedisECConnector(name, url).start()
+    conn = RedisECTransport(name, url).start()
     ep = EncodeEndpoint(
         EncodeScheduler(capacity=64, budget=64),
         conn,
@@ -50,12 +50,12 @@ def _wait(cond, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def
 
 def test_metadata_notice_and_data_flow_then_redis_restart(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path).start()
-    ctx = mp.get_context("fork")  # before any connector thread exists in this process
+    ctx = mp.get_context("fork")  # before any transport thread exists in this process
     result, stop = ctx.Queue(), ctx.Event()
     try:
         pd = PDEndpoint(
             PDEncoderCache(capacity=40),  # < total announced (68): preallocation must queue
-            partial(RedisECConnector, "pd0", redis.url),
+            partial(RedisECTransport, "pd0", redis.url),
         )
         for req, spans in SPANS.items():
             pd.add_request(req, spans, num_computed=30 if req == "b" else 0)
@@ -87,24 +87,24 @@ def test_metadata_notice_and_data_flow_then_redis_restart(tmp_path: Path) -> Non
         assert pd.cache.manager.num_free == 40
 
         # A reservation whose data never comes, then Redis goes away mid-flight.
-        sender = RedisECConnector("e9", redis.url).start()
+        sender = RedisECTransport("e9", redis.url).start()
         pd.add_request("d", [MMInput(0, 20)])
         sender.send_metadata("pd0", Metadata("d", 0, 20, "e9"))
         _wait(lambda: (pd.step(), pd.cache.manager.num_free == 20)[1])
         sender.close()
         redis.stop()
         with pytest.raises(
-            ECConnectorError, match=r"Redis at redis://127\.0\.0\.1:\d+ unreachable"
+            ECTransportError, match=r"Redis at redis://127\.0\.0\.1:\d+ unreachable"
         ):
             _wait(lambda: (pd.step(), False)[1], timeout_s=15)
         assert pd.cache.manager.num_free == 40  # the reservation was freed
         pd.conn.close()
 
-        redis.start()  # same port: a fresh connector works again
-        pd2 = PDEndpoint(PDEncoderCache(capacity=40), partial(RedisECConnector, "pd0", redis.url))
+        redis.start()  # same port: a fresh transport works again
+        pd2 = PDEndpoint(PDEncoderCache(capacity=40), partial(RedisECTransport, "pd0", redis.url))
         pd2.conn.start()
         pd2.add_request("f", [MMInput(0, 8)])
-        s2 = RedisECConnector("e9", redis.url).start()
+        s2 = RedisECTransport("e9", redis.url).start()
         s2.send_metadata("pd0", Metadata("f", 0, 8, "e9"))
         _wait(lambda: (pd2.step(), pd2.cache.manager.num_free == 32)[1])
         s2.close()

@@ -32,7 +32,7 @@ from agentic_kvc.policy.base import RequestView, TierHits
 from agentic_kvc.proxy.cache_view import make_hasher
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
-from agentic_kvc.serve.kv_connectors import KVLaunch, kv_launch
+from agentic_kvc.serve.kv_transfer_flags import KVLaunch, kv_launch
 from agentic_kvc.serve.launcher import VllmFleet
 
 pytestmark = pytest.mark.vllm

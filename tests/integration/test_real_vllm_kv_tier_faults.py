@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.config import FleetConfig, KVTiersConfig
-from agentic_kvc.serve.kv_tier_connector import FAULT_FILE_ENV
+from agentic_kvc.serve.host_copy_offload_connector import FAULT_FILE_ENV
 from agentic_kvc.serve.launcher import VllmFleet
 from tests.integration.test_real_vllm_kv_tier import BLOCK, HBM_TOKENS, complete, counters
 

@@ -27,7 +27,7 @@ from agentic_kvc.policy.base import RequestView
 from agentic_kvc.proxy.cache_view import make_hasher
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
-from agentic_kvc.serve.kv_connectors import KVLaunch, kv_launch, warm_nixl_pairs
+from agentic_kvc.serve.kv_transfer_flags import KVLaunch, kv_launch, warm_nixl_pairs
 from agentic_kvc.serve.launcher import VllmFleet
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -177,7 +177,7 @@ def _single_core_threads(pids: set[int]) -> dict[int, set[int]]:
 
 def test_nixl_worker_threads_stay_on_their_own_core(fleet: VllmFleet) -> None:
     """vLLM's NIXL worker on CPU pins its main thread to the last core on every instance (P's
-    busy-wait then starved D); our connector (serve.nixl_connector) puts it back."""
+    busy-wait then starved D); our connector (serve.pinned_nixl_connector) puts it back."""
     cores = [s.core for s in fleet.plan.specs]
     if len(set(cores)) < 2:
         pytest.skip("the instances share one core: nothing can be pinned elsewhere")

@@ -11,7 +11,7 @@ import pytest
 
 from agentic_kvc.config import load_config
 from agentic_kvc.serve import run_backend
-from agentic_kvc.serve.kv_connectors import kv_launch_for_run
+from agentic_kvc.serve.kv_transfer_flags import kv_launch_for_run
 from agentic_kvc.serve.run_backend import FleetKeeper, _fleet_for, reset_prefix_caches
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from agentic_kvc.config import FleetConfig, KVTiersConfig
-from agentic_kvc.serve.kv_connectors import kv_transfer_config
 from agentic_kvc.serve.kv_tier_flags import (
     TIER_CPU_MODULE,
     KVTierConfigError,
@@ -16,6 +15,7 @@ from agentic_kvc.serve.kv_tier_flags import (
     kv_tier_transfer_config,
     with_kv_tier,
 )
+from agentic_kvc.serve.kv_transfer_flags import kv_transfer_config
 from agentic_kvc.serve.launcher import LaunchError, plan_fleet
 
 GIB = 2**30

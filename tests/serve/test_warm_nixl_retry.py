@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from agentic_kvc.serve.kv_connectors import warm_nixl_pairs
+from agentic_kvc.serve.kv_transfer_flags import warm_nixl_pairs
 
 PARAMS = {"remote_engine_id": "akvc-0", "remote_block_ids": [1], "do_remote_prefill": True}
 

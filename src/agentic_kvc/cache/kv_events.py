@@ -5,7 +5,7 @@ vLLM started with `--kv-events-config '{"enable_kv_cache_events": true, "publish
 multipart ZMQ message `[topic, seq (8 bytes, big-endian), msgpack(KVEventBatch)]`. A batch is
 `[ts, [event, ...], dp_rank?]`; each event is a map tagged `"type"`: BlockStored (engine block
 hashes, parent hash, token ids, block size, medium), BlockRemoved, AllBlocksCleared.
-`serve/kv_connectors.py` gives the flags (and a fixed PYTHONHASHSEED with the CBOR hash, so
+`serve/kv_transfer_flags.py` gives the flags (and a fixed PYTHONHASHSEED with the CBOR hash, so
 hashes are stable across processes and restarts).
 
 Events name blocks by vLLM's hashes, requests carry the router's keys (`hashing.py`). A

@@ -38,7 +38,7 @@ def proxy(
     requests), whose answer (streamed if asked) is returned. GET /health shows the loads.
 
     E and PD are vLLM servers started with our encoder-cache connector
-    (`agentic_kvc.epd.vllm_connector`, roles ec_producer and ec_consumer, one Redis).
+    (`agentic_kvc.epd.vllm_ec_connector`, roles ec_producer and ec_consumer, one Redis).
     """
     import uvicorn
 

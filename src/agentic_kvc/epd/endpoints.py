@@ -1,4 +1,5 @@
-"""The two sides wired to a connector: what an E and a PD scheduler/model runner do per step.
+"""The two sides wired to an encoder-cache transport: what an E and a PD scheduler and model
+runner do per step.
 
 Transport-agnostic; a real vLLM integration calls the same methods from its scheduler and
 model-runner hooks, the integration tests from a plain loop.
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from agentic_kvc.epd.cache_manager import Key
-from agentic_kvc.epd.connector import ECConnector, ECConnectorError
+from agentic_kvc.epd.ec_transport import ECTransport, ECTransportError
 from agentic_kvc.epd.encode_scheduler import EncodeScheduler
 from agentic_kvc.epd.preallocator import Metadata, MMInput, PDEncoderCache
 
@@ -30,10 +31,10 @@ class EncodeEndpoint:
     def __init__(
         self,
         scheduler: EncodeScheduler,
-        connector: ECConnector,
+        transport: ECTransport,
         encode: Callable[[str, int, int], np.ndarray],
     ) -> None:
-        self.sched, self.conn, self.encode = scheduler, connector, encode
+        self.sched, self.conn, self.encode = scheduler, transport, encode
         self.route: dict[str, str] = {}  # request -> PD instance (chosen by the proxy)
 
     def add_request(self, req_id: str, sizes: Sequence[int], pd: str) -> None:
@@ -58,14 +59,14 @@ class PDEndpoint:
     """PD instance: preallocate for announced inputs, inject arriving data, free on finish.
 
     On a transport failure the reservations are freed (their data cannot come) and `step`
-    raises the connector's error.
+    raises the transport's error.
     """
 
-    def __init__(self, cache: PDEncoderCache, connector_factory: Callable[..., ECConnector]):
+    def __init__(self, cache: PDEncoderCache, transport_factory: Callable[..., ECTransport]):
         self.cache = cache
         self.injected: dict[Key, np.ndarray] = {}
         self._inbox: queue.Queue[tuple[str, int, np.ndarray]] = queue.Queue()
-        self.conn = connector_factory(
+        self.conn = transport_factory(
             on_metadata=cache.prealloc.receive_metadata,
             on_cache=lambda r, i, a: self._inbox.put((r, i, a)),
         )
@@ -76,7 +77,7 @@ class PDEndpoint:
     def step(self) -> None:
         if self.conn.error is not None:
             self.cache.drop_reservations()
-            raise ECConnectorError(str(self.conn.error))
+            raise ECTransportError(str(self.conn.error))
         for notice in self.cache.perform_preallocations():
             self.conn.send_notice(notice)
         while True:

@@ -6,7 +6,7 @@ ties by order. `forward` / `forward_stream` do the HTTP: E gets the request with
 (it only encodes; its answer is empty), PD the original (streamed back when it asks for it).
 Both carry `ec_transfer_params` naming the shared request id and the pair (the design's push
 connector announces the embeddings to that PD; vLLM ignores the field, and the vLLM connector
-`epd/vllm_connector.py` finds them by content hash instead).
+`epd/vllm_ec_connector.py` finds them by content hash instead).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both setups get the same two cores: `default` is two ordinary instances (each en
 images), requests alternating between them; `epd` is one encode instance E (core 0, role
 ec_producer) and one prefill-decode instance PD (core 1, ec_consumer) behind the EPD proxy
 (`epd/app.py`, sequential: E first), embeddings moving through one loopback `redis-server`
-with our connector (`epd/vllm_connector.py`). All four engines start once; runs of the two
+with our connector (`epd/vllm_ec_connector.py`). All four engines start once; runs of the two
 modes are interleaved (order rotated per repeat) and each repeat uses new images (the same
 images for both modes), so no image is ever encoded from a cache. Every prompt is sent at t=0
 (the published benchmark's infinite request rate), streamed, timed like `vllm bench serve`
@@ -34,7 +34,7 @@ import numpy as np
 from agentic_kvc.config import FleetConfig
 from agentic_kvc.epd.app import EPDApp
 from agentic_kvc.epd.tiny_vlm import build_tiny_vlm
-from agentic_kvc.epd.vllm_connector import ec_transfer_args
+from agentic_kvc.epd.vllm_ec_connector import ec_transfer_args
 from agentic_kvc.proxy.server import ServerThread
 from agentic_kvc.replay.sse import StreamTiming
 from agentic_kvc.serve.hostload import HostLoadSampler

@@ -93,7 +93,7 @@ def run_variant(
 ) -> dict[str, Any]:
     """One real run with `proxies` proxies; writes requests.jsonl / instances.jsonl into
     `run_dir` and returns its measures, host load and how many requests each proxy got."""
-    from agentic_kvc.serve.kv_connectors import may_disaggregate
+    from agentic_kvc.serve.kv_transfer_flags import may_disaggregate
 
     if may_disaggregate(config.policy.name, config.policy.params):
         raise ValueError(f"routers-real: policy {config.policy.name!r} needs KV connectors")

@@ -1,7 +1,8 @@
 """From timestamps to the lifecycle breakdown: t-points, phases, transfer detail, the cost fit.
 
 Pure functions over the client's timestamps and the wrapper connector's engine events
-(`lifecycle.connector`); the real-engine runner (`lifecycle.runner`) and the analysis use them.
+(`lifecycle.logging_nixl_connector`); the real-engine runner (`lifecycle.runner`) and the
+analysis use them.
 
 T-points (one clock, `time.monotonic_ns`, on one machine), with their source:
 

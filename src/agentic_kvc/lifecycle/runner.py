@@ -12,7 +12,7 @@ external_kv_transfer by what D pulled. The first `warmup` repetitions of each pr
 (C, N) are run and discarded (at its first O; O only changes the decode that follows).
 
 The runner is the proxy here (t0, t1, tp, t9, t10 are its clock); engine points come from the
-wrapper connector's log (`lifecycle.connector`).
+wrapper connector's log (`lifecycle.logging_nixl_connector`).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from typing import Any
 import httpx
 
 from agentic_kvc.lifecycle import protocol
-from agentic_kvc.lifecycle.connector import LOG_ENV
 from agentic_kvc.lifecycle.grids import GRIDS as GRIDS  # re-exported: callers import it here
 from agentic_kvc.lifecycle.grids import Grid
+from agentic_kvc.lifecycle.logging_nixl_connector import LOG_ENV
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.proxy import pd
 
-MODULE_PATH = "agentic_kvc.lifecycle.connector"
+MODULE_PATH = "agentic_kvc.lifecycle.logging_nixl_connector"
 VOCAB = (100, 8000)  # token ids the tiny model's vocabulary (8192) holds, clear of specials
 SUMMARY_FIELDS = [
     "C",
@@ -284,7 +284,7 @@ def lifecycle_fleet(
     """P (instance 0) and D (instance 1), kv_both, the logging connector, one core (or GPU)
     each."""
     from agentic_kvc.config import FleetConfig
-    from agentic_kvc.serve.kv_connectors import kv_launch, warm_nixl_pairs
+    from agentic_kvc.serve.kv_transfer_flags import kv_launch, warm_nixl_pairs
     from agentic_kvc.serve.launcher import VllmFleet
 
     kv = kv_launch(2, "nixl")

@@ -4,7 +4,7 @@ Both builds use vLLM's `SimpleCPUOffloadConnector` (0.32): its scheduler side pi
 to store, keeps the tier's LRU pool, finds hits after the HBM prefix and publishes KV events
 with the tier's medium ("CPU" for host memory, "STORAGE" for disk); its worker copies blocks.
 
-- CPU build: the worker's CUDA copies cannot run, so `serve.kv_tier_connector` (a subclass
+- CPU build: the worker's CUDA copies cannot run, so `serve.host_copy_offload_connector` (a subclass
   with host copies, loaded by `kv_connector_module_path`) takes its place.
 - CUDA build: vLLM's class as shipped. The same JSON works there without the module path;
   vLLM's own shorthand `--kv-offloading-size GIB --kv-offloading-backend native` (with
@@ -38,7 +38,7 @@ from typing import Any
 from agentic_kvc.config import KVTiersConfig
 
 TIER_CONNECTOR = "SimpleCPUOffloadConnector"
-TIER_CPU_MODULE = "agentic_kvc.serve.kv_tier_connector"
+TIER_CPU_MODULE = "agentic_kvc.serve.host_copy_offload_connector"
 KV_TRANSFER_FLAG = "--kv-transfer-config"
 GIB = 2**30
 

@@ -32,7 +32,7 @@ from agentic_kvc.replay.prompts import token_fn
 from agentic_kvc.run_backend import BackendResult, workload_facts
 from agentic_kvc.serve.device import detect_device, pinned
 from agentic_kvc.serve.hostload import HostLoadSampler
-from agentic_kvc.serve.kv_connectors import (
+from agentic_kvc.serve.kv_transfer_flags import (
     kv_launch_for_run,
     may_disaggregate,
     warm_nixl_pairs,

@@ -381,7 +381,7 @@ def repeat_spread(recs: list[dict[str, Any]]) -> float | None:
     return max(out) if out else None
 
 
-EVENTS_FILE = "engine_events.jsonl"  # the connector's probe log (lifecycle.connector)
+EVENTS_FILE = "engine_events.jsonl"  # the connector's probe log (lifecycle.logging_nixl_connector)
 
 
 def probe_errors(records_dir: Path) -> int | None:

@@ -3,7 +3,7 @@
 Two tiny-model vLLM CPU instances whose engine KV (the "HBM") is kept small, so agent
 sessions that pause for a tool call lose their prefix before their next turn; + host adds
 a host-memory tier per instance (vLLM's SimpleCPUOffloadConnector, host copies on the CPU
-engine: serve/kv_tier_connector.py). Each tier setting is one fleet; the routers and the
+engine: serve/host_copy_offload_connector.py). Each tier setting is one fleet; the routers and the
 repeats run on it repeat-major. Every router reads the exact cache view (KV events with the
 tier's medium), so the proxy's records carry the host tokens the view expected
 (`predicted_host_tokens`) beside the engine's `cached_tokens` (HBM hit plus tier loads), and

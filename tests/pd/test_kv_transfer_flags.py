@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from agentic_kvc.serve.kv_connectors import kv_launch, kv_role, kv_transfer_config
+from agentic_kvc.serve.kv_transfer_flags import kv_launch, kv_role, kv_transfer_config
 
 
 def _flag(args: list[str], name: str) -> dict:
@@ -72,7 +72,7 @@ def test_proxy_cli_exact_view_needs_endpoints_and_peers_parse() -> None:
 
 
 def test_real_runs_get_a_connector_only_when_the_policy_may_offload() -> None:
-    from agentic_kvc.serve.kv_connectors import kv_launch_for_run
+    from agentic_kvc.serve.kv_transfer_flags import kv_launch_for_run
 
     assert kv_launch_for_run("unified", {}, "estimated", 2) is None
     assert kv_launch_for_run("adaptive", {"version": 1}, "estimated", 2) is None
@@ -91,7 +91,7 @@ def test_real_runs_get_a_connector_only_when_the_policy_may_offload() -> None:
 
 
 def test_warm_pairs_runs_one_exchange_per_allowed_direction(pd_fakes) -> None:
-    from agentic_kvc.serve.kv_connectors import warm_nixl_pairs
+    from agentic_kvc.serve.kv_transfer_flags import warm_nixl_pairs
 
     urls = [s.url for _, s in pd_fakes]
     warm_nixl_pairs(urls, "m")

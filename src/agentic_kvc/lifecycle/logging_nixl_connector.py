@@ -1,12 +1,12 @@
 """A NIXL connector that logs each request's engine-side lifecycle: vLLM loads it by module path.
 
 Start an engine with `--kv-transfer-config` naming `"kv_connector": "NixlConnector"` and
-`"kv_connector_module_path": "agentic_kvc.lifecycle.connector"`: vLLM's factory then takes the
-class `NixlConnector` from this module, a subclass of the project's CPU NIXL connector
-(`serve.nixl_connector`: vLLM's own, its worker threads re-pinned to the instance's cores) that
-only adds logging. Because the name is unchanged, vLLM's config checks that look for
-"NixlConnector" still apply. No vLLM source is patched; the worker's transfer polling is wrapped
-on the instance.
+`"kv_connector_module_path": "agentic_kvc.lifecycle.logging_nixl_connector"`: vLLM's factory
+then takes the class `NixlConnector` from this module, a subclass of the project's CPU NIXL
+connector (`serve.pinned_nixl_connector`: vLLM's own, its worker threads re-pinned to the
+instance's cores) that only adds logging. Because the name is unchanged, vLLM's config checks
+that look for "NixlConnector" still apply. No vLLM source is patched; the worker's transfer
+polling is wrapped on the instance.
 
 Each hook appends one JSON line to the file named by `AKVC_LIFECYCLE_LOG` (unset: no logging):
 `{"ev", "t_ns", "req", "pid", "side", "engine", ...}` with `t_ns = time.monotonic_ns()`, the
@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from agentic_kvc.serve.nixl_connector import NixlConnector as _CpuNixlConnector
+from agentic_kvc.serve.pinned_nixl_connector import NixlConnector as _CpuNixlConnector
 
 LOG_ENV = "AKVC_LIFECYCLE_LOG"
 _lock = threading.Lock()

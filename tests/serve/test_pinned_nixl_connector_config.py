@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentic_kvc.serve.kv_connectors import (
+from agentic_kvc.serve.kv_transfer_flags import (
     NIXL_CPU_MODULE,
     kv_launch,
     kv_launch_for_run,
@@ -20,7 +20,7 @@ def _cfgs(args: list[list[str]]) -> list[dict]:
 
 
 def test_cpu_nixl_fleets_name_the_repinning_module() -> None:
-    assert NIXL_CPU_MODULE == "agentic_kvc.serve.nixl_connector"
+    assert NIXL_CPU_MODULE == "agentic_kvc.serve.pinned_nixl_connector"
     assert importlib.util.find_spec(NIXL_CPU_MODULE) is not None  # vLLM imports it by name
     for roles in (None, ["prefill", "decode"]):
         cfgs = _cfgs(kv_launch(2, "nixl", roles=roles, device="cpu").args)
@@ -45,7 +45,7 @@ def test_the_module_holds_a_vllm_nixl_subclass_the_lifecycle_logger_extends() ->
         NixlConnector as VllmNixl,
     )
 
-    from agentic_kvc.lifecycle.connector import NixlConnector as Logging
+    from agentic_kvc.lifecycle.logging_nixl_connector import NixlConnector as Logging
 
     ours = importlib.import_module(NIXL_CPU_MODULE).NixlConnector
     assert issubclass(ours, VllmNixl) and ours is not VllmNixl

@@ -16,8 +16,8 @@ from vllm.config import ECTransferConfig  # noqa: E402
 from vllm.distributed.ec_transfer.ec_connector.base import ECConnectorRole  # noqa: E402
 from vllm.distributed.ec_transfer.ec_connector.factory import ECConnectorFactory  # noqa: E402
 
-from agentic_kvc.epd.connector import ECConnectorError  # noqa: E402
-from agentic_kvc.epd.vllm_connector import RedisECTransfer, ec_transfer_args  # noqa: E402
+from agentic_kvc.epd.ec_transport import ECTransportError  # noqa: E402
+from agentic_kvc.epd.vllm_ec_connector import RedisECTransfer, ec_transfer_args  # noqa: E402
 from agentic_kvc.serve.services import RedisServer, redis_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(redis_available() is None, reason="redis-server not installed")
@@ -66,9 +66,9 @@ def test_embedding_flows_e_to_pd_exactly_and_redis_loss_is_clear(tmp_path: Path)
         assert not pd_sched.has_cache_item("img0")  # PD encodes itself instead
         pd_worker.bind_connector_metadata(meta)
         unreachable = r"Redis at redis://127\.0\.0\.1:\d+ unreachable"
-        with pytest.raises(ECConnectorError, match=unreachable):
+        with pytest.raises(ECTransportError, match=unreachable):
             pd_worker.start_load_caches({})
-        with pytest.raises(ECConnectorError, match="storing img1"):
+        with pytest.raises(ECTransportError, match="storing img1"):
             e.save_caches({"img1": emb}, "img1")
 
 

