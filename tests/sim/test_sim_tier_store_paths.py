@@ -17,7 +17,7 @@ import pytest
 
 from agentic_kvc.cache.tier_index import TieredPrefixIndex
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import Link, TierStore
+from agentic_kvc.sim.tiers import MARK, Link, TierStore
 
 BS = 16
 
@@ -112,3 +112,94 @@ def test_tier_hits_skip_equals_a_walk_on_every_instance(seed: int) -> None:
         hosts += sum(1 for h in hits if h.host)
         idx.record(rng.randrange(n), p, float(step))
     assert hosts > 0  # some answers came from the host walk
+
+
+def _find_block_by_block(store: TierStore, hashes: list[int], j: int, base: int) -> Any:
+    """`TierStore._find` as first written: the index probed one block at a time, from j down
+    to the MARK position at or below it, then (when hashes starts after that) up to the next."""
+    index = store.index
+    h = hashes[j]
+    floor = j - (base + j) % MARK
+    i = j
+    while i >= floor and i >= 0:
+        r = index.get(hashes[i])
+        if (
+            r is not None
+            and 0 <= base + j - r.lo < len(r.hashes)
+            and r.hashes[base + j - r.lo] == h
+        ):
+            return r
+        i -= 1
+    if floor < 0:
+        for i in range(j + 1, min(floor + MARK + 1, len(hashes))):
+            r = index.get(hashes[i])
+            if (
+                r is not None
+                and 0 <= base + j - r.lo < len(r.hashes)
+                and r.hashes[base + j - r.lo] == h
+            ):
+                return r
+    return None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_find_in_one_pass_matches_the_block_by_block_probe(seed: int) -> None:
+    """`_find` takes the runs indexed among the probed blocks in one C pass; it must return
+    the run the block-by-block probe returns, also for hashes that start off a MARK position
+    (a run handed down by an eviction) and for the runs that hold a block twice."""
+    rng = random.Random(seed)
+    prompts = _prompts(rng, 40)
+    store, _ = _stores(events=False)
+    found = 0
+    for step in range(300):
+        p = rng.choice(prompts)
+        a = rng.randrange(len(p))
+        b = rng.randint(a + 1, len(p))
+        store.put([(a, p[a:b])], float(step), [rng.random() < 0.5])
+        q = rng.choice(prompts)
+        s = rng.randrange(len(q))
+        tail = q[s:]
+        for j in range(len(tail)):
+            got = store._find(tail, j, s)
+            assert got is _find_block_by_block(store, tail, j, s)
+            found += got is not None
+    assert found > 0
+
+
+def _stepped(seed: int, probe: bool, write_through: bool) -> list[Any]:
+    """A router's tier model fed random routed prompts, each `record` after a `tier_hits` of
+    the same prompt, sometimes with a `clear` or `advance` in between (which drop the probe).
+    With `probe` both get the same hash list, so the record takes the probe's walks; without,
+    the record gets a copy and walks again. The answers and the stores' states, per step."""
+    rng = random.Random(seed)
+    prompts = _prompts(rng, 30)
+    n = 3
+    idx = TieredPrefixIndex(
+        n, hbm_blocks=50, host_blocks=120, disk_blocks=200, write_through=write_through
+    )
+    states: list[Any] = []
+    used = 0
+    for step in range(300):
+        p = list(rng.choice(prompts))
+        i = rng.randrange(n)
+        hits = idx.tier_hits(RequestView("r", "s", 0, len(p) * BS + 1, 1, p, BS), n)
+        op = rng.random()
+        if op < 0.05:
+            idx.clear(rng.randrange(n))
+        elif op < 0.1:
+            idx.advance(float(step))
+        used += idx._probe is not None
+        idx.record(i, p if probe else list(p), float(step))
+        states.append((hits, [_state(s) for s in idx.host], [_state(s) for s in idx.disk]))
+    assert used > (0 if probe and not write_through else -1)
+    return states
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("write_through", [False, True])
+def test_record_after_tier_hits_matches_record_alone(seed: int, write_through: bool) -> None:
+    """`record` of the instance `tier_hits` just probed uses the probe's HBM prefix and host
+    walk; the router's tier model must end every step as when `record` walks again."""
+    with_probe = _stepped(seed, True, write_through)
+    assert with_probe == _stepped(seed, False, write_through)
+    assert any(s[0][k].host for s in with_probe for k in range(3))  # host hits were used

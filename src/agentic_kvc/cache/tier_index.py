@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import MARK, Link, TierStore
+from agentic_kvc.sim.tiers import MARK, Link, Run, TierStore
 
 if TYPE_CHECKING:
     from agentic_kvc.config import KVTiersConfig
@@ -124,6 +124,14 @@ class TieredPrefixIndex:
         elif self.disk and not self.host:
             self.hbm.on_evict = self._to_disk  # no host tier: HBM evictions go to disk
         self._now = 0.0
+        # The last `tier_hits` probe, for the `record` of the instance it chose (the router
+        # records right after routing): the prompt's hash list, the HBM prefix per instance,
+        # and per instance the host walk after it (its end and runs; None: nothing held).
+        # `record` then uses those runs instead of probing HBM and walking the host again.
+        # Dropped by anything that changes the tiers in between (`record`, `clear`,
+        # `advance`); with write-through `record` stores the prompt first, so it is not kept.
+        self._probe: tuple[Sequence[int], list[int], list[tuple[int, list[Run]] | None]] | None
+        self._probe = None
 
     def _host_store(self, instance: int) -> TierStore:
         below = self.disk[self.disk_group[instance]] if self.disk else None
@@ -148,26 +156,37 @@ class TieredPrefixIndex:
         self.disk[self.disk_group[instance]].put([(lo, _own(hashes))], self._now)
 
     def advance(self, now: float) -> None:
+        self._probe = None
         self.hbm.advance(now)
 
     def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
         """The router sent a prompt with these full blocks to `instance` at time `now`."""
         self._now = now
         n = len(block_hashes)
+        probe, self._probe = self._probe, None
         if n and (self.host or self.disk):
             if self.write_through and self.host:
                 # Copied: a store trims its runs' lists in place when it evicts.
                 self.host[instance].put([(0, list(block_hashes))], now)
             # The runs after the HBM hit that the engine reloads are used now (most recent).
-            m = self.hbm.held_blocks(instance, block_hashes)
-            if self.host and m < n:
-                m = self.host[instance].use_held(block_hashes, m, n)
+            if probe is not None and probe[0] is block_hashes and instance < len(probe[1]):
+                # `tier_hits` just walked this prompt, and nothing changed since: its answer.
+                m = probe[1][instance]
+                walk = probe[2][instance]
+                if walk is not None:
+                    m, runs = walk
+                    self.host[instance].use(runs)
+            else:
+                m = self.hbm.held_blocks(instance, block_hashes)
+                if self.host and m < n:
+                    m = self.host[instance].use_held(block_hashes, m, n)
             if self.disk and m < n:
                 self.disk[self.disk_group[instance]].use_held(block_hashes, m, n)
         self.hbm.record(instance, block_hashes, now)
 
     def clear(self, instance: int) -> None:
         """Forget an instance's HBM and host tiers (a shared disk keeps what it holds)."""
+        self._probe = None
         self.hbm.clear(instance)
         if self.host:
             self.host[instance] = self._host_store(instance)
@@ -202,6 +221,7 @@ class TieredPrefixIndex:
             return [TierHits(m * bs) for m in hbm]
         n = len(hashes)
         out = []
+        walks: list[tuple[int, list[Run]] | None] = [None] * len(hbm)
         # Most instances' host tier holds nothing after their HBM prefix: the run holding
         # block m, if any, has an index key among blocks m - m % MARK .. m (`TierStore._find`),
         # so a store whose index has none of them answers 0 without a walk. Instances mostly
@@ -213,9 +233,12 @@ class TieredPrefixIndex:
                 if m != at:
                     at, probe = m, hashes[m - m % MARK : m + 1]
                 if not host[i].index.keys().isdisjoint(probe):
-                    h = host[i].run(hashes, m, n)
+                    walks[i] = walk = host[i].walk(hashes, m, n)
+                    h = walk[0] - m
             d = disk[group[i]].run(hashes, m + h, n) if disk and m + h < n else 0
             out.append(TierHits(m * bs, h * bs, d * bs))
+        if host and not self.write_through:
+            self._probe = (hashes, hbm, walks)
         return out
 
 

@@ -226,17 +226,14 @@ class TierStore:
         index = self.index
         h = hashes[j]
         floor = j - (base + j) % MARK
-        if floor >= 0 and index.keys().isdisjoint(hashes[floor : j + 1]):
-            return None  # no index key among the probed blocks (one C pass: most probes miss)
-        i = j
-        while i >= floor and i >= 0:
-            r = index.get(hashes[i])
-            if r is not None:
-                k = base + j - r.lo
-                hs = r.hashes
-                if 0 <= k < len(hs) and hs[k] == h:
-                    return r
-            i -= 1
+        a = floor if floor > 0 else 0
+        # The runs indexed at blocks a .. j, in one C pass (most probes find none, or only
+        # the run the walk just left, which ends before j), checked nearest j first.
+        for r in reversed(list(filter(None, map(index.get, hashes[a : j + 1])))):
+            k = base + j - r.lo
+            hs = r.hashes
+            if 0 <= k < len(hs) and hs[k] == h:
+                return r
         if floor < 0:
             for i in range(j + 1, min(floor + MARK + 1, len(hashes))):
                 r = index.get(hashes[i])
@@ -278,6 +275,16 @@ class TierStore:
     def run(self, hashes: Sequence[int], start: int, stop: int) -> int:
         """How many of hashes[start:stop] this tier holds, contiguously from `start`."""
         return self._walk(hashes, start, stop)[0] - start
+
+    def walk(self, hashes: Sequence[int], start: int, stop: int) -> tuple[int, list[Run]]:
+        """Where the stretch of hashes[start:stop] this tier holds from `start` ends, and
+        its runs: `use(runs)` later, while the store is unchanged, is `use_held` without a
+        second walk."""
+        return self._walk(hashes, start, stop)
+
+    def use(self, runs: list[Run]) -> None:
+        """The runs a `walk` returned (the store unchanged since) are used: most recent."""
+        self._use(runs)
 
     def _use(self, runs: list[Run]) -> None:
         """These runs (a prompt's, in position order) were used or stored: most recent, the
