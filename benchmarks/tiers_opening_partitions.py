@@ -11,9 +11,12 @@ seed of the study's session jitter:
 - today's predicted_ttft and sticky_least_loaded (which alternates: 0, 1, 0, 1, ...);
 - `--random` balanced random partitions (24 openings on each instance in a random order, seeded
   by the seed), the distribution a router blind to everything but the final count would draw;
-- the prefix imbalance of each sequence, mean over k of |opened on 0 - opened on 1| among the
-  first k openings (alternation: 0.5; a random order of 48: about 2), and its rank correlation
-  with TTFT p90 over the random partitions of a seed.
+- two properties of a partition a router could aim for, each with its rank correlation with
+  TTFT p90 over the random partitions of a seed: the prefix imbalance, mean over k of |opened
+  on 0 - opened on 1| among the first k openings (alternation: 0.5; a random order of 48:
+  about 2), and the phase alignment, the sum over pairs of sessions on one instance of
+  exp(-|difference of their opening times| / 1 s) (sessions that open together may come back
+  together).
 
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_partitions.py \\
         --out results/bench/tiers_opening_partitions.json
@@ -121,20 +124,37 @@ def prefix_imbalance(plan: Sequence[int]) -> float:
     return total / len(plan)
 
 
+def openings_at(recs: list[dict[str, Any]]) -> list[float]:
+    """Each session's first arrival, in the order the sessions opened."""
+    first: dict[str, float] = {}
+    for r in sorted(recs, key=lambda r: r["arrival_s"]):
+        first.setdefault(r["session_id"], r["arrival_s"])
+    return list(first.values())
+
+
+def alignment(times: Sequence[float], plan: Sequence[int], tau_s: float = 1.0) -> float:
+    t = np.asarray(times)
+    same = np.equal.outer(np.asarray(plan), np.asarray(plan))
+    near = np.exp(-np.abs(np.subtract.outer(t, t)) / tau_s)
+    return float((near * same).sum() - len(t)) / 2  # pairs, each once, not itself
+
+
 def cell_report(cell: str, seeds: Sequence[int], n_random: int, host: float) -> dict[str, Any]:
     per_seed = []
     for seed in seeds:
         today_recs = run(cell, "predicted_ttft", seed, host)
         sticky_recs = run(cell, "sticky_least_loaded", seed, host)
         n_open = len(openings(today_recs))
+        times = openings_at(today_recs)  # the same in every run of a seed (the trace's)
         rng = random.Random(1000 + seed)
-        rand, imb = [], []
+        rand, imb, phase = [], [], []
         for _ in range(n_random):
             plan = [0] * (n_open // 2) + [1] * (n_open - n_open // 2)
             rng.shuffle(plan)
             PlannedOpenings.plan = plan
             rand.append(p90(run(cell, PROBE, seed, host)))
             imb.append(prefix_imbalance(plan))
+            phase.append(alignment(times, plan))
         rs = np.array(rand)
         today, sticky = p90(today_recs), p90(sticky_recs)
         per_seed.append(
@@ -149,6 +169,10 @@ def cell_report(cell: str, seeds: Sequence[int], n_random: int, host: float) -> 
                 "sticky_imbalance": prefix_imbalance(openings(sticky_recs)),
                 "random_imbalance": imb,
                 "spearman_imbalance_p90": spearman(imb, rand),
+                "today_alignment": alignment(times, openings(today_recs)),
+                "sticky_alignment": alignment(times, openings(sticky_recs)),
+                "random_alignment": phase,
+                "spearman_alignment_p90": spearman(phase, rand),
             }
         )
         print(cell, json.dumps({k: v for k, v in per_seed[-1].items() if "random" not in k}))
@@ -171,6 +195,9 @@ def cell_report(cell: str, seeds: Sequence[int], n_random: int, host: float) -> 
         "sticky_vs_random_median": rel("sticky"),
         "mean_spearman_imbalance_p90": float(
             np.mean([s["spearman_imbalance_p90"] for s in per_seed])
+        ),
+        "mean_spearman_alignment_p90": float(
+            np.mean([s["spearman_alignment_p90"] for s in per_seed])
         ),
     }
 
@@ -200,7 +227,9 @@ def main() -> int:
             f"{100 * t['ci'][1]:+.1f}] (mean percentile {100 * t['mean_percentile']:.0f}), "
             f"sticky {100 * s['mean']:+.1f}% [{100 * s['ci'][0]:+.1f}, {100 * s['ci'][1]:+.1f}] "
             f"(mean percentile {100 * s['mean_percentile']:.0f}) against the median random "
-            f"partition; Spearman(prefix imbalance, p90) {r['mean_spearman_imbalance_p90']:+.2f}"
+            f"partition; Spearman with p90: prefix imbalance "
+            f"{r['mean_spearman_imbalance_p90']:+.2f}, phase alignment "
+            f"{r['mean_spearman_alignment_p90']:+.2f}"
         )
     return 0
 
