@@ -119,3 +119,27 @@ def test_token_shares_and_host_gain_recompute_from_records(section) -> None:
     ).with_columns(pl.col("host_gib").cast(pl.Utf8).alias("tier"))
     gain = paired_compare(both, "0", "1", "ttft_p90", by="tier", pair_on=("replicate",))
     assert f"| {fmt_diff(gain)} |" in row
+
+
+def test_answer_names_setups_with_identical_results_once() -> None:
+    from agentic_kvc.analysis.paired import PairedResult
+    from agentic_kvc.analysis.studies.tiers import _setups
+
+    def res(rel: float) -> PairedResult:
+        return PairedResult(
+            "ttft_p90", "peer", "ours", 1.0, 1.0 + rel, rel, rel - 0.1, rel + 0.1, 5, 100
+        )
+
+    same = res(0.16)
+    rows = [
+        ("trace x2", "host 16 GiB", "sticky", same, None),
+        ("trace x2", "host 128 GiB", "sticky", res(0.16), None),  # equal values: one result
+        ("trace x2", DISK_SETUP, "sticky", res(0.20), None),  # another result
+        ("other", "host 16 GiB", "sticky", same, None),  # another cell: named apart
+    ]
+    text = _setups(rows, with_peer=True)
+    assert text == (
+        "trace x2, host 16 GiB / host 128 GiB vs sticky (identical results); "
+        f"trace x2, {DISK_SETUP} vs sticky; other, host 16 GiB vs sticky"
+    )
+    assert _setups(rows[:1], with_peer=False) == "trace x2, host 16 GiB"

@@ -270,10 +270,11 @@ def _answer(
         parts.append(
             f"with tiers, {OURS} is at least {-GOAL_OURS:.0%} below the best peer's TTFT p90 "
             f"(significantly) in {len(wins)} of {len(judged)} setups"
-            + (" (" + "; ".join(f"{c}, {t}" for c, t, *_ in wins) + ")" if wins else "")
+            + (" (" + _setups(wins, with_peer=False) + ")" if wins else "")
             + f", significantly worse in {len(worse)}"
-            + (" (" + "; ".join(f"{c}, {t} vs {p}" for c, t, p, *_ in worse) + ")" if worse else "")
+            + (" (" + _setups(worse, with_peer=True) + ")" if worse else "")
             + f", and significantly worse on E2E p90 in {len(e2e_worse)}"
+            + (" (" + _setups(e2e_worse, with_peer=True, metric=4) + ")" if e2e_worse else "")
         )
     if not parts:
         return "The tier runs are not complete here, so the data do not decide it."
@@ -282,6 +283,27 @@ def _answer(
     over = str(n[0]) if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
     text = "; ".join(parts) + f" (paired over {over} replicates, 95% intervals)."
     return text[0].upper() + text[1:]
+
+
+def _setups(
+    judged: list[tuple[str, str, str, PairedResult | None, PairedResult | None]],
+    with_peer: bool,
+    metric: int = 3,
+) -> str:
+    """The setups named in the answer; a cell's setups whose comparison came out identical
+    (the same values and interval: e.g. a host tier larger than the working set, where 16
+    and 128 GiB give the same runs) are named once, joined with "/"."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for cell, tier, peer, *results in judged:
+        r = results[metric - 3]
+        assert r is not None
+        key = (cell, peer, r.baseline_value, r.candidate_value, r.ci_low, r.ci_high)
+        groups.setdefault(key, []).append(tier)
+    out = []
+    for (cell, peer, *_), tiers in groups.items():
+        same = " (identical results)" if len(tiers) > 1 else ""
+        out.append(f"{cell}, {' / '.join(tiers)}" + (f" vs {peer}" if with_peer else "") + same)
+    return "; ".join(out)
 
 
 def capacity_figure(curves: dict[str, dict[str, dict[str, float]]], out: Path) -> Path | None:
