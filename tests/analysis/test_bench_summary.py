@@ -456,3 +456,52 @@ def test_sim_scale_shows_the_repeats_spread_of_the_slowest_point(tmp_path: Path)
     eight = next(r for r in rows if r.measure.startswith("8 instances"))
     assert "median of 3 runs, 4,200-6,300x" in eight.value and eight.verdict == MET
     assert "median of" not in next(r for r in rows if r.measure.startswith("128")).value
+
+
+def test_kv_link_summaries_read_the_gpu_measurements(tmp_path: Path) -> None:
+    """The two GPU link files show the fitted link and the contention ratios they hold."""
+    from agentic_kvc.analysis.bench_summary import summarize_file
+
+    copy = {
+        "benchmark": "kv_link_copy",
+        "device": "GPU X",
+        "torch": "2.x",
+        "fits": [
+            {
+                "memory": "pinned",
+                "direction": "h2d",
+                "layout": "contiguous",
+                "latency_s": 5e-5,
+                "gb_per_s": 55.0,
+            },
+            {
+                "memory": "pinned",
+                "direction": "h2d",
+                "layout": "per_layer",
+                "latency_s": 4e-4,
+                "gb_per_s": 55.0,
+            },
+        ],
+    }
+    size = {
+        "two_h2d_first_over_alone": 1.0,
+        "two_h2d_total_over_alone": 2.0,
+        "duplex_h2d_over_alone": 1.1,
+        "duplex_d2h_over_alone": 1.2,
+    }
+    run = {
+        "sizes": [size, {**size, "two_h2d_total_over_alone": 1.9}],
+        "compute": {"loop_slowdown": 1.04, "copies_slowdown": 1.02},
+    }
+    contention = {"benchmark": "kv_link_contention", "device": "GPU X", "runs": [run, run]}
+    for name, doc in (("a", copy), ("b", contention)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    rows = {r.measure: r.value for r in summarize_file(tmp_path / "a.json")}
+    assert rows["pinned h2d: latency + bytes / bandwidth"] == "50 us + 55 GB/s"
+    assert len(rows) == 2  # the device, and the contiguous fit only
+    rows = {r.measure: r.value for r in summarize_file(tmp_path / "b.json")}
+    assert rows["two host->device copies at once: first / second ends (x one alone)"] == (
+        "1-1x / 1.9-2x"
+    )
+    assert rows["a copy each way at once: the slower (x alone)"] == "1.2-1.2x"
+    assert rows["device"] == "GPU X, 2 runs x 2 sizes"

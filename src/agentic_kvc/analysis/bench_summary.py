@@ -30,6 +30,8 @@ Goals and where they are stated:
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 - sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same
   run HBM only, in every row (issue 29; benchmarks/sim_tiers_overhead.py).
+- kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
+  and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
 """
 
 from __future__ import annotations
@@ -659,6 +661,57 @@ def _sim_tiers_overhead(doc: dict[str, Any]) -> list[Fig]:
             )
         )
     return out
+
+
+@summariser("kv_link_copy", "host <-> device copies of KV blocks on a GPU (the tier links)")
+def _kv_link_copy(doc: dict[str, Any]) -> list[Fig]:
+    """Per memory and direction, the fitted latency + bandwidth of one contiguous copy."""
+    out = [Fig("device", f"{_at(doc, 'device')} (torch {_at(doc, 'torch')})")]
+    for f in _at(doc, "fits"):
+        if f.get("layout", "contiguous") != "contiguous":
+            continue
+        out.append(
+            Fig(
+                f"{_at(f, 'memory')} {_at(f, 'direction')}: latency + bytes / bandwidth",
+                f"{_num(float(_at(f, 'latency_s')) * 1e6)} us + "
+                f"{_num(float(_at(f, 'gb_per_s')))} GB/s",
+            )
+        )
+    return out
+
+
+@summariser(
+    "kv_link_contention", "do KV reloads queue on the host link, and do they slow the steps?"
+)
+def _kv_link_contention(doc: dict[str, Any]) -> list[Fig]:
+    """Over every run and size: two host->device copies started together (when each ends,
+    against one alone), a copy each way at once, and a matmul loop beside copies."""
+    runs = _at(doc, "runs")
+    sizes = [r for run in runs for r in _at(run, "sizes")]
+    first = [float(_at(r, "two_h2d_first_over_alone")) for r in sizes]
+    total = [float(_at(r, "two_h2d_total_over_alone")) for r in sizes]
+    duplex = [
+        max(float(_at(r, "duplex_h2d_over_alone")), float(_at(r, "duplex_d2h_over_alone")))
+        for r in sizes
+    ]
+    loop = [float(_at(run, "compute", "loop_slowdown")) for run in runs]
+    copies = [float(_at(run, "compute", "copies_slowdown")) for run in runs]
+
+    def span(xs: list[float]) -> str:
+        return f"{_num(min(xs))}-{_num(max(xs))}x"
+
+    return [
+        Fig("device", f"{_at(doc, 'device')}, {len(runs)} runs x {len(sizes) // len(runs)} sizes"),
+        Fig(
+            "two host->device copies at once: first / second ends (x one alone)",
+            f"{span(first)} / {span(total)}",
+        ),
+        Fig("a copy each way at once: the slower (x alone)", span(duplex)),
+        Fig(
+            "bf16 matmul loop beside copies: loop / copies slowdown",
+            f"{span(loop)} / {span(copies)}",
+        ),
+    ]
 
 
 # --- files without a summariser ------------------------------------------------------------------
