@@ -42,9 +42,7 @@ from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.predicted_ttft import PredictedTTFT
 from agentic_kvc.policy.registry import list_policies, register
-from agentic_kvc.sim.fleet import SimFleet
-from agentic_kvc.sim.run_backend import profile_for
-from agentic_kvc.workload import load_workload
+from agentic_kvc.sim.run_backend import prepare_sim, profile_for
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = "predicted_ttft_planned_open"
@@ -92,9 +90,7 @@ def run(cell: str, policy: str, seed: int, host: float) -> list[dict[str, Any]]:
         override_item("fleet.kv_tiers.host_gib", host),
     ]
     cfg = _config(cell, sets)
-    fleet = SimFleet(cfg, load_workload(cfg.workload, cfg.seed), profile_for(cfg))
-    fleet.run()
-    return [r.to_dict() for r in fleet.records]
+    return prepare_sim(cfg)(profile_for(cfg))
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

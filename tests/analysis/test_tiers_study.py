@@ -143,3 +143,8 @@ def test_answer_names_setups_with_identical_results_once() -> None:
         f"trace x2, {DISK_SETUP} vs sticky; other, host 16 GiB vs sticky"
     )
     assert _setups(rows[:1], with_peer=False) == "trace x2, host 16 GiB"
+    # with e2e, the E2E comparison decides what is identical (here both differ)
+    e2e_rows = [(c, t, p, same, res(0.01 * k)) for k, (c, t, p, *_) in enumerate(rows[:2])]
+    assert _setups(e2e_rows, with_peer=False, e2e=True) == (
+        "trace x2, host 16 GiB; trace x2, host 128 GiB"
+    )

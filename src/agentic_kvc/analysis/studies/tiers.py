@@ -274,7 +274,7 @@ def _answer(
             + f", significantly worse in {len(worse)}"
             + (" (" + _setups(worse, with_peer=True) + ")" if worse else "")
             + f", and significantly worse on E2E p90 in {len(e2e_worse)}"
-            + (" (" + _setups(e2e_worse, with_peer=True, metric=4) + ")" if e2e_worse else "")
+            + (" (" + _setups(e2e_worse, with_peer=True, e2e=True) + ")" if e2e_worse else "")
         )
     if not parts:
         return "The tier runs are not complete here, so the data do not decide it."
@@ -288,14 +288,14 @@ def _answer(
 def _setups(
     judged: list[tuple[str, str, str, PairedResult | None, PairedResult | None]],
     with_peer: bool,
-    metric: int = 3,
+    e2e: bool = False,
 ) -> str:
-    """The setups named in the answer; a cell's setups whose comparison came out identical
-    (the same values and interval: e.g. a host tier larger than the working set, where 16
-    and 128 GiB give the same runs) are named once, joined with "/"."""
+    """The setups named in the answer; a cell's setups whose comparison (TTFT p90, or E2E p90
+    with `e2e`) came out identical (the same values and interval: e.g. a host tier larger than
+    the working set, where 16 and 128 GiB give the same runs) are named once, joined by "/"."""
     groups: dict[tuple[Any, ...], list[str]] = {}
-    for cell, tier, peer, *results in judged:
-        r = results[metric - 3]
+    for cell, tier, peer, ttft, e2e_result in judged:
+        r = e2e_result if e2e else ttft
         assert r is not None
         key = (cell, peer, r.baseline_value, r.candidate_value, r.ci_low, r.ci_high)
         groups.setdefault(key, []).append(tier)
