@@ -120,24 +120,18 @@ def _find_block_by_block(store: TierStore, hashes: list[int], j: int, base: int)
     index = store.index
     h = hashes[j]
     floor = j - (base + j) % MARK
-    i = j
-    while i >= floor and i >= 0:
+
+    def holds_j(i: int) -> Any:
         r = index.get(hashes[i])
-        if (
-            r is not None
-            and 0 <= base + j - r.lo < len(r.hashes)
-            and r.hashes[base + j - r.lo] == h
-        ):
+        k = base + j - r.lo if r is not None else -1
+        return r if r is not None and 0 <= k < len(r.hashes) and r.hashes[k] == h else None
+
+    for i in range(j, max(floor, 0) - 1, -1):
+        if (r := holds_j(i)) is not None:
             return r
-        i -= 1
     if floor < 0:
         for i in range(j + 1, min(floor + MARK + 1, len(hashes))):
-            r = index.get(hashes[i])
-            if (
-                r is not None
-                and 0 <= base + j - r.lo < len(r.hashes)
-                and r.hashes[base + j - r.lo] == h
-            ):
+            if (r := holds_j(i)) is not None:
                 return r
     return None
 
