@@ -244,11 +244,12 @@ class TierStore:
                         return r
         return None
 
-    def _walk(
+    def walk(
         self, hashes: Sequence[int], start: int, stop: int, base: int = 0
     ) -> tuple[int, list[Run]]:
         """The end of the stored stretch of hashes[start:stop] from `start`, and its runs
-        (`base`: the chain position of hashes[0])."""
+        (`base`: the chain position of hashes[0]). `use(runs)` later, while the store is
+        unchanged, is `use_held` without a second walk."""
         runs: list[Run] = []
         j = start
         stop = min(stop, len(hashes))
@@ -274,21 +275,12 @@ class TierStore:
 
     def run(self, hashes: Sequence[int], start: int, stop: int) -> int:
         """How many of hashes[start:stop] this tier holds, contiguously from `start`."""
-        return self._walk(hashes, start, stop)[0] - start
-
-    def walk(self, hashes: Sequence[int], start: int, stop: int) -> tuple[int, list[Run]]:
-        """Where the stretch of hashes[start:stop] this tier holds from `start` ends, and
-        its runs: `use(runs)` later, while the store is unchanged, is `use_held` without a
-        second walk."""
-        return self._walk(hashes, start, stop)
+        return self.walk(hashes, start, stop)[0] - start
 
     def use(self, runs: list[Run]) -> None:
-        """The runs a `walk` returned (the store unchanged since) are used: most recent."""
-        self._use(runs)
-
-    def _use(self, runs: list[Run]) -> None:
-        """These runs (a prompt's, in position order) were used or stored: most recent, the
-        head last (vLLM's LRU touches a request's blocks tail first)."""
+        """These runs (a prompt's, in position order, e.g. from `walk` with the store
+        unchanged since) were used or stored: most recent, the head last (vLLM's LRU touches
+        a request's blocks tail first)."""
         lru, held = self.lru, self.held
         for r in reversed(runs):
             if r in lru:
@@ -301,15 +293,15 @@ class TierStore:
         """The stretch of hashes[start:stop] this tier holds from `start` is used: its runs
         become most recent. Returns where the stretch ends (one walk: `run` then `touch`
         would walk it twice)."""
-        end, runs = self._walk(hashes, start, stop)
-        self._use(runs)
+        end, runs = self.walk(hashes, start, stop)
+        self.use(runs)
         return end
 
     def touch(self, hashes: Sequence[int], start: int, stop: int) -> float:
         """A load uses hashes[start:stop] (stored): their runs are most recent. Returns when
         their writes have landed."""
-        runs = self._walk(hashes, start, stop)[1]
-        self._use(runs)
+        runs = self.walk(hashes, start, stop)[1]
+        self.use(runs)
         return max((r.ready for r in runs), default=0.0)
 
     def _disjoint(self, hashes: Sequence[int], lo: int) -> bool:
@@ -378,12 +370,12 @@ class TierStore:
                 self._index(r)
                 fresh.append(r)
                 new += len(hashes)
-                lru[r] = None  # a new run: most recent (`_use`)
+                lru[r] = None  # a new run: most recent (`use`)
                 continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
             # first block is indexed.
-            m, parts = self._walk(hashes, 0, len(hashes), lo)
+            m, parts = self.walk(hashes, 0, len(hashes), lo)
             while m < len(hashes):
                 rest = hashes[m:] if m else hashes
                 if self._disjoint(rest, lo + m):
@@ -401,9 +393,9 @@ class TierStore:
                 fresh.append(r)
                 new += j - m
                 parts.append(r)
-                m, more = self._walk(hashes, j, len(hashes), lo)
+                m, more = self.walk(hashes, j, len(hashes), lo)
                 parts += more
-            self._use(parts)
+            self.use(parts)
         if not new:
             return 0
         if self.events is not None:
