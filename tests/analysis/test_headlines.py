@@ -69,6 +69,28 @@ def test_the_policy_evidence_comes_first_and_the_list_stays_at_ten(tmp_path: Pat
     )
 
 
+def test_the_tiers_headline_names_ours_worst_setup(tmp_path: Path) -> None:
+    """A loss elsewhere in the tiers study reaches the ranked findings, not only its tables."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    gain, ours, worst = h.sources
+    findings = {
+        "tiers": [
+            f"{gain} -58.5% [-68.8, -4.5] (3 paired replicates)",
+            f"{ours} sticky_least_loaded, TTFT p90: -9.8% [-20.6, +4.7] n.s. (3 paired replicates)",
+            f"{worst} (trace x2, host 16 GiB / host 128 GiB vs sticky_least_loaded (identical "
+            "results)), TTFT p90: +16.4% [+2.2, +34.2] (11 paired replicates)",
+        ]
+    }
+    (text,) = [r.text for r in render_headlines(findings, [tmp_path])]
+    assert "(sticky_least_loaded): -9.8% [-20.6, +4.7], not significant;" in text
+    assert (
+        "its worst against the best peer (trace x2, host 16 GiB / host 128 GiB vs "
+        "sticky_least_loaded (identical results)): +16.4% [+2.2, +34.2]." in text
+    )
+    # Without the worst setup's line the headline is left out, not shown without it.
+    assert render_headlines({"tiers": findings["tiers"][:2]}, [tmp_path]) == []
+
+
 def test_policy_headline_with_no_lead_says_so() -> None:
     doc = {"seeds": 5, "scenarios": [_row("b", (-0.05, -0.10, 0.01), -0.03)]}
     assert policy_headline(doc).endswith("and leads it significantly on none.")

@@ -12,7 +12,15 @@ import yaml
 from agentic_kvc.analysis.experiments import expand
 from agentic_kvc.analysis.paired import fmt_diff, paired_compare
 from agentic_kvc.analysis.studies.base import load_study
-from agentic_kvc.analysis.studies.tiers import CEILING, DISK_SETUP, HBM_ONLY, analyse, tier_of
+from agentic_kvc.analysis.studies.tiers import (
+    CEILING,
+    DISK_SETUP,
+    HBM_ONLY,
+    OURS,
+    WORST_SETUP,
+    analyse,
+    tier_of,
+)
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.runs import execute
@@ -95,6 +103,23 @@ def test_section_has_every_setup_and_the_figures(section) -> None:
     assert s.answer.startswith("A 128 GiB") is False  # no 128 GiB setup here: not claimed
     assert "predicted_ttft is at least 15% below" in s.answer
     assert f"(paired over {len(SEEDS)} replicates, 95% intervals)" in s.answer  # as counted
+
+
+def test_worst_setup_is_the_largest_difference_against_the_best_peer(section) -> None:
+    """The finding line REPORT.md's headline reads for ours' worst tiered setup names the
+    setup whose TTFT p90 difference against its best peer is the largest, with its value."""
+    s, _ = section
+    ours = [f for f in s.findings if f": {OURS} vs best peer " in f and HBM_ONLY not in f]
+    worst = [f for f in s.findings if f.startswith(WORST_SETUP)]
+    assert ours and len(worst) == 1
+
+    def value(line: str) -> float:
+        return float(line.split("TTFT p90: ")[1].split("%")[0])
+
+    top = max(ours, key=value)
+    assert value(worst[0]) == value(top)
+    setup = top.split(f": {OURS} vs best peer")[0]  # "<cell>, <tier>"
+    assert setup.rsplit(", ", 1)[1] in worst[0] and setup.rsplit(", ", 1)[0] in worst[0]
 
 
 def test_token_shares_and_host_gain_recompute_from_records(section) -> None:

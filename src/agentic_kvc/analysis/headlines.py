@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.paired import signed
+from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 
 MAX_HEADLINES = 10
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
@@ -119,14 +120,16 @@ def _real(v: Value) -> str:
     )
 
 
-def _tiers(gain: Value, ours: Value) -> str:
+def _tiers(gain: Value, ours: Value, worst: Value) -> str:
     peer = re.search(r"vs best peer (\S+),", ours.line)
+    where = re.search(r"against the best peer \((.*)\), TTFT p90:", worst.line)
     return (
         "When HBM cannot hold the paused sessions of a long-context coding agent, a 128 GiB "
         f"host KV tier {gain.verb()} the TTFT p90 of the router that is best without it "
         f"({gain.interval()}); there, pricing each tier's reload by time (predicted_ttft) "
         f"against the best peer ({peer.group(1) if peer else 'the best peer'}): "
-        f"{ours.interval()}."
+        f"{ours.interval()}; across the study's tiered setups its worst against the best peer "
+        f"({where.group(1) if where else 'one setup'}): {worst.interval()}."
     )
 
 
@@ -139,6 +142,7 @@ HEADLINES: tuple[Headline, ...] = (
         (
             f"{TIERS_CELL}: + host 128 GiB vs HBM only (best HBM-only peer):",
             f"{TIERS_CELL}, host 128 GiB: predicted_ttft vs best peer",
+            WORST_SETUP,
         ),
         _tiers,
     ),
