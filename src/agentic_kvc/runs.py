@@ -30,10 +30,7 @@ from agentic_kvc.config import RunConfig
 from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from agentic_kvc.metrics.summary import summarize
 from agentic_kvc.processor import processor_info
-
-# Re-exported: the contract used to live here, and callers still import it from runs.
-from agentic_kvc.run_backend import Backend as Backend
-from agentic_kvc.run_backend import BackendResult as BackendResult
+from agentic_kvc.run_backend import Backend
 from agentic_kvc.run_backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.security import redact, within_root
 

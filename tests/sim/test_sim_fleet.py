@@ -14,7 +14,8 @@ from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import read_jsonl
 from agentic_kvc.policy.registry import list_policies
 from agentic_kvc.profiles.cost import EngineProfile
-from agentic_kvc.runs import BackendResult, execute
+from agentic_kvc.run_backend import BackendResult
+from agentic_kvc.runs import execute
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.run_backend import run_sim
 from agentic_kvc.workload import load_workload
