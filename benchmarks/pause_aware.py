@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.analysis.paired import paired_compare, request_frame
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.runs import hardware_info
@@ -151,29 +151,7 @@ def main() -> int:
                         f"{info['cpu_s']:.1f} s CPU",
                         flush=True,
                     )
-                    cols = [
-                        "request_id",
-                        "ttft_s",
-                        "tpot_s",
-                        "e2e_s",
-                        "input_tokens",
-                        "cached_tokens",
-                        "prefill_instance",
-                        "error",
-                    ]
-                    df = pl.DataFrame(
-                        [{c: r.get(c) for c in cols} for r in rows],
-                        schema={
-                            "request_id": pl.Utf8,
-                            "ttft_s": pl.Float64,
-                            "tpot_s": pl.Float64,
-                            "e2e_s": pl.Float64,
-                            "input_tokens": pl.Int64,
-                            "cached_tokens": pl.Int64,
-                            "prefill_instance": pl.Int64,
-                            "error": pl.Utf8,
-                        },
-                    ).with_columns(
+                    df = request_frame(rows).with_columns(
                         pl.lit(placement).alias("variant"),
                         pl.lit(seed).alias("seed"),
                         pl.lit(4).alias("instances"),

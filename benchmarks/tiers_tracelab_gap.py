@@ -52,7 +52,7 @@ import polars as pl
 import yaml
 
 from agentic_kvc.analysis.experiments import expand_experiment, override_item
-from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.analysis.paired import REQUEST_SCHEMA, paired_compare
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
@@ -219,19 +219,14 @@ def tokens(recs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def frame(rows: list[tuple[str, Any, list[dict[str, Any]]]], instances: int = 2) -> pl.DataFrame:
-    cols = (
-        "request_id",
-        "ttft_s",
-        "tpot_s",
-        "e2e_s",
-        "input_tokens",
-        "cached_tokens",
-        "prefill_instance",
-        "error",
-    )
     return pl.DataFrame(
         [
-            {**{c: r.get(c) for c in cols}, "variant": v, "seed": i, "instances": instances}
+            {
+                **{c: r.get(c) for c in REQUEST_SCHEMA},
+                "variant": v,
+                "seed": i,
+                "instances": instances,
+            }
             for v, i, recs in rows
             for r in recs
         ],

@@ -6,7 +6,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from agentic_kvc.analysis.paired import fmt_diff, paired_compare, paired_table
+from agentic_kvc.analysis.paired import (
+    REQUEST_SCHEMA,
+    fmt_diff,
+    paired_compare,
+    paired_table,
+    request_frame,
+)
 
 
 def _frame(rows: list[dict]) -> pl.DataFrame:
@@ -179,3 +185,15 @@ def test_fast_quantile_is_numpys_to_the_last_bit():
             want = float(np.quantile(kept, q)) if kept.size else float("nan")
             got = _quantile(v, q)
             assert got == want or (np.isnan(got) and np.isnan(want)), (i, q, got, want)
+
+
+def test_request_frame_keeps_the_paired_fields_typed_and_nulls_what_a_record_lacks() -> None:
+    recs = [
+        {"request_id": "a", "ttft_s": 1, "input_tokens": 8, "prefill_instance": 0, "extra": 5},
+        {"request_id": "b", "error": "timeout"},
+    ]
+    df = request_frame(recs)
+    assert df.columns == list(REQUEST_SCHEMA)  # no field outside the schema, in its order
+    assert dict(df.schema) == REQUEST_SCHEMA
+    assert df.get_column("ttft_s").to_list() == [1.0, None]
+    assert df.get_column("error").to_list() == [None, "timeout"]

@@ -23,7 +23,7 @@ level is coarse (5 seeds give few distinct resamples), which is why studies use 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -92,6 +92,26 @@ class _Pair:
 
 
 _COLUMNS = ("ttft_s", "tpot_s", "e2e_s", "input_tokens", "cached_tokens", "prefill_instance")
+
+# The request-record fields a paired comparison reads, typed: the request id that pairs rows,
+# `_COLUMNS`, and the error that drops a request's latencies. A requests frame for
+# `paired_compare` holds these plus the labels that select and pair runs.
+REQUEST_SCHEMA: dict[str, type[pl.DataType]] = {
+    "request_id": pl.String,
+    "ttft_s": pl.Float64,
+    "tpot_s": pl.Float64,
+    "e2e_s": pl.Float64,
+    "input_tokens": pl.Int64,
+    "cached_tokens": pl.Int64,
+    "prefill_instance": pl.Int64,
+    "error": pl.String,
+}
+
+
+def request_frame(records: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
+    """The records' `REQUEST_SCHEMA` fields, typed (a field a record lacks is null)."""
+    rows = [{c: r.get(c) for c in REQUEST_SCHEMA} for r in records]
+    return pl.DataFrame(rows, schema=REQUEST_SCHEMA)
 
 
 def _ok_values(df: pl.DataFrame) -> pl.DataFrame:

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import fmt_diff, paired_compare
+from agentic_kvc.analysis.paired import REQUEST_SCHEMA, fmt_diff, paired_compare
 from agentic_kvc.config import load_config
 from agentic_kvc.metrics.summary import summarize
 from agentic_kvc.policy.calibrated_split import params_from_sim
@@ -27,18 +27,9 @@ from agentic_kvc.policy.calibrated_split import params_from_sim
 BASE = "config/runs/sim_h20_agentic.yaml"
 THRESHOLDS = ("threshold_256", "threshold_2048")
 CANDIDATE = "calibrated"
-# The request columns analysis.paired reads (plus the labels that select and pair runs).
-REQUEST_COLUMNS = (
-    "request_id",
-    "ttft_s",
-    "tpot_s",
-    "e2e_s",
-    "input_tokens",
-    "cached_tokens",
-    "prefill_instance",
-    "decode_instance",
-    "error",
-)
+# The request columns kept per run: those analysis.paired reads, and where each decoded (the
+# labels that select and pair runs are added beside them).
+REQUEST_COLUMNS = (*REQUEST_SCHEMA, "decode_instance")
 
 
 def requests_path(out: Path) -> Path:
@@ -116,15 +107,8 @@ def requests_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
         "rate": pl.Float64,
         "seed": pl.Int64,
         "instances": pl.Int64,
-        "request_id": pl.String,
-        "ttft_s": pl.Float64,
-        "tpot_s": pl.Float64,
-        "e2e_s": pl.Float64,
-        "input_tokens": pl.Int64,
-        "cached_tokens": pl.Int64,
-        "prefill_instance": pl.Int64,
+        **REQUEST_SCHEMA,
         "decode_instance": pl.Int64,
-        "error": pl.String,
     }
     return pl.DataFrame(rows, schema=schema)
 
