@@ -33,6 +33,7 @@ from agentic_kvc.processor import processor_info
 from agentic_kvc.run_backend import Backend
 from agentic_kvc.run_backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.security import redact, within_root
+from agentic_kvc.serve.device import visible_gpus
 
 RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
 TRACKED_PACKAGES = (
@@ -89,24 +90,12 @@ def cpu_model() -> str | None:
 
 def hardware_info() -> dict[str, Any]:
     cpu = cpu_model() or platform.processor() or platform.machine()
-    gpus: list[str] = []
-    if shutil.which("nvidia-smi"):
-        try:
-            q = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            gpus = [g.strip() for g in q.stdout.splitlines() if g.strip()]
-        except (OSError, subprocess.SubprocessError):
-            pass
     return {
         "hostname": socket.gethostname(),
         "cpu": cpu,
         "processor": processor_info(),  # vendor, family/model, vector extensions (issue 34)
         "cpu_count": os.cpu_count(),
-        "gpus": gpus,
+        "gpus": visible_gpus(),
         "python": platform.python_version(),
         "platform": platform.platform(),
     }

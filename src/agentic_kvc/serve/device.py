@@ -25,6 +25,7 @@ def vllm_distribution() -> tuple[str, str] | None:
 
 
 def visible_gpus() -> list[str]:
+    """The GPUs' names as nvidia-smi lists them ([] without nvidia-smi, or when it fails)."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
