@@ -102,6 +102,10 @@ def test_section_has_every_setup_and_the_figures(section) -> None:
     assert all(Path(f).is_file() for f in s.figures)
     assert s.answer.startswith("A 128 GiB") is False  # no 128 GiB setup here: not claimed
     assert "predicted_ttft is at least 15% below" in s.answer
+    # One sentence of counts first, then a bullet per question with every setup's numbers.
+    lead, rest = s.answer.split("\n\n", 1)
+    assert "in 0 of 0" not in lead and " of " in lead and lead.endswith(".")
+    assert rest.startswith("- **Routing with tiers.** predicted_ttft is at least 15% below")
     assert f"(paired over {len(SEEDS)} replicates, 95% intervals)" in s.answer  # as counted
 
 

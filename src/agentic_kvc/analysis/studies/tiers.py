@@ -20,6 +20,7 @@ The experiments `tiers_real_*` ask the same question on real vLLM CPU engines (i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -236,11 +237,11 @@ def analyse(
 
 
 def _joined(sim_answer: str, real_answer: str, sim_decided: bool) -> str:
-    """The simulated answer, then the real engines' sentence (alone when only it decides)."""
+    """The simulated answer, then the real engines' bullet (alone when only it decides)."""
     if not real_answer:
         return sim_answer
     real = real_answer[0].upper() + real_answer[1:] + "."
-    return f"{sim_answer} {real}" if sim_decided else real
+    return f"{sim_answer}\n- **Real engines.** {real}" if sim_decided else real
 
 
 def _answer(
@@ -248,16 +249,26 @@ def _answer(
     gains: list[tuple[str, str, PairedResult | None]],
     ours: list[tuple[str, str, str, PairedResult | None, PairedResult | None]],
 ) -> str:
-    parts = []
+    """The answer: one sentence of counts (what a reader takes away), then a bullet per
+    question with every setup's numbers (`_joined` adds the real engines' bullet)."""
+    lead, bullets = [], []
     big = [(c, t, r) for c, t, r in gains if r is not None and t == "host 128 GiB"]
     for cell, t, r in big:
         assert r is not None
         s.findings.append(finding_text(r, f"{cell}: + {t} vs HBM only (best HBM-only peer)"))
     if big:
-        parts.append(
-            "A 128 GiB host tier changes the TTFT p90 of the peer that is best with HBM only by "
+        down = sorted(r.rel_diff for *_, r in big if r.significant and r.rel_diff < 0)  # type: ignore[union-attr]
+        lead.append(
+            "a 128 GiB host tier significantly lowers the TTFT p90 of the peer that is best "
+            f"with HBM only in {len(down)} of {len(big)} workloads and loads"
+            + (f" ({down[-1]:+.0%} to {down[0]:+.0%})" if down else "")
+        )
+        bullets.append(
+            "**Host tier.** A 128 GiB host tier changes the TTFT p90 of the peer that is best "
+            "with HBM only by "
             + "; ".join(f"{diff_cell(r)} on {c}" for c, _, r in big)
             + f" (goal on the long-context agentic workload: {GOAL_TIER_GAIN:+.0%} or better)"
+            + _paired_over(r for *_, r in big)
         )
     judged = [(c, t, p, r, e) for c, t, p, r, e in ours if r is not None and t != HBM_ONLY]
     for cell, t, peer, r, _ in judged:
@@ -278,22 +289,33 @@ def _answer(
         e2e_worse = [
             x for x in judged if x[4] is not None and x[4].significant and x[4].rel_diff > 0
         ]
-        parts.append(
-            f"with tiers, {OURS} is at least {-GOAL_OURS:.0%} below the best peer's TTFT p90 "
-            f"(significantly) in {len(wins)} of {len(judged)} setups"
+        lead.append(
+            f"with tiers, {OURS} (reloads priced by time) is at least {-GOAL_OURS:.0%} below "
+            f"the best peer in {len(wins)} of {len(judged)} setups and significantly worse in "
+            f"{len(worse)}"
+        )
+        bullets.append(
+            f"**Routing with tiers.** {OURS} is at least {-GOAL_OURS:.0%} below the best "
+            f"peer's TTFT p90 (significantly) in {len(wins)} of {len(judged)} setups"
             + (" (" + _setups(wins, with_peer=False) + ")" if wins else "")
             + f", significantly worse in {len(worse)}"
             + (" (" + _setups(worse, with_peer=True) + ")" if worse else "")
             + f", and significantly worse on E2E p90 in {len(e2e_worse)}"
             + (" (" + _setups(e2e_worse, with_peer=True, e2e=True) + ")" if e2e_worse else "")
+            + _paired_over(x[3] for x in judged)
         )
-    if not parts:
+    if not lead:
         return "The tier runs are not complete here, so the data do not decide it."
-    # The replicates each comparison was paired over (a cell's seeds or windows), as counted.
-    n = sorted({r.n_pairs for *_, r in big} | {x[3].n_pairs for x in judged})  # type: ignore[union-attr]
+    text = "; ".join(lead) + "."
+    return text[0].upper() + text[1:] + "\n\n" + "\n".join(f"- {b}" for b in bullets)
+
+
+def _paired_over(results: Iterable[PairedResult | None]) -> str:
+    """ " (paired over N replicates, 95% intervals).": the replicates each comparison was
+    paired over (a cell's seeds or windows), as counted."""
+    n = sorted({r.n_pairs for r in results if r is not None})
     over = str(n[0]) if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
-    text = "; ".join(parts) + f" (paired over {over} replicates, 95% intervals)."
-    return text[0].upper() + text[1:]
+    return f" (paired over {over} replicates, 95% intervals)."
 
 
 def _outcome(r: PairedResult | None) -> tuple[float, ...]:
