@@ -37,7 +37,6 @@ other change: `FleetView.tier_hits` asks this method.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +44,7 @@ from typing import Any
 
 import msgspec
 
+from agentic_kvc.aio import cancel_and_wait
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.policy.base import RequestView, TierHits
 
@@ -225,11 +225,7 @@ class KVEventSubscriber:
             sock.close(linger=0)
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         if self._ctx is not None:
             self._ctx.term()

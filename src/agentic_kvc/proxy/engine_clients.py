@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agentic_kvc.aio import cancel_and_wait
 from agentic_kvc.metrics.prometheus import EngineMetrics, parse_vllm_metrics
 from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE, UpstreamPool, UpstreamRefused
 
@@ -134,11 +135,7 @@ class EngineMonitor:
         self._wake[index].set()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     async def _sleep(self, index: int, seconds: float) -> None:

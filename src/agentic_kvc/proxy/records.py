@@ -8,7 +8,6 @@ to a list; a background task writes the list every `flush_interval_s` (or when i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from agentic_kvc.aio import cancel_and_wait
 from agentic_kvc.metrics.records import RequestRecord
 
 _encode = msgspec.json.Encoder().encode
@@ -69,8 +69,6 @@ class RecordSink:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
         self.flush()

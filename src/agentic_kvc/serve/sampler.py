@@ -9,13 +9,13 @@ An engine that does not answer is sampled as unhealthy rather than stopping the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from agentic_kvc.aio import cancel_and_wait
 from agentic_kvc.metrics.prometheus import parse_labels, parse_vllm_metrics
 from agentic_kvc.metrics.records import InstanceSample
 
@@ -106,9 +106,7 @@ class InstanceSampler:
     async def stop(self) -> None:
         """Stop and take one last sample, so counters cover the whole run."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as http:
