@@ -198,6 +198,10 @@ def test_real_study_pairs_predicted_ttft_rows_with_unified_too(tmp_path: Path) -
     # ... and judged against unified by the repeats' spread: 3x slower is beyond it, equal
     # is within.
     assert f"{real.ONLINE} vs unified (+" in s.answer
+    # The answer leads with the count of variants beyond the spread, then a bullet each.
+    lead, bullets = s.answer.split("\n\n")
+    assert lead.startswith("On these real engines ") and " of 3 variants differ" in lead
+    assert all(line.startswith("- ") for line in bullets.splitlines())
     assert (
         s.answer.split(f"{real.ONLINE} vs unified (")[1]
         .split(")")[1]

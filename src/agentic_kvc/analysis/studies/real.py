@@ -289,6 +289,24 @@ def analyse(
         "real CPU engines and their simulated twins; the prior is the cpu-tiny profile's fit",
     )
     s.note(processor_note([m for _, m in data.manifests() if m.get("backend") != "sim"]))
-    text = "; ".join(parts) if parts else "only one variant has real runs"
-    s.answer = text[0].upper() + text[1:] + "."
+    s.answer = _answer(parts, verdicts)
     return s
+
+
+def _answer(parts: list[str], verdicts: list[tuple[str, Any, bool, bool]]) -> str:
+    """One sentence of counts (how many variants differ from round-robin beyond the repeats'
+    own spread), then each comparison as a bullet."""
+    if not parts:
+        return "Only one variant has real runs."
+    judged = [v for v, _, _, mixed in verdicts if not mixed]
+    differ = [v for v, _, b, mixed in verdicts if b and not mixed]
+    if judged:
+        lead = (
+            f"On these real engines {len(differ)} of {len(judged)} variants differ from "
+            "round-robin's TTFT p50 by more than the repeats' own spread"
+            + (f" ({', '.join(differ)})" if differ else "")
+            + "."
+        )
+    else:
+        lead = "No variant here ran interleaved with this checkout's round-robin: none is judged."
+    return lead + "\n\n" + "\n".join(f"- {p}." for p in parts)
