@@ -19,7 +19,7 @@ def lifecycle() -> None:
     "grid_name",
     default="default",
     show_default=True,
-    help="Named grid (lifecycle.runner.GRIDS): default (3x3x2, the report's subset), cpu "
+    help="Named grid (lifecycle.grids.GRIDS): default (3x3x2, the report's subset), cpu "
     "(the scaled CPU grid, 63 cells), gpu (the seeds' grid: 168 cells x 5 repetitions on "
     "Qwen3-Coder-30B-A3B, CUDA), smoke.",
 )
@@ -55,7 +55,8 @@ def run_cmd(
     from dataclasses import replace
 
     from agentic_kvc.analysis.studies.lifecycle import calibration, load_records
-    from agentic_kvc.lifecycle.runner import GRIDS, run_grid
+    from agentic_kvc.lifecycle.grids import GRIDS
+    from agentic_kvc.lifecycle.runner import run_grid
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

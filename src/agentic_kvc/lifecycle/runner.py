@@ -31,7 +31,6 @@ from typing import Any
 import httpx
 
 from agentic_kvc.lifecycle import protocol
-from agentic_kvc.lifecycle.grids import GRIDS as GRIDS  # re-exported: callers import it here
 from agentic_kvc.lifecycle.grids import Grid
 from agentic_kvc.lifecycle.logging_nixl_connector import LOG_ENV
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
