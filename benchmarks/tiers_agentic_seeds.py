@@ -2,17 +2,17 @@
 
 docs/kv_tiers.md, "The agentic-long cells over 11 seeds, and two held-out agentic workloads".
 Issue 29's goal 1 (a realistic host tier cuts the best HBM-only peer's TTFT p90 on the
-long-context agentic workload by >= 40%) and goal 2
-(predicted_ttft never significantly worse than the best peer with tiers, >= 15% better
-somewhere, E2E p90 not worse) are judged in REPORT.md over the study's 3 generator seeds,
-whose intervals are wide. This runs, through `akvc run-batch` into a scratch results folder,
-and analyses with the study's own code (`run_study("tiers", ...)` on a plan of just these
+long-context agentic workload by >= 40%) and goal 2 (predicted_ttft never significantly worse
+than the best peer with tiers, >= 15% better somewhere, E2E p90 not worse) are judged in
+REPORT.md over the study's generator seeds (3 until 2026-11-28 23:10 UTC, 5 since), whose
+intervals are wide. This runs, through `akvc run-batch` into a scratch results folder, and
+analyses with the study's own code (`run_study("tiers", ...)` on a plan of just these
 experiments, so the paired intervals are the study's):
 
 - `--part seeds`: the five `tiers_agentic_*` experiments of config/config.yaml as configured,
-  except seeds 0..N-1 (default 11) instead of 0-2. The configured seeds run first, then the
-  extra ones, each in its own `akvc run-batch` process whose CPU seconds are recorded (what
-  the extra seeds would add to `make report`).
+  except seeds 0..N-1 (default 11) instead of those configured. The configured seeds run
+  first, then the extra ones, each in its own `akvc run-batch` process whose CPU seconds are
+  recorded (what the extra seeds would add to `make report`).
 - `--part heldout`: workloads no issue names, set before any of these runs: agentic-long as
   `tiers_agentic_hi` on 8 x H20 with 120 sessions at 0.2 sessions/s (the same load per
   instance, twice the fleet), and agentic-long with no Pareto tail (`tool_wait_tail_prob: 0`)
@@ -61,8 +61,6 @@ AGENTIC = (
     "tiers_agentic_hi_ceiling",
     "tiers_agentic_hi_disk",
 )
-ROUTERS = ["sglang_cache_aware", "dynamo_kv", "llmd_precise", "sticky_least_loaded"]
-ROUTERS.append("predicted_ttft")
 
 
 def _experiments() -> dict[str, dict[str, Any]]:
@@ -107,7 +105,7 @@ def heldout_part(n: int) -> list[dict[str, Any]]:
         exp["name"], exp["variant"] = name, variant
         exp["set"].update(sets)
         exp["matrix"] = {
-            "policy.name": list(ROUTERS),
+            "policy.name": list(tiers.ROUTERS),
             "fleet.kv_tiers.host_gib": [0, 128],
             "seed": list(range(n)),
         }
@@ -185,16 +183,18 @@ def best_vs_best(results: Path, plan_path: Path) -> list[dict[str, Any]]:
     out = []
     for cell in sorted(set(df["cell"])):
         at = df.filter(pl.col("cell") == cell)
-        p90 = {
-            (str(t), str(r)): float(part["ttft_s"].quantile(0.9))  # type: ignore[arg-type]
+        summ = {
+            (str(t), str(r)): tiers._summary(part)
             for (t, r), part in at.partition_by(["tier", "policy"], as_dict=True).items()
         }
 
-        def best(tier: str, p90: dict[tuple[str, str], float] = p90) -> str:
-            return min((r for r in peers if (tier, r) in p90), key=lambda r: p90[(tier, r)])
+        def best(tier: str, summ: dict[tuple[str, str], dict[str, Any]] = summ) -> str:
+            found = tiers._best({r: summ[(tier, r)] for r in peers if (tier, r) in summ}, peers)
+            assert found is not None
+            return found
 
         base = best(tiers.HBM_ONLY)
-        for tier in sorted({t for t, _ in p90} - {tiers.HBM_ONLY, tiers.CEILING}):
+        for tier in sorted({t for t, _ in summ} - {tiers.HBM_ONLY, tiers.CEILING}):
             cand = best(tier)
             arms = at.filter(
                 ((pl.col("tier") == tiers.HBM_ONLY) & (pl.col("policy") == base))
