@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
@@ -293,7 +294,7 @@ def analyse(
     return s
 
 
-def _answer(parts: list[str], verdicts: list[tuple[str, Any, bool, bool]]) -> str:
+def _answer(parts: list[str], verdicts: list[tuple[str, PairedResult, bool, bool]]) -> str:
     """One sentence of counts (how many variants differ from round-robin beyond the repeats'
     own spread), then each comparison as a bullet."""
     if not parts:
