@@ -11,9 +11,9 @@ import pytest
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.cache.tier_index import TieredPrefixIndex, disk_groups, estimated_view, tier_blocks
+from agentic_kvc.cache.tier_store import MARK, Link, TierStore
 from agentic_kvc.config import KVTiersConfig
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import MARK, Link, TierStore
 
 BS = 16
 A = [1, 2, 3, 4]  # a prompt of 4 blocks (chained: a block's hash fixes its prefix)

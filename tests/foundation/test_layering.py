@@ -1,6 +1,6 @@
 """The package's layering (../shared/ARCHITECTURE.md): `profiles/` (the engine cost model) sits
-below both `policy/` and `sim/`, `policy/` never reaches up into `sim/`, and no two modules
-import each other, directly or round a loop.
+below both `policy/` and `sim/`, neither `policy/` nor `cache/` reaches up into `sim/`, and no
+two modules import each other, directly or round a loop.
 
 Imports are read from the source with `ast`, so a lazy import inside a function counts as much
 as one at the top of a module: laziness postpones a dependency, it does not remove it. Imports
@@ -141,6 +141,13 @@ def imports() -> list[Import]:
 def test_policy_does_not_import_sim(imports: list[Import]) -> None:
     """Routing policies run in the proxy too: the simulator is not theirs to import."""
     bad = _violations(imports, "policy", ("sim",))
+    assert not bad, "\n".join(bad)
+
+
+def test_router_caches_do_not_import_sim(imports: list[Import]) -> None:
+    """The router's views of the engines' caches (`cache/`) run in the proxy too; a structure
+    the simulated engine shares with them (the tier store) lives in `cache/`, not in `sim/`."""
+    bad = _violations(imports, "cache", ("sim",))
     assert not bad, "\n".join(bad)
 
 

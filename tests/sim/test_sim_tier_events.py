@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
+from agentic_kvc.cache.tier_store import Link, TierStore
 from agentic_kvc.config import load_config
 from agentic_kvc.policy.base import TierHits
 from agentic_kvc.sim.fleet import SimFleet, TieredExactCacheView
-from agentic_kvc.sim.tiers import Link, TierStore
 from tests.sim.test_sim_tiers import BS, HOST_SMALL_DISK, PROFILE, _rec, _workload
 
 # Host holds 10 blocks; its overflow goes to the instance's disk (test_sim_tiers'

@@ -1,4 +1,5 @@
-"""The tier store's shortcuts answer as its general code does (sim/tiers.py, cache/tier_index.py).
+"""The tier store's shortcuts answer as its general code does (cache/tier_store.py,
+cache/tier_index.py).
 
 `TierStore._evict` has a loop for the common case (LRU, no KV events) beside the general one
 (retention, events); a store given an event sink always takes the general one, so two stores fed
@@ -16,8 +17,8 @@ from typing import Any
 import pytest
 
 from agentic_kvc.cache.tier_index import TieredPrefixIndex
+from agentic_kvc.cache.tier_store import MARK, Link, TierStore
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import MARK, Link, TierStore
 
 BS = 16
 

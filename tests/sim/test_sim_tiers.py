@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from agentic_kvc.cache.tier_store import Link, TierStore
 from agentic_kvc.config import load_config
 from agentic_kvc.profiles.cost import AffineStepCost, EngineProfile
 from agentic_kvc.sim.fleet import SimFleet
-from agentic_kvc.sim.tiers import GIB, Link, TierStore
+from agentic_kvc.sim.tiers import GIB
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 from agentic_kvc.workload.tokens import engine_block_hashes
 

@@ -20,9 +20,10 @@ since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu)
 - optionally a disk LRU per instance, per node or one for the fleet (`disk_scope`), fed by the
   host LRU's evictions, read by every instance that shares it.
 
-Each lower tier is the simulator's own tier store (`sim.tiers.TierStore`: blocks kept as runs
-of a prompt's chain, LRU by run, a run eaten from its tail, overflow handed to the tier below),
-its links unused: the per-block work is list slicing, not a dict entry per block.
+Each lower tier is the tier store the simulated engine uses too (`cache.tier_store.TierStore`:
+blocks kept as runs of a prompt's chain, LRU by run, a run eaten from its tail, overflow handed
+to the tier below), its links unused: the per-block work is list slicing, not a dict entry per
+block.
 
 `tier_hits(request, n)` answers, per instance, the HBM prefix (what `matched_tokens` gives), then
 how many of the following blocks the host LRU holds, then how many after those the disk holds:
@@ -42,8 +43,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agentic_kvc.cache.chain_index import ChainedPrefixIndex
+from agentic_kvc.cache.tier_store import MARK, Link, Run, TierStore
 from agentic_kvc.policy.base import RequestView, TierHits
-from agentic_kvc.sim.tiers import MARK, Link, Run, TierStore
 
 if TYPE_CHECKING:
     from agentic_kvc.config import KVTiersConfig
