@@ -20,7 +20,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from agentic_kvc.serve.tiny_model import CHAT_TEMPLATE, MAX_POSITIONS, build_tiny_model
+from agentic_kvc.profiles.tiny_model import MAX_POSITIONS
+from agentic_kvc.serve.tiny_model import CHAT_TEMPLATE, build_tiny_model
 
 IMAGE_SIZE = 448
 PATCH_SIZE = 14

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_kvc.serve.tiny_model import model_config as tiny_model_config
+from agentic_kvc.profiles.tiny_model import model_config as tiny_model_config
 
 
 @dataclass(frozen=True)

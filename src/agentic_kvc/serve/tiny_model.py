@@ -13,8 +13,8 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-VOCAB_SIZE = 8192
-MAX_POSITIONS = 4096
+from agentic_kvc.profiles.tiny_model import MAX_POSITIONS, VOCAB_SIZE, model_config
+
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 # ChatML, as Qwen2 uses; enough for /v1/chat/completions to render prompts.
@@ -24,34 +24,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-def model_config() -> dict[str, object]:
-    return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "vocab_size": VOCAB_SIZE,
-        "max_position_embeddings": MAX_POSITIONS,
-        "max_window_layers": 2,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "hidden_act": "silu",
-        "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16",
-        "use_sliding_window": False,
-        "sliding_window": None,
-        "bos_token_id": 0,
-        "eos_token_id": 2,
-        "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "use_cache": True,
-    }
 
 
 def _corpus(seed: int = 0, lines: int = 40_000) -> Iterator[str]:
