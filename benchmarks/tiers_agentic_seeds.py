@@ -137,64 +137,38 @@ def run_batch(plan: Plan, results: Path, seeds: set[int] | None) -> dict[str, fl
     }
 
 
-def _table_rows(markdown: str) -> list[dict[str, str]]:
-    """The study's per-cell tables as rows keyed by column (the two "vs best peer" columns
-    become `vs best peer` and `vs best peer e2e`)."""
-    rows: list[dict[str, str]] = []
-    cell = ""
-    header: list[str] = []
-    for line in markdown.splitlines():
-        if line.startswith("**") and "**:" in line:
-            cell = line[2 : line.index("**:")]
-        elif line.startswith("| tiers |"):
-            header = [c.strip() for c in line.strip("|").split("|")]
-            header[7] = "vs best peer e2e"
-        elif line.startswith("|") and not line.startswith("|---") and header:
-            vals = [c.strip() for c in line.strip("|").split("|")]
-            if len(vals) == len(header):
-                rows.append({"cell": cell, **dict(zip(header, vals, strict=True))})
-    return rows
-
-
-def summary(markdown: str) -> list[dict[str, str]]:
+def summary(rows: list[tiers.Row]) -> list[dict[str, str]]:
     """Per cell: the best HBM-only peer's rows (its gain from each host setup), each setup's
-    best peer's and predicted_ttft's rows (ours against that peer)."""
-    rows = _table_rows(markdown)
+    best peer's and predicted_ttft's rows (ours against that peer), as the study's table
+    prints them (`tiers.Row.cells`)."""
     keep = []
-    for cell in dict.fromkeys(r["cell"] for r in rows):
-        at = [r for r in rows if r["cell"] == cell]
-        hbm = [r["router"] for r in at if r["tiers"] == "HBM only"]
-        best = next((r.split()[0] for r in hbm if "(best peer)" in r), "")
-        for r in at:
-            router = r["router"].split()[0]
-            wanted = router in (best, "predicted_ttft") or "(best peer)" in r["router"]
-            if r["tiers"] != "unlimited HBM" and wanted:
-                keep.append({**r, "best_hbm_only_peer": best})
+    for r in rows:
+        best = r.best_hbm_only_peer or ""
+        wanted = r.router in (best, tiers.OURS) or r.router == r.best_peer
+        if r.tier != tiers.CEILING and wanted:
+            keep.append({"cell": r.cell, **r.cells(), "best_hbm_only_peer": best})
     return keep
 
 
-def best_vs_best(results: Path, plan_path: Path) -> list[dict[str, Any]]:
+def best_vs_best(df: pl.DataFrame, rows: list[tiers.Row]) -> list[dict[str, Any]]:
     """The other reading of goal 1: per cell, the best peer with each host setup against the
     best peer with HBM only (each picked by pooled TTFT p90 from the runs it is compared on,
-    as the study picks them; they may be different routers), paired over the seeds with the
-    study's `compare`. Beside it, the per-seed TTFT p90 of both (what the interval spans)."""
-    df = tiers._labelled(load_study("tiers", results, None, plan_path).requests)
-    peers = tuple(r for r in tiers.ROUTERS if r != tiers.OURS)
+    as the study picks them: `tiers.Row.best_peer`; they may be different routers), paired
+    over the seeds with the study's `compare`. Beside it, the per-seed TTFT p90 of both (what
+    the interval spans). `df`: the study's `tiers.simulated` runs, `rows` their `cell_rows`."""
     out = []
     for cell in sorted(set(df["cell"])):
         at = df.filter(pl.col("cell") == cell)
-        summ = {
-            (str(t), str(r)): tiers._summary(part)
-            for (t, r), part in at.partition_by(["tier", "policy"], as_dict=True).items()
-        }
+        best_of = {r.tier: r.best_peer for r in rows if r.cell == cell}
 
-        def best(tier: str, summ: dict[tuple[str, str], dict[str, Any]] = summ) -> str:
-            found = tiers._best({r: summ[(tier, r)] for r in peers if (tier, r) in summ}, peers)
-            assert found is not None
+        def best(tier: str, best_of: dict[str, str | None] = best_of, cell: str = cell) -> str:
+            found = best_of.get(tier)
+            if found is None:
+                raise ValueError(f"{cell}: no peer ran with {tier}")
             return found
 
         base = best(tiers.HBM_ONLY)
-        for tier in sorted({t for t, _ in summ} - {tiers.HBM_ONLY, tiers.CEILING}):
+        for tier in sorted(set(best_of) - {tiers.HBM_ONLY, tiers.CEILING}):
             cand = best(tier)
             arms = at.filter(
                 ((pl.col("tier") == tiers.HBM_ONLY) & (pl.col("policy") == base))
@@ -319,14 +293,16 @@ def main() -> int:
         args.results / f"figures_{n}seeds",
     )
     analysis_s = time.perf_counter() - t0
+    df = tiers.simulated(load_study("tiers", args.results, None, plan_path).requests)
+    rows = tiers.cell_rows(df)
     out = {
         "part": args.part,
         "seeds": sorted({r.seed for r in plan.runs}),
         "batches": batches,
         "analysis_wall_s": analysis_s,
         "answer": section.answer,
-        "rows": summary(section.markdown()),
-        "best_vs_best": best_vs_best(args.results, plan_path),
+        "rows": summary(rows),
+        "best_vs_best": best_vs_best(df, rows),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -19,6 +19,8 @@ from agentic_kvc.analysis.studies.tiers import (
     OURS,
     WORST_SETUP,
     analyse,
+    cell_rows,
+    simulated,
     tier_of,
 )
 from agentic_kvc.config import load_config
@@ -148,6 +150,27 @@ def test_token_shares_and_host_gain_recompute_from_records(section) -> None:
     ).with_columns(pl.col("host_gib").cast(pl.Utf8).alias("tier"))
     gain = paired_compare(both, "0", "1", "ttft_p90", by="tier", pair_on=("replicate",))
     assert f"| {fmt_diff(gain)} |" in row
+
+
+def test_cell_rows_are_the_tables_rows(section) -> None:
+    """Scripts read the study's rows as data (`cell_rows`, e.g.
+    benchmarks/tiers_agentic_seeds.py), not its markdown: each is a row of the section's
+    tables, the best peer of a setup has the lowest pooled TTFT p90 among the peers, and only
+    ours is compared with it."""
+    s, data = section
+    rows = cell_rows(simulated(data.requests))
+    text = "\n".join(s.blocks)
+    assert {r.tier for r in rows} == {HBM_ONLY, "host 1 GiB", DISK_SETUP, CEILING}
+    for r in rows:
+        assert "| " + " | ".join(r.cells().values()) + " |" in text
+        peers = [x for x in rows if x.tier == r.tier and x.router != OURS]
+        if r.tier == CEILING:
+            assert r.best_peer is None
+        else:
+            assert r.best_peer == min(peers, key=lambda x: x.summary["ttft_p90"]).router
+        assert (r.vs_peer is not None) == (r.router == OURS and r.tier != CEILING)
+        assert (r.vs_hbm is not None) == (r.tier not in (HBM_ONLY, CEILING))
+        assert r.best_hbm_only_peer == "sglang_cache_aware"  # the only peer here
 
 
 def test_answer_names_setups_with_identical_results_once() -> None:

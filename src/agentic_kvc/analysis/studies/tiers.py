@@ -21,6 +21,7 @@ The experiments `tiers_real_*` ask the same question on real vLLM CPU engines (i
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,19 +119,73 @@ def _best(rows: dict[str, dict[str, Any]], among: tuple[str, ...]) -> str | None
     return min(present, key=lambda r: rows[r]["ttft_p90"]) if present else None
 
 
-@study(NAME, TITLE, QUESTION)
-def analyse(
-    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
-) -> Section:
-    is_real = pl.col("experiment").str.starts_with(tiers_real.PREFIX)
-    real_part = df.filter(is_real)
-    df = _labelled(df.filter(~is_real))
-    cells = sorted(set(df["cell"]))
+# The per-cell table's columns: (key, header). `Row.cells` keys a row's cells by the first
+# (unique: the two "vs best peer" columns are TTFT p90 and E2E p90), the table prints the second.
+COLUMNS = (
+    ("tiers", "tiers"),
+    ("router", "router"),
+    ("TTFT p50 (ms)", "TTFT p50 (ms)"),
+    ("TTFT p90 (ms)", "TTFT p90 (ms)"),
+    ("vs HBM only", "vs HBM only"),
+    ("vs best peer", "vs best peer"),
+    ("E2E p90 (s)", "E2E p90 (s)"),
+    ("vs best peer e2e", "vs best peer"),
+    ("tokens HBM / host / disk / recomputed", "tokens HBM / host / disk / recomputed"),
+    ("reload wait (ms)", "reload wait (ms)"),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One router in one tier setup of a cell, pooled over the cell's replicates: what a row
+    of the study's per-cell table shows, as numbers (for scripts that read the study's results:
+    benchmarks/tiers_agentic_seeds.py), and the comparisons the answer is built from."""
+
+    cell: str
+    tier: str
+    router: str
+    summary: dict[str, Any]  # `_summary`: pooled TTFT/E2E quantiles, token shares, reload wait
+    best_peer: str | None  # the peer with the lowest TTFT p90 in this setup (None: ceiling)
+    best_hbm_only_peer: str | None  # the cell's best peer with HBM only
+    vs_hbm: PairedResult | None  # this router with this setup against it with HBM only
+    vs_peer: PairedResult | None  # ours against the setup's best peer, TTFT p90
+    vs_peer_e2e: PairedResult | None  # the same, E2E p90
+
+    def cells(self) -> dict[str, str]:
+        """The table row's cells, keyed by `COLUMNS`' keys."""
+        x = self.summary
+        label = (
+            self.router
+            + (" (best peer)" if self.router == self.best_peer else "")
+            + (f" ({x['errors']} failed requests)" if x["errors"] else "")
+        )
+        values = [
+            self.tier,
+            label,
+            ms(x["ttft_p50"]),
+            ms(x["ttft_p90"]),
+            diff_cell(self.vs_hbm),
+            diff_cell(self.vs_peer),
+            sec(x["e2e_p90"]),
+            diff_cell(self.vs_peer_e2e),
+            f"{pct(x['hbm'])} / {pct(x['host'])} / {pct(x['disk'])} / {pct(x['recomputed'])}",
+            ms(x["wait_mean"]),
+        ]
+        return dict(zip((key for key, _ in COLUMNS), values, strict=True))
+
+
+def simulated(df: pl.DataFrame) -> pl.DataFrame:
+    """The study's simulated runs (not `tiers_real_*`), labelled with their cell and tier."""
+    return _labelled(df.filter(~pl.col("experiment").str.starts_with(tiers_real.PREFIX)))
+
+
+def cell_rows(df: pl.DataFrame) -> list[Row]:
+    """The per-cell tables' rows of `simulated(...)` runs: cells sorted, tier setups in
+    `_tier_order`, routers in `ROUTERS`' order. The best peer (tier-blind or tier-aware, not
+    ours) is picked per setup by pooled TTFT p90 from the same runs it is compared on."""
     peers = tuple(r for r in ROUTERS if r != OURS)
-    gains: list[tuple[str, str, PairedResult | None]] = []  # best peer: + host vs HBM only
-    ours: list[tuple[str, str, str, PairedResult | None, PairedResult | None]] = []
-    curves: dict[str, dict[str, dict[str, float]]] = {}
-    for cell in cells:
+    out: list[Row] = []
+    for cell in sorted(set(df["cell"])):
         at = df.filter(pl.col("cell") == cell)
         tiers = _tier_order(sorted(set(at["tier"])))
         routers = ordered(sorted(set(at["policy"])), ROUTERS)
@@ -138,47 +193,42 @@ def analyse(
             (str(t), str(r)): _summary(part)
             for (t, r), part in at.partition_by(["tier", "policy"], as_dict=True).items()
         }
-        curves[cell] = {
-            r: {t: summ[(t, r)]["ttft_p90"] for t in tiers if (t, r) in summ} for r in routers
-        }
         best_blind = _best({r: summ[(HBM_ONLY, r)] for r in peers if (HBM_ONLY, r) in summ}, peers)
-        rows = []
         for t in tiers:
             here = {r: summ[(t, r)] for r in routers if (t, r) in summ}
-            best_peer = _best(here, peers)
+            best_peer = _best(here, peers) if t != CEILING else None
             at_t = at.filter(pl.col("tier") == t)
             for r in routers:
                 if r not in here:
                     continue
-                x = here[r]
                 vs_peer = vs_peer_e2e = None
-                if r == OURS and best_peer is not None and t != CEILING:
+                if r == OURS and best_peer is not None:
                     vs_peer = compare(at_t, best_peer, OURS, "ttft_p90", by="policy")
                     vs_peer_e2e = compare(at_t, best_peer, OURS, "e2e_p90", by="policy")
-                    ours.append((cell, t, best_peer, vs_peer, vs_peer_e2e))
                 vs_hbm = None
                 if t not in (HBM_ONLY, CEILING) and (HBM_ONLY, r) in summ:
                     both = at.filter((pl.col("policy") == r) & pl.col("tier").is_in([HBM_ONLY, t]))
                     vs_hbm = compare(both, HBM_ONLY, t, "ttft_p90", by="tier")
-                    if r == best_blind:
-                        gains.append((cell, t, vs_hbm))
-                rows.append(
-                    [
-                        t,
-                        r
-                        + (" (best peer)" if r == best_peer and t != CEILING else "")
-                        + (f" ({x['errors']} failed requests)" if x["errors"] else ""),
-                        ms(x["ttft_p50"]),
-                        ms(x["ttft_p90"]),
-                        diff_cell(vs_hbm),
-                        diff_cell(vs_peer),
-                        sec(x["e2e_p90"]),
-                        diff_cell(vs_peer_e2e),
-                        f"{pct(x['hbm'])} / {pct(x['host'])} / {pct(x['disk'])} / "
-                        f"{pct(x['recomputed'])}",
-                        ms(x["wait_mean"]),
-                    ]
+                out.append(
+                    Row(cell, t, r, here[r], best_peer, best_blind, vs_hbm, vs_peer, vs_peer_e2e)
                 )
+    return out
+
+
+@study(NAME, TITLE, QUESTION)
+def analyse(
+    s: Section, df: pl.DataFrame, data: StudyData, figures: Path, root: Path | None
+) -> Section:
+    real_part = df.filter(pl.col("experiment").str.starts_with(tiers_real.PREFIX))
+    df = simulated(df)
+    rows = cell_rows(df)
+    curves: dict[str, dict[str, dict[str, float]]] = {}
+    for cell in dict.fromkeys(x.cell for x in rows):
+        at = [x for x in rows if x.cell == cell]
+        routers = ordered(sorted({x.router for x in at}), ROUTERS)
+        curves[cell] = {
+            r: {x.tier: x.summary["ttft_p90"] for x in at if x.router == r} for r in routers
+        }
         s.table(
             f"**{cell}**: TTFT and where prompt tokens came from, per tier setup and router "
             "(pooled over its replicates: generator or session-jitter seeds, or the trace's "
@@ -188,20 +238,20 @@ def analyse(
             "Tokens: the share of prompt tokens served from HBM / "
             "host / disk / recomputed. Reload wait: mean seconds a request waited for its "
             "tier loads (link queue and transfer).",
-            [
-                "tiers",
-                "router",
-                "TTFT p50 (ms)",
-                "TTFT p90 (ms)",
-                "vs HBM only",
-                "vs best peer",
-                "E2E p90 (s)",
-                "vs best peer",
-                "tokens HBM / host / disk / recomputed",
-                "reload wait (ms)",
-            ],
-            rows,
+            [header for _, header in COLUMNS],
+            [list(x.cells().values()) for x in at],
         )
+    # The best HBM-only peer: + host vs HBM only; ours against each setup's best peer.
+    gains = [
+        (x.cell, x.tier, x.vs_hbm)
+        for x in rows
+        if x.router == x.best_hbm_only_peer and x.tier not in (HBM_ONLY, CEILING)
+    ]
+    ours = [
+        (x.cell, x.tier, x.best_peer, x.vs_peer, x.vs_peer_e2e)
+        for x in rows
+        if x.router == OURS and x.best_peer is not None
+    ]
     fig = capacity_figure(curves, figures / "ttft_p90_by_host_capacity.svg")
     if fig is not None:
         s.figure(
