@@ -279,7 +279,8 @@ def main() -> int:
     elif configured:
         batches["configured_seeds"] = run_batch(plan, args.results, set(configured))
         extra = {r.seed for r in plan.runs} - set(configured)
-        batches["extra_seeds"] = run_batch(plan, args.results, extra)
+        if extra:  # none with --seeds at most the configured count: run-batch needs a spec
+            batches["extra_seeds"] = run_batch(plan, args.results, extra)
     else:
         batches["all"] = run_batch(plan, args.results, None)
 
