@@ -1,4 +1,4 @@
-"""EPD routing logic against the proxy's fake backends (no engines)."""
+"""EPD routing logic against the proxy's fake engines (no real vLLM)."""
 
 from __future__ import annotations
 

@@ -37,6 +37,6 @@ def test_workload_synth_reports_a_bad_param_as_usage_error(tmp_path) -> None:
 
 
 def test_proxy_reports_a_bad_param_before_starting() -> None:
-    args = ["proxy", "--backend", "http://127.0.0.1:9", "--param", "bad"]
+    args = ["proxy", "--engine", "http://127.0.0.1:9", "--param", "bad"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "Invalid value for --param: 'bad'" in res.output

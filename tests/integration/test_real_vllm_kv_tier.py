@@ -156,7 +156,7 @@ def test_spilled_session_prefix_comes_back_from_host_tier(
     url, model = tier_engine.urls[0], tier_engine.model_name
     records: list[dict[str, Any]] = []
     settings = ProxySettings(
-        backends=tier_engine.urls,
+        engines=tier_engine.urls,
         port=0,
         policy="round_robin",
         cache_view="exact",

@@ -67,7 +67,7 @@ def _proxy(
 ) -> Iterator[tuple[ProxyThread, list[dict[str, Any]]]]:
     records: list[dict[str, Any]] = []
     settings = ProxySettings(
-        backends=fleet.urls,
+        engines=fleet.urls,
         port=0,
         policy=policy,
         params=params,
@@ -97,7 +97,7 @@ def _held(proxy: ProxyThread, prompt: list[int], instance: int) -> bool:
     safe to read from the test's thread while the proxy's loop applies events)."""
     hashes = make_hasher(BLOCK).hash(None, prompt)  # the proxy's own hasher is its loop's
     rv = RequestView("settle", None, 0, len(prompt) + 1, 1, tuple(hashes), BLOCK)
-    got = proxy.app.state.cache.matched_tokens(rv, len(proxy.app.backends))[instance]
+    got = proxy.app.state.cache.matched_tokens(rv, len(proxy.app.engines))[instance]
     return got >= (len(prompt) // BLOCK) * BLOCK
 
 

@@ -207,7 +207,7 @@ def test_bad_requests_on_real_engines_are_4xx_json_and_leave_them_healthy(
                 assert r.status_code == status, (name, stream, r.status_code, r.text[:300])
                 assert r.json()["error"]["message"], (name, r.text[:300])
         health = client.get("/health").json()
-        assert [b["healthy"] for b in health["backends"]] == [True, True]
+        assert [e["healthy"] for e in health["engines"]] == [True, True]
         assert client.post("/v1/completions", json=ok).status_code == 200
 
 
@@ -346,7 +346,7 @@ def test_killed_instance_errors_in_flight_and_rest_go_to_survivor(
     assert in_flight and all(r.error for r in in_flight)  # cut off mid-stream, recorded
     complete = [r for r in recs if r.output_tokens >= asked[r.request_id]]
     assert all(r.error is None for r in complete)
-    assert [b["healthy"] for b in health["backends"]] == [True, False]
+    assert [e["healthy"] for e in health["engines"]] == [True, False]
     assert not fleet.alive(1)
     # The proxy's own records say the same: an error for every cut-off request.
     rows = [RequestRecord.from_dict(json.loads(x)) for x in (tmp_path / "p.jsonl").open()]

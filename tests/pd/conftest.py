@@ -33,7 +33,7 @@ def pd_proxy(pd_fakes: Fakes, tmp_path: Path) -> Iterator[ProxyFactory]:
 
     def factory(**overrides: Any) -> tuple[ProxyThread, httpx.Client]:
         kw: dict[str, Any] = {
-            "backends": [server.url for _, server in pd_fakes],
+            "engines": [server.url for _, server in pd_fakes],
             "port": 0,
             "records": tmp_path / "records.jsonl",
             "scrape_interval_s": 0.2,

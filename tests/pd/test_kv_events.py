@@ -131,7 +131,7 @@ def test_proxy_with_exact_view_predicts_from_events(pd_fakes, tmp_path) -> None:
     for pub, port in zip(pubs, ports, strict=True):
         pub.bind(f"tcp://127.0.0.1:{port}")
     settings = ProxySettings(
-        backends=[s.url for _, s in pd_fakes],
+        engines=[s.url for _, s in pd_fakes],
         port=0,
         policy="adaptive",
         cache_view="exact",

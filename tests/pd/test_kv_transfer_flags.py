@@ -62,11 +62,11 @@ def test_proxy_cli_exact_view_needs_endpoints_and_peers_parse() -> None:
     from agentic_kvc.proxy.cli import proxy
 
     runner = CliRunner()
-    res = runner.invoke(proxy, ["--backend", "http://127.0.0.1:9", "--cache-view", "exact"])
+    res = runner.invoke(proxy, ["--engine", "http://127.0.0.1:9", "--cache-view", "exact"])
     assert res.exit_code == 2 and "needs --kv-events" in res.output
     res = runner.invoke(
         proxy,
-        ["--backend", "http://127.0.0.1:9", "--kv-connector", "mooncake", "--kv-peer", "bad"],
+        ["--engine", "http://127.0.0.1:9", "--kv-connector", "mooncake", "--kv-peer", "bad"],
     )
     assert res.exit_code == 2 and "ENGINE_ID@HOST:PORT" in res.output
 

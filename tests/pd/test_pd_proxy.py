@@ -169,7 +169,7 @@ def test_settings_reject_mooncake_without_peers(pd_fakes: Fakes) -> None:
 
     urls = [s.url for _, s in pd_fakes]
     with pytest.raises(ValueError, match="kv_peers"):
-        ProxySettings(backends=urls, kv_connector="mooncake")
-    with pytest.raises(ValueError, match="--kv-events: 1 given for 2 backends"):
-        ProxySettings(backends=urls, kv_events=["tcp://127.0.0.1:1"])
+        ProxySettings(engines=urls, kv_connector="mooncake")
+    with pytest.raises(ValueError, match="--kv-events: 1 given for 2 engines"):
+        ProxySettings(engines=urls, kv_events=["tcp://127.0.0.1:1"])
     json.dumps(urls)

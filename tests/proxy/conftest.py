@@ -1,4 +1,4 @@
-"""Fixtures: fake vLLM backends and a proxy in front of them, each in its own thread."""
+"""Fixtures: fake vLLM engines and a proxy in front of them, each in its own thread."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def make_proxy(
 
     def factory(**overrides: Any) -> tuple[ProxyThread, httpx.Client]:
         settings = ProxySettings(
-            backends=[server.url for _, server in fakes],
+            engines=[server.url for _, server in fakes],
             port=0,
             records=tmp_path / "records.jsonl",
             scrape_interval_s=0.2,

@@ -1,4 +1,4 @@
-"""The proxy against fake vLLM backends: routing, accounting, records, metrics, failures."""
+"""The proxy against fake vLLM engines: routing, accounting, records, metrics, failures."""
 
 from __future__ import annotations
 
@@ -173,16 +173,23 @@ def test_bad_requests_get_openai_style_errors(make_proxy) -> None:
     assert _idle(proxy)
 
 
-def test_dead_backend_is_excluded_then_readmitted(make_proxy, fakes: Fakes) -> None:
+def test_dead_engine_is_excluded_then_readmitted(make_proxy, fakes: Fakes) -> None:
     proxy, client = make_proxy(policy="round_robin")
     fake1, server1 = fakes[1]
     server1.stop()
-    # Requests keep succeeding: a refused connection is retried on the other backend.
+    # Requests keep succeeding: a refused connection is retried on the other engine.
     for _ in range(4):
         r = client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1})
         assert r.status_code == 200 and r.headers["x-akvc-decode"] == "0"
     assert not proxy.app.state.instances[1].healthy
-    assert client.get("/health").json()["backends"][1]["healthy"] is False
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and "backends" not in health  # the old key is gone
+    assert [(e["url"], e["healthy"]) for e in health["engines"]] == [
+        (server.url, i == 0) for i, (_, server) in enumerate(fakes)
+    ]
+    text = client.get("/metrics").text
+    assert f'akvc_proxy_engine_healthy{{instance="1",url="{server1.url}"}} 0.0' in text
+    assert "akvc_proxy_backend" not in text
     assert _idle(proxy)
     restarted = ServerThread(fake1, port=server1.port).start()
     try:
@@ -198,7 +205,7 @@ def test_dead_backend_is_excluded_then_readmitted(make_proxy, fakes: Fakes) -> N
         restarted.stop()
 
 
-def test_no_healthy_backend_is_a_clean_503(make_proxy, fakes: Fakes) -> None:
+def test_no_healthy_engine_is_a_clean_503(make_proxy, fakes: Fakes) -> None:
     proxy, client = make_proxy(policy="round_robin")
     for _, server in fakes:
         server.stop()
@@ -207,12 +214,13 @@ def test_no_healthy_backend_is_a_clean_503(make_proxy, fakes: Fakes) -> None:
     assert "error" in r.json()
     r = client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1})
     assert r.status_code == 503
-    assert client.get("/health").status_code == 503
+    health = client.get("/health")
+    assert health.status_code == 503 and health.json()["status"] == "no healthy engine"
     assert _idle(proxy)
     assert all(rec["error"] for rec in _records(proxy))
 
 
-def test_backend_dropping_mid_stream_ends_with_an_error_event(make_proxy, fakes: Fakes) -> None:
+def test_engine_dropping_mid_stream_ends_with_an_error_event(make_proxy, fakes: Fakes) -> None:
     proxy, client = make_proxy(policy="round_robin")
     body = {"prompt": list(range(20)), "max_tokens": 6, "stream": True, "fake_drop_after": 3}
     r = client.post("/v1/completions", json=body)
@@ -223,8 +231,16 @@ def test_backend_dropping_mid_stream_ends_with_an_error_event(make_proxy, fakes:
     assert events[4] == "data: [DONE]"
     rec = _records(proxy)[-1]
     assert rec["error"] and rec["t_first_token"] is not None
+    # The drop is counted against the engine that served the stream.
+    errors = [
+        line
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith("akvc_proxy_engine_errors_total{")
+    ]
+    assert len(errors) == 1 and f'instance="{r.headers["x-akvc-decode"]}"' in errors[0]
+    assert errors[0].endswith(" 1.0")
     assert _idle(proxy)
-    # the backend is alive (it only dropped one connection): its probe readmits it
+    # the engine is alive (it only dropped one connection): its probe readmits it
     _wait_for(lambda: all(i.healthy for i in proxy.app.state.instances))
 
 
@@ -239,7 +255,7 @@ def test_upstream_timeout_is_504_not_a_hang(make_proxy, fakes: Fakes) -> None:
     r = client.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1, "stream": True})
     assert r.status_code == 504
     assert _idle(proxy)
-    # a slow backend is not a dead one
+    # a slow engine is not a dead one
     assert all(i.healthy for i in proxy.app.state.instances)
 
 
@@ -256,13 +272,13 @@ def test_metrics_page_counts_decisions_and_shows_fleet_state(make_proxy) -> None
     ]
     assert sum(decided) == 3.0
     assert "akvc_proxy_overhead_seconds_count 3.0" in text
-    assert 'akvc_proxy_backend_healthy{instance="1"' in text
+    assert 'akvc_proxy_engine_healthy{instance="1"' in text
     assert 'akvc_proxy_inflight_requests{instance="0"' in text
     assert 'akvc_proxy_engine_running{instance="0"' in text
     assert 'akvc_proxy_requests_total{endpoint="/v1/completions",outcome="ok"} 3.0' in text
 
 
-def test_models_passes_through_from_a_healthy_backend(make_proxy) -> None:
+def test_models_passes_through_from_a_healthy_engine(make_proxy) -> None:
     _, client = make_proxy()
     assert client.get("/v1/models").json()["data"][0]["id"] == "fake-model"
 

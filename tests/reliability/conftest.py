@@ -1,6 +1,6 @@
-"""Fault-injecting stand-ins for a backend, for tests of the proxy's own handling.
+"""Fault-injecting stand-ins for an engine, for tests of the proxy's own handling.
 
-These test how the proxy copes with a backend's answers (status codes, slowness, dropped
+These test how the proxy copes with an engine's answers (status codes, slowness, dropped
 connections), not what vLLM does, so a small local server is enough. The real-engine cases
 live in test_real_vllm_faults.py.
 """
@@ -66,7 +66,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"(written to {target})")
 
 
-class FaultBackend(FakeVLLM):
+class FaultEngine(FakeVLLM):
     """FakeVLLM whose answers can be switched to faults while it runs.
 
     `status`: answer every generation request with this HTTP status (a JSON error body);
@@ -108,9 +108,9 @@ async def _reply(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-class DroppingBackend:
+class DroppingEngine:
     """A raw TCP server that answers GET /health and /metrics but closes the connection on
-    every POST before a byte of response: a backend that is up yet drops requests."""
+    every POST before a byte of response: an engine that is up yet drops requests."""
 
     METRICS = b'vllm:num_requests_running{engine="0"} 0.0\n'
 
@@ -163,11 +163,11 @@ class DroppingBackend:
 
 
 @pytest.fixture
-def faults() -> Iterator[list[tuple[FaultBackend, ServerThread]]]:
+def faults() -> Iterator[list[tuple[FaultEngine, ServerThread]]]:
     started = []
     try:
         for _ in range(2):
-            fb = FaultBackend()
+            fb = FaultEngine()
             started.append((fb, ServerThread(fb).start()))
         yield started
     finally:
@@ -180,7 +180,7 @@ ProxyFactory = Callable[..., tuple[ProxyThread, httpx.Client]]
 
 @pytest.fixture
 def proxy_over(tmp_path: Path) -> Iterator[ProxyFactory]:
-    """`proxy_over(urls, **settings)`: a proxy in a thread over these backend URLs."""
+    """`proxy_over(urls, **settings)`: a proxy in a thread over these engine URLs."""
     running: list[tuple[ProxyThread, httpx.Client]] = []
 
     def factory(urls: list[str], **overrides: Any) -> tuple[ProxyThread, httpx.Client]:
@@ -191,7 +191,7 @@ def proxy_over(tmp_path: Path) -> Iterator[ProxyFactory]:
             "health_interval_s": 0.1,
             "connect_timeout_s": 1.0,
         }
-        settings = ProxySettings(backends=urls, **(kw | overrides))
+        settings = ProxySettings(engines=urls, **(kw | overrides))
         proxy = ProxyThread(settings).start()
         client = httpx.Client(base_url=proxy.url, timeout=15.0)
         running.append((proxy, client))

@@ -32,18 +32,18 @@ FAULTS = {
     "test_client_disconnect_cancels_the_engine_request": "client disconnects mid-stream "
     "(real vLLM)",
     "test_client_gone_closes_a_silent_upstream_at_once": "client disconnects while the "
-    "backend is silent",
-    "test_backend_4xx_is_relayed_and_never_marks_it_unhealthy": "backend answers 4xx",
-    "test_backend_5xx_becomes_a_recorded_error": "backend answers 5xx",
-    "test_slow_backend_times_out_into_recorded_504s": "slow backend (no first token; stall)",
-    "test_retry_never_goes_back_to_the_instance_that_failed": "backend drops every POST",
-    "test_unhealthy_backend_is_probed_and_readmitted": "backend /health and /metrics fail, "
+    "engine is silent",
+    "test_engine_4xx_is_relayed_and_never_marks_it_unhealthy": "engine answers 4xx",
+    "test_engine_5xx_becomes_a_recorded_error": "engine answers 5xx",
+    "test_slow_engine_times_out_into_recorded_504s": "slow engine (no first token; stall)",
+    "test_retry_never_goes_back_to_the_instance_that_failed": "engine drops every POST",
+    "test_unhealthy_engine_is_probed_and_readmitted": "engine /health and /metrics fail, "
     "then recover",
-    "test_backend_failing_fewer_than_n_checks_stays_in_service": "backend fails 2, then 3 "
+    "test_engine_failing_fewer_than_n_checks_stays_in_service": "engine fails 2, then 3 "
     "health checks in a row",
     "test_monitor_marks_out_only_after_n_consecutive_failed_checks": "late and refused "
     "health checks (scripted)",
-    "test_readmission_does_not_cut_requests_in_flight": "backend marked out and readmitted "
+    "test_readmission_does_not_cut_requests_in_flight": "engine marked out and readmitted "
     "mid-stream",
     "test_every_policy_sees_health_in_its_fleet_view": "unhealthy instance in every policy's "
     "fleet view",
@@ -150,7 +150,7 @@ def count_requests(original: Generate) -> Generate:
             if ended:
                 LEDGER.ended += 1
             else:
-                LEDGER.unended.append(f"{path} (proxy on {self.settings.backends})")
+                LEDGER.unended.append(f"{path} (proxy on {self.settings.engines})")
 
     return counted
 

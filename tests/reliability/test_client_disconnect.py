@@ -2,7 +2,7 @@
 upstream connection at once (that is what makes vLLM abort the request and free its slot),
 not at the engine's next chunk, which for a queued or stalled request may be long in coming.
 
-The backend is a raw TCP server that sends one event and then nothing, and notes when the
+The engine is a raw TCP server that sends one event and then nothing, and notes when the
 proxy closes the connection: this tests the proxy's relay, not vLLM (the real-engine case is
 `test_client_disconnect_cancels_the_engine_request` in tests/integration).
 """
@@ -15,13 +15,13 @@ import time
 
 import httpx
 
-from .conftest import DroppingBackend, idle, records_of
+from .conftest import DroppingEngine, idle, records_of
 
 EVENT = b'data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":" a"}]}\n\n'
 
 
-class SilentStreamBackend(DroppingBackend):
-    """Answers GETs like DroppingBackend; a POST gets stream headers and one event, then
+class SilentStreamEngine(DroppingEngine):
+    """Answers GETs like DroppingEngine; a POST gets stream headers and one event, then
     silence until the proxy closes the connection (`closed_at`, a time.monotonic())."""
 
     def __init__(self) -> None:
@@ -46,7 +46,7 @@ class SilentStreamBackend(DroppingBackend):
                 await reader.read()  # silence until the proxy hangs up (b"" at EOF)
                 self.closed_at = time.monotonic()
             else:
-                body = DroppingBackend.METRICS if b"/metrics" in head.split(b"\r\n")[0] else b""
+                body = DroppingEngine.METRICS if b"/metrics" in head.split(b"\r\n")[0] else b""
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
                     % (len(body), body)
@@ -60,27 +60,27 @@ class SilentStreamBackend(DroppingBackend):
 
 
 def test_client_gone_closes_a_silent_upstream_at_once(proxy_over) -> None:
-    backend = SilentStreamBackend()
+    engine = SilentStreamEngine()
     try:
-        proxy, client = proxy_over([backend.url], upstream_timeout_s=60)
+        proxy, client = proxy_over([engine.url], upstream_timeout_s=60)
         body = {"prompt": [1, 2, 3, 4], "max_tokens": 100, "stream": True}
         with client.stream("POST", "/v1/completions", json=body) as r:
             assert next(r.iter_lines()).startswith("data: {")  # the stream has begun
             t_gone = time.monotonic()
         deadline = t_gone + 3.0
-        while backend.closed_at is None:
+        while engine.closed_at is None:
             # Before the fix the relay noticed only at the next chunk, which never came: the
             # engine would have decoded (or held its queue slot) until the 60 s timeout.
             assert time.monotonic() < deadline, "upstream still open after the client left"
             time.sleep(0.01)
-        assert backend.closed_at - t_gone < 3.0
+        assert engine.closed_at - t_gone < 3.0
         deadline = time.monotonic() + 3.0
         while not idle(proxy) or not records_of(proxy):
             assert time.monotonic() < deadline, "request still in flight in the proxy"
             time.sleep(0.01)
         assert [r["error"] for r in records_of(proxy)] == ["client disconnected"]
-        # Leaving is the client's doing: the backend stays in service.
+        # Leaving is the client's doing: the engine stays in service.
         assert all(i.healthy for i in proxy.app.state.instances)
-        assert httpx.get(proxy.url + "/health").json()["backends"][0]["healthy"] is True
+        assert httpx.get(proxy.url + "/health").json()["engines"][0]["healthy"] is True
     finally:
-        backend.stop()
+        engine.stop()

@@ -1,6 +1,6 @@
 """Bad input at the proxy's HTTP API: hand-picked cases, then schemathesis from its OpenAPI.
 
-The backend is a tolerant fake (it answers any body), so every 5xx seen would be the proxy's
+The engine is a tolerant fake (it answers any body), so every 5xx seen would be the proxy's
 own: none may occur, and every 4xx must carry an OpenAI-style JSON error body.
 """
 
@@ -42,7 +42,7 @@ class TolerantFake(FakeVLLM):
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyThread]:
     fake = ServerThread(TolerantFake()).start()
     settings_ = ProxySettings(
-        backends=[fake.url],
+        engines=[fake.url],
         port=0,
         records=tmp_path_factory.mktemp("fuzz") / "records.jsonl",
         scrape_interval_s=0.5,
@@ -98,7 +98,7 @@ def test_unknown_routes_and_methods(proxy: ProxyThread) -> None:
 
 def test_api_key_guards_v1_but_not_health(tmp_path) -> None:
     fake = ServerThread(TolerantFake()).start()
-    p = ProxyThread(ProxySettings(backends=[fake.url], port=0, api_key="s3cret-key")).start()
+    p = ProxyThread(ProxySettings(engines=[fake.url], port=0, api_key="s3cret-key")).start()
     try:
         body = {"prompt": [1, 2], "max_tokens": 1}
         assert "s3cret" not in repr(p.app.settings)

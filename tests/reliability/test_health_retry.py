@@ -1,6 +1,6 @@
-"""Health and retries: what marks a backend unhealthy, where a retry goes, how one comes back.
+"""Health and retries: what marks an engine unhealthy, where a retry goes, how one comes back.
 
-Routers in production have taken whole fleets out by counting clients' 4xx as backend
+Routers in production have taken whole fleets out by counting clients' 4xx as engine
 failures, and re-picked a broken worker on every retry; these pin the proxy's behaviour.
 """
 
@@ -15,7 +15,7 @@ from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, Poli
 from agentic_kvc.policy.fleet import RouterState
 from agentic_kvc.policy.registry import get_policy, list_policies, register
 
-from .conftest import DroppingBackend, idle, records_of
+from .conftest import DroppingEngine, idle, records_of
 
 
 class _PreferLast(Policy):
@@ -45,7 +45,7 @@ BODY = {"prompt": [1, 2, 3, 4], "max_tokens": 2}
 
 
 @pytest.mark.parametrize("status", [400, 404, 413, 422])
-def test_backend_4xx_is_relayed_and_never_marks_it_unhealthy(proxy_over, faults, status) -> None:
+def test_engine_4xx_is_relayed_and_never_marks_it_unhealthy(proxy_over, faults, status) -> None:
     fb, _ = faults[1]
     fb.status = status
     proxy, client = proxy_over([s.url for _, s in faults], policy="test_prefer_last")
@@ -59,7 +59,7 @@ def test_backend_4xx_is_relayed_and_never_marks_it_unhealthy(proxy_over, faults,
     assert len(recs) == 5 and all(f"upstream HTTP {status}" in r["error"] for r in recs)
 
 
-def test_backend_5xx_becomes_a_recorded_error(proxy_over, faults) -> None:
+def test_engine_5xx_becomes_a_recorded_error(proxy_over, faults) -> None:
     fb, _ = faults[0]
     fb.status = 503
     proxy, client = proxy_over([s.url for _, s in faults], policy="round_robin")
@@ -70,7 +70,7 @@ def test_backend_5xx_becomes_a_recorded_error(proxy_over, faults) -> None:
     assert idle(proxy)
 
 
-def test_slow_backend_times_out_into_recorded_504s(proxy_over, faults) -> None:
+def test_slow_engine_times_out_into_recorded_504s(proxy_over, faults) -> None:
     for fb, _ in faults:
         fb.first_token_delay_s = 3.0
     proxy, client = proxy_over([s.url for _, s in faults], upstream_timeout_s=0.4)
@@ -89,7 +89,7 @@ def test_slow_backend_times_out_into_recorded_504s(proxy_over, faults) -> None:
 
 
 def test_retry_never_goes_back_to_the_instance_that_failed(proxy_over, faults) -> None:
-    dropper = DroppingBackend()
+    dropper = DroppingEngine()
     try:
         urls = [faults[0][1].url, dropper.url]
         proxy, client = proxy_over(urls, policy="test_prefer_last")
@@ -109,12 +109,12 @@ def test_retry_never_goes_back_to_the_instance_that_failed(proxy_over, faults) -
         dropper.stop()
 
 
-def test_unhealthy_backend_is_probed_and_readmitted(proxy_over, faults) -> None:
+def test_unhealthy_engine_is_probed_and_readmitted(proxy_over, faults) -> None:
     fb, _ = faults[1]
     proxy, client = proxy_over([s.url for _, s in faults], policy="round_robin")
     fb.healthy = False  # its /health and /metrics answer 503: the scrape notices
     _wait_for(lambda: not proxy.app.state.instances[1].healthy)
-    assert client.get("/health").json()["backends"][1]["healthy"] is False
+    assert client.get("/health").json()["engines"][1]["healthy"] is False
     used = {client.post("/v1/completions", json=BODY).headers["x-akvc-decode"] for _ in range(4)}
     assert used == {"0"}
     fb.healthy = True
@@ -145,7 +145,7 @@ def test_every_policy_sees_health_in_its_fleet_view(name: str) -> None:
 
 
 def test_readmission_does_not_cut_requests_in_flight(proxy_over, faults) -> None:
-    """A backend marked out (e.g. a probe timed out under load) and readmitted while it still
+    """An engine marked out (e.g. a probe timed out under load) and readmitted while it still
     streams: the fresh pool must not close the connections of answers in progress."""
     fb, _ = faults[1]
     proxy, client = proxy_over([s.url for _, s in faults], policy="test_prefer_last")

@@ -3,10 +3,10 @@ upstream connections a burst left behind.
 
 - An engine slow under load answered one scrape and one `/health` probe late and was marked
   out at once: its traffic moved to the others and it flapped out and in. Now the monitor
-  marks a backend out after N consecutive failed checks (`--health-failures`, default 3), and
+  marks an engine out after N consecutive failed checks (`--health-failures`, default 3), and
   at once only when nothing listens (a refused connection).
 - After 1,000 concurrent streams the proxy kept about 1,000 idle keep-alive connections (and
-  fds) to its backends for good. Now each pool keeps at most `--max-idle-connections`.
+  fds) to its engines for good. Now each pool keeps at most `--max-idle-connections`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 class _Scripted(EngineClient):
-    """A backend whose monitor checks follow a script, one item per scrape:
+    """An engine whose monitor checks follow a script, one item per scrape:
     "ok" (the scrape answers), "slow" (scrape and /health probe both fail, e.g. time out),
     "refused" (both fail, nothing listening). Out of service, its probe answers at once."""
 
@@ -65,9 +65,9 @@ def _health_events(script: list[str], failures: int) -> list[tuple[int, bool]]:
     b = _Scripted(script)
     events: list[tuple[int, bool]] = []
 
-    def on_health(backend: EngineClient, ok: bool) -> None:
+    def on_health(engine: EngineClient, ok: bool) -> None:
         events.append((b.checks, ok))
-        backend.healthy = ok
+        engine.healthy = ok
 
     async def main() -> None:
         monitor = EngineMonitor([b], 0.001, 0.001, on_health, lambda *_: None, failures)
@@ -94,7 +94,7 @@ def test_health_failures_must_be_positive() -> None:
         EngineMonitor([], 1.0, 1.0, lambda *_: None, lambda *_: None, 0)
 
 
-def test_backend_failing_fewer_than_n_checks_stays_in_service(proxy_over, faults, caplog) -> None:
+def test_engine_failing_fewer_than_n_checks_stays_in_service(proxy_over, faults, caplog) -> None:
     fb, _ = faults[1]
     caplog.set_level(logging.WARNING, logger="agentic_kvc.proxy")
     proxy, client = proxy_over([s.url for _, s in faults], policy="round_robin")
@@ -161,7 +161,7 @@ MAX_IDLE = 4
 
 
 def test_fds_return_near_baseline_after_a_burst_of_streams(proxy_over, faults) -> None:
-    """Proxy, fake backends and client all run in this process, so its fd count holds both
+    """Proxy, fake engines and client all run in this process, so its fd count holds both
     ends of every connection: after the burst only the capped idle pools may remain."""
     proxy, client = proxy_over([s.url for _, s in faults], max_idle_connections=MAX_IDLE)
     assert client.post("/v1/completions", json=_BODY).status_code == 200  # warm: pools exist
@@ -187,9 +187,9 @@ def test_fds_return_near_baseline_after_a_burst_of_streams(proxy_over, faults) -
     ok, peak = asyncio.run(burst())
     assert ok == BURST
     assert peak > baseline + BURST  # the streams were open at once, upstream included
-    # Per backend pool: at most MAX_IDLE idle connections, two fds each (proxy and backend).
+    # Per engine pool: at most MAX_IDLE idle connections, two fds each (proxy and engine).
     bound = baseline + 2 * 2 * MAX_IDLE + 8
     _wait_for(lambda: _fds() <= bound)
-    pools = [b.pool for b in proxy.app.backends]
+    pools = [e.pool for e in proxy.app.engines]
     assert all(p is not None and len(p._idle) <= MAX_IDLE for p in pools)
     assert idle(proxy) and all(r["error"] is None for r in records_of(proxy))

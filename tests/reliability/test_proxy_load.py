@@ -1,6 +1,6 @@
 """The proxy process under 1,000 concurrent streams, round after round: no fd or memory growth.
 
-This tests the proxy's own file descriptors and memory, not an engine, so the backends are
+This tests the proxy's own file descriptors and memory, not vLLM's, so the engines are
 fake vLLM servers (each its own process). Slow: `make test-reliability`.
 """
 

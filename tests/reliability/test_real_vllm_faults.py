@@ -42,7 +42,7 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 def _proxy(fleet: VllmFleet, tmp: Path, name: str, scrape_s: float) -> ProxyThread:
     settings = ProxySettings(
-        backends=fleet.urls,
+        engines=fleet.urls,
         policy="round_robin",
         port=0,
         records=tmp / f"{name}.jsonl",
@@ -99,7 +99,7 @@ def test_kill_mid_stream_then_restart(fleet: VllmFleet, tmp_path: Path) -> None:
         assert sum(e.startswith('data: {"id"') for e in events) < 2_000
         # 2. Excluded: the watching proxy sends everything to instance 0, without errors.
         _wait_for(lambda: not watching.app.state.instances[1].healthy, 10, "marked unhealthy")
-        assert cw.get("/health").json()["backends"][1]["healthy"] is False
+        assert cw.get("/health").json()["engines"][1]["healthy"] is False
         assert {
             cw.post("/v1/completions", json=short).headers["x-akvc-decode"] for _ in range(4)
         } == {"0"}

@@ -71,7 +71,7 @@ def test_no_process_is_started_through_a_shell() -> None:
 
 
 def test_every_server_binds_loopback_by_default(tiny_model: Path, tmp_path: Path) -> None:
-    assert ProxySettings(backends=["http://127.0.0.1:1"]).host == "127.0.0.1"
+    assert ProxySettings(engines=["http://127.0.0.1:1"]).host == "127.0.0.1"
     host_opt = next(p for p in proxy_cli.params if p.name == "host")
     assert host_opt.default == "127.0.0.1"
     argv = ProxyProcess(["http://127.0.0.1:1"], "round_robin", tmp_path).argv()
@@ -112,7 +112,7 @@ def test_proxy_cli_takes_the_api_key_from_the_environment(monkeypatch) -> None:
         "agentic_kvc.proxy.server.run_proxy", lambda s, log_level: seen.setdefault("s", s)
     )
     env = {"AKVC_PROXY_API_KEY": "k-from-env"}
-    r = CliRunner().invoke(proxy_cli, ["--backend", "http://127.0.0.1:9"], env=env)
+    r = CliRunner().invoke(proxy_cli, ["--engine", "http://127.0.0.1:9"], env=env)
     assert r.exit_code == 0, r.output
     assert seen["s"].api_key == "k-from-env" and "k-from-env" not in repr(seen["s"])
 

@@ -54,7 +54,7 @@ class FakeEngine:
             n = int(body["max_tokens"])
             for k in range(n):
                 if rid in self.drop_after and k >= self.drop_after[rid]:
-                    # Abort the connection mid-stream, as a crashed backend would.
+                    # Abort the connection mid-stream, as a crashed engine would.
                     assert request.transport is not None
                     request.transport.close()
                     return resp

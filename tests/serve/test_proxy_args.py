@@ -17,7 +17,7 @@ BASE = Path(__file__).resolve().parents[2] / "config" / "runs" / "sim_h20_agenti
 
 
 def _parsed(args: list[str]) -> dict:
-    ctx = proxy.make_context("proxy", ["--backend", "http://127.0.0.1:1", *args])
+    ctx = proxy.make_context("proxy", ["--engine", "http://127.0.0.1:1", *args])
     return ctx.params
 
 

@@ -57,7 +57,7 @@ def test_proxy_gauges_per_instance() -> None:
             'akvc_proxy_inflight_requests{instance="0",url="http://a"} 3.0',
             'akvc_proxy_inflight_requests{instance="1",url="http://b"} 0.0',
             'akvc_proxy_pending_prefill_tokens{instance="1",url="http://b"} 512.0',
-            'akvc_proxy_backend_healthy{instance="1",url="http://b"} 0.0',
+            'akvc_proxy_engine_healthy{instance="1",url="http://b"} 0.0',
             'akvc_proxy_decisions_total{policy="p"} 9.0',
         ]
     )

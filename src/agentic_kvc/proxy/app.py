@@ -9,7 +9,7 @@ Life of a generation request (`/v1/completions`, `/v1/chat/completions`):
     receive -> parse JSON -> session id -> prompt token ids -> block hashes [-> prefix session]
             -> policy.decide(request, fleet view) -> RouterState.admit     (t_prefill_sent)
             [PD: pd.run_prefill on P -> RouterState.prefill_done]          (t_prefill_done)
-            -> POST to the (decode) backend -> relay bytes; first event
+            -> POST to the (decode) engine -> relay bytes; first event
                with choices -> RouterState.first_token                     (t_first_token)
             -> end of stream -> RouterState.finish -> record               (t_done)
 
@@ -64,7 +64,7 @@ _clock = time.monotonic
 
 
 class _Retry(Exception):
-    """The chosen backend refused the connection before the request reached it."""
+    """The chosen engine refused the connection before the request reached it."""
 
 
 def error_body(message: str, kind: str, code: int) -> bytes:
@@ -115,10 +115,10 @@ class ProxyApp:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.policy = get_policy(settings.policy, settings.params)
-        n = len(settings.backends)
-        self.backends = [
+        n = len(settings.engines)
+        self.engines = [
             EngineClient(i, url, settings.connect_timeout_s, settings.max_idle_connections)
-            for i, url in enumerate(settings.backends)
+            for i, url in enumerate(settings.engines)
         ]
         self.block_size = settings.block_size or DEFAULT_BLOCK_SIZE
         self._block_size_known = settings.block_size is not None
@@ -138,13 +138,13 @@ class ProxyApp:
         self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
-        self.metrics = ProxyMetrics(settings.policy, self.state, self.backends)
+        self.metrics = ProxyMetrics(settings.policy, self.state, self.engines)
         self.records = RecordSink(settings.records, settings.on_record)
         self.monitor = EngineMonitor(
-            self.backends,
+            self.engines,
             settings.scrape_interval_s,
             settings.health_interval_s,
-            on_health=lambda b, ok: self._set_health(b, ok, "health probe"),
+            on_health=lambda e, ok: self._set_health(e, ok, "health probe"),
             on_scrape=self._on_scrape,
             failures_to_mark_out=settings.health_failures,
         )
@@ -157,10 +157,10 @@ class ProxyApp:
     async def startup(self) -> None:
         if self.kv_events is not None:
             await self.kv_events.start()  # before any traffic: events sent earlier are lost
-        for b in self.backends:
-            b.open()
+        for e in self.engines:
+            e.open()
         # Learn block size, health and the model (for its tokenizer) before the first request.
-        await asyncio.gather(*(self._first_contact(b) for b in self.backends))
+        await asyncio.gather(*(self._first_contact(e) for e in self.engines))
         self.monitor.start()
         self.records.start()
         self.started = True
@@ -170,39 +170,39 @@ class ProxyApp:
         if self.kv_events is not None:
             await self.kv_events.stop()
         await self.records.close()
-        for b in self.backends:
-            await b.close()
+        for e in self.engines:
+            await e.close()
         self.started = False
 
-    async def _first_contact(self, b: EngineClient) -> None:
+    async def _first_contact(self, e: EngineClient) -> None:
         timeout = min(self.settings.connect_timeout_s, 5.0)
-        m = await b.scrape(timeout)
+        m = await e.scrape(timeout)
         if m is None:
-            self._set_health(b, False, "unreachable at startup")
+            self._set_health(e, False, "unreachable at startup")
             return
-        self._on_scrape(b, m)
+        self._on_scrape(e, m)
         try:
-            status, raw = await b.get("/v1/models", timeout)
+            status, raw = await e.get("/v1/models", timeout)
             data = _decode(raw)["data"][0] if status == 200 else {}
         except (*CONNECTION_ERRORS, TimeoutError, msgspec.DecodeError, KeyError, IndexError):
             data = {}
-        b.model_id, b.model_root = data.get("id"), data.get("root")
+        e.model_id, e.model_root = data.get("id"), data.get("root")
         if self.tokenizer is None:
-            self.tokenizer = PromptTokenizer.find(b.model_root, b.model_id)
+            self.tokenizer = PromptTokenizer.find(e.model_root, e.model_id)
             if self.tokenizer is not None:
                 log.info("tokenizer for text prompts: %s", self.tokenizer.path)
 
-    def _set_health(self, b: EngineClient, healthy: bool, why: str) -> None:
-        if b.healthy != healthy:
+    def _set_health(self, e: EngineClient, healthy: bool, why: str) -> None:
+        if e.healthy != healthy:
             state = "back in service" if healthy else "out of service"
-            log.warning("backend %d (%s) %s: %s", b.index, b.url, state, why)
-        b.healthy = healthy
-        self.state.set_healthy(b.index, healthy)
+            log.warning("engine %d (%s) %s: %s", e.index, e.url, state, why)
+        e.healthy = healthy
+        self.state.set_healthy(e.index, healthy)
         if not healthy:
-            self.monitor.poke(b.index)
+            self.monitor.poke(e.index)
 
-    def _on_scrape(self, b: EngineClient, m: EngineMetrics) -> None:
-        self.state.update_scrape(b.index, self.now(), m.running, m.waiting, m.kv_usage)
+    def _on_scrape(self, e: EngineClient, m: EngineMetrics) -> None:
+        self.state.update_scrape(e.index, self.now(), m.running, m.waiting, m.kv_usage)
         estimated = self.settings.cache_view == "estimated"
         if m.block_size and not self._block_size_known:
             self._block_size_known = True
@@ -211,7 +211,7 @@ class ProxyApp:
                 self.block_size = m.block_size
                 self.hasher = make_hasher(m.block_size)
                 if estimated:
-                    self.state.cache = make_estimated_index(len(self.backends))
+                    self.state.cache = make_estimated_index(len(self.engines))
             set_size = getattr(self.state.cache, "set_block_size", None)
             if set_size is not None:  # the exact view keys events by the engine's block size
                 set_size(m.block_size)
@@ -277,25 +277,25 @@ class ProxyApp:
                 return
 
     async def _health(self, send: Send) -> None:
-        backends = [{"url": b.url, "healthy": b.healthy} for b in self.backends]
-        ok = any(b.healthy for b in self.backends)
-        body = _encode({"status": "ok" if ok else "no healthy backend", "backends": backends})
+        engines = [{"url": e.url, "healthy": e.healthy} for e in self.engines]
+        ok = any(e.healthy for e in self.engines)
+        body = _encode({"status": "ok" if ok else "no healthy engine", "engines": engines})
         await _respond(send, 200 if ok else 503, body)
 
     async def _models(self, send: Send) -> None:
-        for b in self.backends:
-            if not b.healthy:
+        for e in self.engines:
+            if not e.healthy:
                 continue
             try:
-                status, raw = await b.get("/v1/models", self.settings.connect_timeout_s)
+                status, raw = await e.get("/v1/models", self.settings.connect_timeout_s)
             except TimeoutError:
                 continue  # slow under load is not down: the monitor decides that (issue 15)
             except CONNECTION_ERRORS as exc:
-                self._set_health(b, False, f"/v1/models: {type(exc).__name__}")
+                self._set_health(e, False, f"/v1/models: {type(exc).__name__}")
                 continue
             await _respond(send, status, raw)
             return
-        await _respond(send, 503, error_body("no healthy backend", "service_unavailable", 503))
+        await _respond(send, 503, error_body("no healthy engine", "service_unavailable", 503))
 
     # ---- generation ------------------------------------------------------------------
 
@@ -427,11 +427,11 @@ class ProxyApp:
         kind = "timeout" if status == 504 else "upstream_error"
         await self._reject(send, path, status, message, kind)
 
-    def _backend_failed(self, b: EngineClient, exc: BaseException, where: str) -> str:
+    def _engine_failed(self, e: EngineClient, exc: BaseException, where: str) -> str:
         kind = type(exc).__name__
-        self.metrics.backend_error(b.index, kind)
-        self._set_health(b, False, f"{where}: {kind}: {exc}")
-        return f"backend {b.index} ({b.url}) {where}: {kind}: {exc}"
+        self.metrics.engine_error(e.index, kind)
+        self._set_health(e, False, f"{where}: {kind}: {exc}")
+        return f"engine {e.index} ({e.url}) {where}: {kind}: {exc}"
 
     async def _execute(
         self,
@@ -446,12 +446,12 @@ class ProxyApp:
         send: Send,
     ) -> None:
         decision = ticket.decision
-        target = self.backends[decision.decode]
+        target = self.engines[decision.decode]
         rec.t_prefill_sent = self.now()
         self.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
         pd_done = False
         if decision.disaggregated:
-            prefill = self.backends[decision.prefill]
+            prefill = self.engines[decision.prefill]
             peers = self.settings.kv_peers
             fallback: str | None = None
             try:
@@ -467,7 +467,7 @@ class ProxyApp:
             except TimeoutError:
                 fallback = "prefill timed out"
             except CONNECTION_ERRORS as exc:
-                fallback = self._backend_failed(prefill, exc, "failed the prefill")
+                fallback = self._engine_failed(prefill, exc, "failed the prefill")
             except pd.PrefillError as exc:
                 fallback = f"prefill failed: {exc}"
             if fallback is not None:
@@ -492,7 +492,7 @@ class ProxyApp:
                 "POST", path, payload, up_headers, self.settings.upstream_timeout_s
             )
         except UpstreamRefused as exc:
-            rec.error = self._backend_failed(target, exc, "refused the connection")
+            rec.error = self._engine_failed(target, exc, "refused the connection")
             if pd_done or rec.pd_fallback:  # P did (or failed) its part: no second routing
                 await self._fail(send, path, rec, ticket, 502, rec.error)
                 return
@@ -502,8 +502,8 @@ class ProxyApp:
             return
         except CONNECTION_ERRORS as exc:
             # No response byte reached the client yet (typically a pooled keep-alive connection
-            # to an engine that just died), so another backend can take the request.
-            rec.error = self._backend_failed(target, exc, "dropped the request")
+            # to an engine that just died), so another engine can take the request.
+            rec.error = self._engine_failed(target, exc, "dropped the request")
             if pd_done or rec.pd_fallback:
                 await self._fail(send, path, rec, ticket, 502, rec.error)
                 return
@@ -541,7 +541,7 @@ class ProxyApp:
             return
         except CONNECTION_ERRORS as exc:
             resp.close()
-            msg = self._backend_failed(self.backends[ticket.decision.decode], exc, "dropped")
+            msg = self._engine_failed(self.engines[ticket.decision.decode], exc, "dropped")
             await self._fail(send, path, rec, ticket, 502, msg)
             return
         finally:
@@ -607,7 +607,7 @@ class ProxyApp:
         except TimeoutError:
             error = ("upstream timed out mid-stream", "timeout", 504)
         except CONNECTION_ERRORS as exc:
-            msg = self._backend_failed(self.backends[ticket.decision.decode], exc, "dropped")
+            msg = self._engine_failed(self.engines[ticket.decision.decode], exc, "dropped")
             error = (msg, "upstream_error", 502)
         finally:
             client_gone.cancel()

@@ -1,4 +1,4 @@
-"""`akvc proxy`: serve the cache-aware routing proxy in front of vLLM backends."""
+"""`akvc proxy`: serve the cache-aware routing proxy in front of vLLM engines."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ def _peer(text: str) -> dict[str, str]:
 
 @click.command("proxy")
 @click.option(
+    "--engine",
     "--backend",
-    "backends",
+    "engines",
     multiple=True,
     required=True,
     metavar="URL",
     help="Base URL of a vLLM OpenAI server, e.g. http://127.0.0.1:8001 (repeat per instance; "
-    "instance i is the i-th --backend).",
+    "instance i is the i-th --engine). --backend is its old name, still accepted.",
 )
 @click.option(
     "--policy",
@@ -46,15 +47,15 @@ def _peer(text: str) -> dict[str, str]:
     default="estimated",
     show_default=True,
     help="Prefix-cache view for the policy: 'estimated' records every routed prompt's blocks; "
-    "'exact' follows the engines' KV events (give --kv-events per backend).",
+    "'exact' follows the engines' KV events (give --kv-events per engine).",
 )
 @click.option(
     "--kv-events",
     "kv_events",
     multiple=True,
     metavar="ENDPOINT",
-    help="ZMQ endpoint of a backend's KV event publisher, e.g. tcp://127.0.0.1:5557 (one per "
-    "--backend, in order; vLLM's --kv-events-config endpoint). Needed by --cache-view exact.",
+    help="ZMQ endpoint of an engine's KV event publisher, e.g. tcp://127.0.0.1:5557 (one per "
+    "--engine, in order; vLLM's --kv-events-config endpoint). Needed by --cache-view exact.",
 )
 @click.option(
     "--kv-connector",
@@ -68,7 +69,7 @@ def _peer(text: str) -> dict[str, str]:
     "kv_peers",
     multiple=True,
     metavar="ENGINE_ID@HOST:PORT",
-    help="Mooncake only: a backend's engine id and bootstrap address (one per --backend).",
+    help="Mooncake only: an engine's id and bootstrap address (one per --engine).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -89,7 +90,7 @@ def _peer(text: str) -> dict[str, str]:
     default=1.0,
     show_default=True,
     type=float,
-    help="Seconds between scrapes of each backend's /metrics (running, waiting, KV usage, "
+    help="Seconds between scrapes of each engine's /metrics (running, waiting, KV usage, "
     "block size); 0 turns scraping off.",
 )
 @click.option(
@@ -97,7 +98,7 @@ def _peer(text: str) -> dict[str, str]:
     default=1.0,
     show_default=True,
     type=float,
-    help="Seconds between /health probes of a backend that is out of service.",
+    help="Seconds between /health probes of an engine that is out of service.",
 )
 @click.option(
     "--health-failures",
@@ -105,15 +106,15 @@ def _peer(text: str) -> dict[str, str]:
     show_default=True,
     type=click.IntRange(min=1),
     help="Consecutive failed checks (a /metrics scrape and then a /health probe, both failing "
-    "or timing out) before a backend is marked out of service. A refused connection marks it "
-    "out at once; a backend slow under load is not marked out for one late answer.",
+    "or timing out) before an engine is marked out of service. A refused connection marks it "
+    "out at once; an engine slow under load is not marked out for one late answer.",
 )
 @click.option(
     "--max-idle-connections",
     default=128,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Idle keep-alive connections kept per backend after a burst; more are closed when "
+    help="Idle keep-alive connections kept per engine after a burst; more are closed when "
     "their answer ends (busy connections are never capped).",
 )
 @click.option(
@@ -129,13 +130,13 @@ def _peer(text: str) -> dict[str, str]:
     default=3.0,
     show_default=True,
     type=float,
-    help="Seconds to wait for a backend connection before calling it refused.",
+    help="Seconds to wait for an engine connection before calling it refused.",
 )
 @click.option(
     "--tokenizer",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="Model dir or tokenizer.json for text and chat prompts (default: the backend's model "
+    help="Model dir or tokenizer.json for text and chat prompts (default: the engine's model "
     "path from /v1/models, if it is a local directory).",
 )
 @click.option(
@@ -149,10 +150,10 @@ def _peer(text: str) -> dict[str, str]:
     "roles",
     multiple=True,
     type=click.Choice(["combined", "prefill", "decode", "both"]),
-    help="Role of each backend, in --backend order (default: all combined).",
+    help="Role of each engine, in --engine order (default: all combined).",
 )
 @click.option(
-    "--no-retry", is_flag=True, help="Do not retry a request whose backend refused the connection."
+    "--no-retry", is_flag=True, help="Do not retry a request whose engine refused the connection."
 )
 @click.option(
     "--session-header",
@@ -181,7 +182,7 @@ def _peer(text: str) -> dict[str, str]:
     help="Server log level.",
 )
 def proxy(
-    backends: tuple[str, ...],
+    engines: tuple[str, ...],
     policy: str,
     params: tuple[str, ...],
     cache_view: str,
@@ -206,7 +207,7 @@ def proxy(
     api_key: str | None,
     log_level: str,
 ) -> None:
-    """Route OpenAI-compatible requests across vLLM BACKENDs with a routing policy.
+    """Route OpenAI-compatible requests across vLLM engines (--engine URL) with a routing policy.
 
     Serves /v1/completions and /v1/chat/completions (streaming or not), /v1/models, /health
     and /metrics. Each response carries x-akvc-* headers naming its route; see docs/proxy.md.
@@ -219,7 +220,7 @@ def proxy(
     try:
         validate_policy(policy, parsed)
         settings = ProxySettings(
-            backends=list(backends),
+            engines=list(engines),
             policy=policy,
             params=parsed,
             cache_view=cache_view,  # type: ignore[arg-type]
@@ -244,7 +245,7 @@ def proxy(
             kv_peers=[_peer(p) for p in kv_peers] or None,
         )
         if cache_view == "exact" and not kv_events:
-            raise ValueError("--cache-view exact needs --kv-events (one endpoint per --backend)")
+            raise ValueError("--cache-view exact needs --kv-events (one endpoint per --engine)")
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -159,7 +159,7 @@ class FakeVLLM:
         events.append(b"data: [DONE]\n\n")
         for i, ev in enumerate(events):
             if drop_after is not None and i >= int(drop_after):
-                raise FakeDrop("fake backend drops the connection mid-stream")
+                raise FakeDrop("fake engine drops the connection mid-stream")
             # Like vLLM, the usage chunk and [DONE] follow the last token at once: pausing
             # before them would charge a proxy that asks for usage one extra token gap.
             if delay and 0 < i < n_content:

@@ -3,7 +3,7 @@
 Counters and the overhead histogram are updated on the request path, so their label children
 are looked up once and cached (a `.labels()` call costs microseconds). Per-instance state
 (in-flight requests, pending prefill tokens, health, last scrape) is not updated per request
-at all: a custom collector reads `RouterState` and the backend clients when `/metrics` is
+at all: a custom collector reads `RouterState` and the engine clients when `/metrics` is
 scraped.
 """
 
@@ -27,9 +27,9 @@ OVERHEAD_BUCKETS = (
 
 
 class _FleetCollector(Collector):
-    def __init__(self, state: RouterState, backends: Sequence[EngineClient]) -> None:
+    def __init__(self, state: RouterState, engines: Sequence[EngineClient]) -> None:
         self.state = state
-        self.backends = backends
+        self.engines = engines
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families: dict[str, GaugeMetricFamily] = {}
@@ -39,9 +39,9 @@ class _FleetCollector(Collector):
                 families[name] = GaugeMetricFamily(name, doc, labels=["instance", "url"])
             return families[name]
 
-        for inst, b in zip(self.state.instances, self.backends, strict=True):
-            labels = [str(inst.index), b.url]
-            fam("akvc_proxy_backend_healthy", "1 if the backend is in service").add_metric(
+        for inst, e in zip(self.state.instances, self.engines, strict=True):
+            labels = [str(inst.index), e.url]
+            fam("akvc_proxy_engine_healthy", "1 if the engine is in service").add_metric(
                 labels, 1.0 if inst.healthy else 0.0
             )
             fam("akvc_proxy_inflight_requests", "Requests routed and not finished").add_metric(
@@ -115,7 +115,7 @@ class _CostModelCollector(Collector):
 
 
 class ProxyMetrics:
-    def __init__(self, policy: str, state: RouterState, backends: Sequence[EngineClient]) -> None:
+    def __init__(self, policy: str, state: RouterState, engines: Sequence[EngineClient]) -> None:
         self.policy = policy
         self.registry = CollectorRegistry(auto_describe=False)
         self.decisions = Counter(
@@ -130,9 +130,9 @@ class ProxyMetrics:
             ["endpoint", "outcome"],
             registry=self.registry,
         )
-        self.backend_errors = Counter(
-            "akvc_proxy_backend_errors",
-            "Requests that failed on a backend (refused, dropped, timed out, bad answer)",
+        self.engine_errors = Counter(
+            "akvc_proxy_engine_errors",
+            "Requests that failed on an engine (refused, dropped, timed out, bad answer)",
             ["instance", "kind"],
             registry=self.registry,
         )
@@ -143,7 +143,7 @@ class ProxyMetrics:
             buckets=OVERHEAD_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_FleetCollector(state, backends))
+        self.registry.register(_FleetCollector(state, engines))
         self.registry.register(_CostModelCollector(state))
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[tuple[str, str], Any] = {}
@@ -164,8 +164,8 @@ class ProxyMetrics:
             child = self._request_children[key] = self.requests.labels(endpoint, outcome)
         child.inc()
 
-    def backend_error(self, instance: int, kind: str) -> None:
-        self.backend_errors.labels(str(instance), kind).inc()
+    def engine_error(self, instance: int, kind: str) -> None:
+        self.engine_errors.labels(str(instance), kind).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

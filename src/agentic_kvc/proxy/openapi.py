@@ -74,9 +74,9 @@ _GENERATED = {
     "401": _error("Missing or wrong API key (only with --api-key)"),
     "404": _error("Unknown model (from the engine)"),
     "405": _error("Wrong method"),
-    "502": _error("The backend refused or dropped the request"),
-    "503": _error("No healthy backend"),
-    "504": _error("The backend timed out"),
+    "502": _error("The engine refused or dropped the request"),
+    "503": _error("No healthy engine"),
+    "504": _error("The engine timed out"),
 }
 
 
@@ -108,19 +108,19 @@ OPENAPI: dict[str, Any] = {
                 "summary": "The engines' models",
                 "responses": {
                     "200": {
-                        "description": "From the first healthy backend",
+                        "description": "From the first healthy engine",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
                     "401": _error("Missing or wrong API key"),
-                    "503": _error("No healthy backend"),
+                    "503": _error("No healthy engine"),
                 },
             }
         },
         "/health": {
             "get": {
-                "summary": "Backends' health",
+                "summary": "Engines' health",
                 "responses": {
-                    "200": {"description": "Some backend is healthy"},
+                    "200": {"description": "Some engine is healthy"},
                     "503": {"description": "None is"},
                 },
             }

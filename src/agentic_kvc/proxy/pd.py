@@ -145,7 +145,7 @@ async def run_prefill(
 ) -> PrefillResult:
     """Run the prompt's prefill on `prefill` and return the decode instance's request.
 
-    `peer` is P's Mooncake identity (unused by NIXL). Raises the `backends.CONNECTION_ERRORS`
+    `peer` is P's Mooncake identity (unused by NIXL). Raises the `engine_clients.CONNECTION_ERRORS`
     when P refuses or drops, `TimeoutError` past `timeout_s`, and `PrefillError` otherwise.
     """
     assert prefill.pool is not None

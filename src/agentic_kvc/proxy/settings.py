@@ -13,7 +13,7 @@ from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE
 
 @dataclass(slots=True)
 class ProxySettings:
-    backends: list[str]
+    engines: list[str]
     policy: str = "round_robin"
     params: dict[str, Any] = field(default_factory=dict)
     cache_view: Literal["estimated", "exact"] = "estimated"
@@ -21,18 +21,18 @@ class ProxySettings:
     port: int = 8000
     records: Path | None = None  # JSON lines, one RequestRecord per request
     scrape_interval_s: float = 1.0  # engine /metrics; 0 turns scraping off
-    health_interval_s: float = 1.0  # /health probe period of an unhealthy backend
-    # Consecutive failed checks (scrape, then /health) before the monitor marks a backend out;
+    health_interval_s: float = 1.0  # /health probe period of an unhealthy engine
+    # Consecutive failed checks (scrape, then /health) before the monitor marks an engine out;
     # a refused connection marks it out at once (proxy/engine_clients.EngineMonitor).
     health_failures: int = 3
     upstream_timeout_s: float = 600.0  # whole upstream exchange of one request
     connect_timeout_s: float = 3.0
-    # Idle keep-alive connections kept per backend after a burst (busy ones are not capped).
+    # Idle keep-alive connections kept per engine after a burst (busy ones are not capped).
     max_idle_connections: int = DEFAULT_MAX_IDLE
-    tokenizer: Path | None = None  # dir or tokenizer.json; default: the backend's model dir
+    tokenizer: Path | None = None  # dir or tokenizer.json; default: the engine's model dir
     block_size: int | None = None  # router hashing block size; default: the engine's
-    roles: list[Role] | None = None  # per backend; default all "combined"
-    retry_refused: bool = True  # a refused connection is retried once on another backend
+    roles: list[Role] | None = None  # per engine; default all "combined"
+    retry_refused: bool = True  # a refused connection is retried once on another engine
     # Records' clock: seconds since this time.monotonic() value (default: proxy start), so a
     # run backend in the same machine can put proxy and client times on one clock.
     clock_origin: float | None = None
@@ -40,9 +40,9 @@ class ProxySettings:
     on_record: Callable[[dict[str, Any]], None] | None = None
     # The exact view (cache/kv_events.ExactCacheView); built from `kv_events` when None.
     exact_cache: Any = None
-    # Per backend, the ZMQ endpoint of its KV event publisher (`--cache-view exact`).
+    # Per engine, the ZMQ endpoint of its KV event publisher (`--cache-view exact`).
     kv_events: list[str] | None = None
-    # PD execution (proxy/pd.py): the engines' KV connector, and for Mooncake each backend's
+    # PD execution (proxy/pd.py): the engines' KV connector, and for Mooncake each engine's
     # engine id and bootstrap address ({"engine_id": ..., "bootstrap_addr": "host:port"}).
     kv_connector: Literal["nixl", "mooncake"] = "nixl"
     kv_peers: list[dict[str, str]] | None = None
@@ -54,25 +54,24 @@ class ProxySettings:
     prefix_sessions: bool = True
 
     def __post_init__(self) -> None:
-        if not self.backends:
-            raise ValueError("at least one --backend URL is needed")
-        self.backends = [b.rstrip("/") for b in self.backends]
-        for b in self.backends:
-            if not b.startswith(("http://", "https://")):
-                raise ValueError(f"--backend {b!r}: expected an http:// or https:// URL")
-        if self.roles is not None and len(self.roles) != len(self.backends):
-            raise ValueError(f"{len(self.roles)} roles given for {len(self.backends)} backends")
+        if not self.engines:
+            raise ValueError("at least one --engine URL is needed")
+        self.engines = [e.rstrip("/") for e in self.engines]
+        for e in self.engines:
+            if not e.startswith(("http://", "https://")):
+                raise ValueError(f"--engine {e!r}: expected an http:// or https:// URL")
+        if self.roles is not None and len(self.roles) != len(self.engines):
+            raise ValueError(f"{len(self.roles)} roles given for {len(self.engines)} engines")
         if self.cache_view not in ("estimated", "exact"):
             raise ValueError(f"--cache-view {self.cache_view!r}: expected estimated or exact")
         for name, per in (("--kv-events", self.kv_events), ("kv_peers", self.kv_peers)):
-            if per is not None and len(per) != len(self.backends):
-                raise ValueError(f"{name}: {len(per)} given for {len(self.backends)} backends")
+            if per is not None and len(per) != len(self.engines):
+                raise ValueError(f"{name}: {len(per)} given for {len(self.engines)} engines")
         if self.kv_connector not in ("nixl", "mooncake"):
             raise ValueError(f"--kv-connector {self.kv_connector!r}: expected nixl or mooncake")
         if self.kv_connector == "mooncake" and self.kv_peers is None:
             raise ValueError(
-                "--kv-connector mooncake needs each backend's engine id and "
-                "bootstrap address (kv_peers)"
+                "--kv-connector mooncake needs each engine's id and bootstrap address (kv_peers)"
             )
         if self.upstream_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")

@@ -1,4 +1,4 @@
-"""The proxy's HTTP/1.1 client to its backends: keep-alive pools on asyncio + httptools.
+"""The proxy's HTTP/1.1 client to its engines: keep-alive pools on asyncio + httptools.
 
 Why not aiohttp: every relayed request paid for aiohttp's general machinery (request and
 response objects, header multidicts, timers, a stream reader, payload writers), about half of
@@ -10,7 +10,7 @@ one wake-up of the reader per socket read.
 
 Errors say what a router needs to know:
 - `UpstreamRefused`: the request never reached the engine (refused, unreachable, connect
-  timeout), so another backend may take it;
+  timeout), so another engine may take it;
 - `UpstreamDropped`: the connection ended before the response did (the engine died, reset, or
   sent bytes that are not HTTP);
 - `TimeoutError`: the request's own deadline passed.
@@ -28,15 +28,15 @@ import ssl
 
 import httptools
 
-_PAUSE_BYTES = 1 << 20  # stop reading from a backend whose client is this far behind
+_PAUSE_BYTES = 1 << 20  # stop reading from an engine whose client is this far behind
 
 
 class UpstreamError(ConnectionError):
-    """A backend refused or dropped the request."""
+    """An engine refused or dropped the request."""
 
 
 class UpstreamRefused(UpstreamError):
-    """The request never reached the backend: safe to send it elsewhere."""
+    """The request never reached the engine: safe to send it elsewhere."""
 
 
 class UpstreamDropped(UpstreamError):
@@ -44,7 +44,7 @@ class UpstreamDropped(UpstreamError):
 
 
 class UpstreamAbandoned(Exception):
-    """The proxy gave up on a response because its client left: not the backend's fault, so
+    """The proxy gave up on a response because its client left: not the engine's fault, so
     deliberately not an `UpstreamError`."""
 
 
@@ -175,7 +175,7 @@ def _delimited_by_close(resp: UpstreamResponse) -> bool:
 
 
 class _Connection(asyncio.Protocol):
-    """One TCP connection to a backend, parked in its pool between requests."""
+    """One TCP connection to an engine, parked in its pool between requests."""
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
@@ -272,11 +272,11 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-DEFAULT_MAX_IDLE = 128  # per backend; twice the overhead benchmark's whole concurrency
+DEFAULT_MAX_IDLE = 128  # per engine; twice the overhead benchmark's whole concurrency
 
 
 class UpstreamPool:
-    """Keep-alive connections to one backend (`http://host:port`), no limit on how many are
+    """Keep-alive connections to one engine (`http://host:port`), no limit on how many are
     busy (the engine queues, the proxy must not add a second queue in front of it), but at
     most `max_idle` kept idle: after a burst of 1,000 streams the pool used to hold 1,000
     idle sockets (and fds) for good; past the cap a finished connection is closed instead."""
@@ -286,7 +286,7 @@ class UpstreamPool:
     ) -> None:
         scheme, sep, rest = url.partition("://")
         if not sep or scheme not in ("http", "https"):
-            raise ValueError(f"backend URL must be http(s)://host[:port], got {url!r}")
+            raise ValueError(f"engine URL must be http(s)://host[:port], got {url!r}")
         hostport = rest.split("/", 1)[0]
         host, colon, port = hostport.rpartition(":")
         if not colon or not port.isdigit() or host.endswith(":"):  # no port (IPv6 w/o port too)

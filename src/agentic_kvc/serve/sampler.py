@@ -22,7 +22,7 @@ from agentic_kvc.metrics.records import InstanceSample
 _PROXY_GAUGES = {
     "akvc_proxy_inflight_requests": "router_inflight",
     "akvc_proxy_pending_prefill_tokens": "router_pending_prefill_tokens",
-    "akvc_proxy_backend_healthy": "healthy",
+    "akvc_proxy_engine_healthy": "healthy",
 }
 
 

@@ -84,13 +84,13 @@ class _Service:
 
 
 class ProxyProcess(_Service):
-    """`akvc proxy` in front of `backends`, listening on a free loopback port."""
+    """`akvc proxy` in front of `engines` (vLLM base URLs), listening on a free loopback port."""
 
     name = "proxy"
 
     def __init__(
         self,
-        backends: Sequence[str],
+        engines: Sequence[str],
         policy: str,
         log_dir: Path,
         params: Mapping[str, Any] | None = None,
@@ -102,9 +102,9 @@ class ProxyProcess(_Service):
     ) -> None:
         super().__init__(log_dir, startup_timeout_s)
         self.cpus = list(cpus) if cpus else None
-        if not backends:
-            raise ValueError("the proxy needs at least one backend URL")
-        self.backends = list(backends)
+        if not engines:
+            raise ValueError("the proxy needs at least one engine URL")
+        self.engines = list(engines)
         self.policy = policy
         self.params = dict(params or {})
         self.records = records
@@ -118,8 +118,8 @@ class ProxyProcess(_Service):
     def argv(self) -> list[str]:
         argv = [sys.executable, "-m", "agentic_kvc.cli", "proxy", "--host", LOOPBACK]
         argv += ["--port", str(self.port), "--policy", self.policy, "--log-level", self.log_level]
-        for url in self.backends:
-            argv += ["--backend", url]
+        for url in self.engines:
+            argv += ["--engine", url]
         for key, value in sorted(self.params.items()):
             # The proxy reads VALUE as YAML; JSON is valid YAML and keeps lists and floats.
             argv += ["--param", f"{key}={json.dumps(value)}"]

@@ -1,0 +1,53 @@
+"""`akvc proxy --engine URL`: the proxy's upstream vLLM servers, and `--backend`, its old name.
+
+The proxy calls the servers it routes to engines (`ProxySettings.engines`); `--backend` stays
+a second name of the same option so scripts written before the rename keep running.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from agentic_kvc.proxy.cli import proxy
+from agentic_kvc.proxy.settings import ProxySettings
+
+A, B = "http://127.0.0.1:8001", "http://127.0.0.1:8002/"
+ROLES = ["--role", "prefill", "--role", "decode"]
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> ProxySettings:
+    """The settings `akvc proxy ARGS` would serve with (the server itself is not started)."""
+    seen: dict[str, ProxySettings] = {}
+    monkeypatch.setattr(
+        "agentic_kvc.proxy.server.run_proxy", lambda s, log_level: seen.setdefault("s", s)
+    )
+    r = CliRunner().invoke(proxy, args)
+    assert r.exit_code == 0, r.output
+    return seen["s"]
+
+
+def test_backend_parses_to_the_same_settings_as_engine(monkeypatch) -> None:
+    new = _settings(monkeypatch, ["--engine", A, "--engine", B, *ROLES])
+    assert new.engines == [A, B.rstrip("/")] and new.roles == ["prefill", "decode"]
+    old = _settings(monkeypatch, ["--backend", A, "--backend", B, *ROLES])
+    # Both names feed one option, in command-line order.
+    mixed = _settings(monkeypatch, ["--engine", A, "--backend", B, *ROLES])
+    assert old == new and mixed == new
+    swapped = _settings(monkeypatch, ["--backend", B, "--engine", A, *ROLES])
+    assert swapped.engines == [B.rstrip("/"), A]
+
+
+def test_an_engine_is_required_and_the_help_names_the_old_flag() -> None:
+    r = CliRunner().invoke(proxy, [])
+    assert r.exit_code == 2 and "--engine" in r.output
+    help_text = " ".join(CliRunner().invoke(proxy, ["--help"]).output.split())  # unwrapped
+    assert "--engine, --backend URL" in help_text and "old name" in help_text
+
+
+def test_settings_take_engines_not_backends() -> None:
+    assert ProxySettings(engines=[B]).engines == [B.rstrip("/")]
+    with pytest.raises(TypeError):
+        ProxySettings(backends=[A])  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="--engine"):
+        ProxySettings(engines=["127.0.0.1:8001"])
