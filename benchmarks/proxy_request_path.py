@@ -33,9 +33,9 @@ PATH = "/v1/completions"
 
 
 def make_app(policy: str) -> ProxyApp:
-    # Backends are never contacted: startup() is not run and _execute is replaced below.
+    # Engines are never contacted: startup() is not run and _execute is replaced below.
     settings = ProxySettings(
-        backends=["http://127.0.0.1:9", "http://127.0.0.1:10"], policy=policy, block_size=32
+        engines=["http://127.0.0.1:9", "http://127.0.0.1:10"], policy=policy, block_size=32
     )
     app = ProxyApp(settings)
 

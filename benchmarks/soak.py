@@ -168,7 +168,7 @@ def main() -> int:
         "proxy_rss_kb_max": max(r["rss_kb"] for r in rows),
         "proxy_fds_max": max(r["fds"] for r in rows),
         "samples": rows,
-        "backends_healthy_at_end": [b["healthy"] for b in health["backends"]],
+        "engines_healthy_at_end": [e["healthy"] for e in health["engines"]],
         "settings": vars(args) | {"out": str(args.out), "model": str(args.model)},
         "host_load": load,
         "hardware": hardware_info(),
