@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
+
+from gpu_bench import cuda_torch, environment
 
 BLOCK_BYTES = 48 * 2 * 16 * 4 * 128 * 2  # Qwen3-Coder-30B-A3B, one 16-token block, bf16
 
@@ -40,15 +40,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--matmul", type=int, default=8192, help="square bf16 matmul side")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("kv_link_contention: needs PyTorch with CUDA", file=sys.stderr)
+    found = cuda_torch("kv_link_contention")
+    if found is None:
         return 2
-    if not torch.cuda.is_available():
-        print("kv_link_contention: no CUDA device here", file=sys.stderr)
-        return 2
-    dev = torch.device("cuda")
+    torch, dev = found
     sizes = [int(b) for b in args.blocks.split(",")]
     top = max(sizes) * BLOCK_BYTES
     host = [torch.empty(top, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
@@ -84,10 +79,7 @@ def main() -> int:
 
     out: dict[str, Any] = {
         "benchmark": "kv_link_contention",
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "host": platform.platform(),
+        **environment(torch),
         "block_bytes": BLOCK_BYTES,
         "repeats": args.repeats,
         "sizes": [],

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from gpu_bench import cuda_torch, environment
 
 
 def fit_affine(sizes: list[float], times: list[float]) -> tuple[float, float]:
@@ -46,17 +47,10 @@ def main() -> int:
     ap.add_argument("--max-blocks", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("kv_link_copy: PyTorch is not installed", file=sys.stderr)
+    found = cuda_torch("kv_link_copy")
+    if found is None:
         return 2
-    if not torch.cuda.is_available():
-        print(
-            "kv_link_copy: no CUDA device here (this benchmark needs a GPU host)", file=sys.stderr
-        )
-        return 2
-    dev = torch.device("cuda")
+    torch, dev = found
     per_layer_block = 2 * args.block_tokens * args.kv_heads * args.head_dim  # bf16 elements
     block_bytes = per_layer_block * args.layers * 2
     counts = []
@@ -131,10 +125,7 @@ def main() -> int:
                 )
     doc = {
         "benchmark": "kv_link_copy",
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "host": platform.platform(),
+        **environment(torch),
         "block_bytes": block_bytes,
         "shape": {
             "layers": args.layers,
