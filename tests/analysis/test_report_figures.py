@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.report import MAX_FIGURE_BYTES, clear_figures, publish_figures
-from agentic_kvc.analysis.studies.figures import cdf_panels, diff_chart, sim_vs_real
+from agentic_kvc.analysis.studies.figures import cdf_panels, diff_chart, panel_grid, sim_vs_real
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
@@ -49,6 +51,39 @@ def test_figures_are_byte_stable_small_and_dateless(tmp_path: Path) -> None:
         assert p.read_bytes() == q.read_bytes(), p.name
         text = p.read_text()
         assert "<dc:date>" not in text and p.stat().st_size < MAX_FIGURE_BYTES
+
+
+@pytest.mark.parametrize("legend", ["each", "first"])
+def test_panel_grid_lays_out_rows_of_three(
+    legend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four panels: two rows of three, the grid sized per panel, the two spare cells hidden,
+    each panel titled by its name, the legend on every panel or on the first only."""
+    import agentic_kvc.analysis.studies.figures as figures
+
+    seen: dict[str, Any] = {}
+
+    def keep(fig: Any, out: Path) -> Path:  # instead of writing it: the figure to look at
+        seen["fig"] = fig
+        return out
+
+    monkeypatch.setattr(figures, "save", keep)
+
+    def draw(ax: Any, k: int) -> None:
+        ax.plot([0, 1], [k, k], label="series")
+
+    panels = [(f"p{k}", k) for k in range(4)]
+    out = panel_grid(panels, draw, tmp_path / "g.svg", (2.0, 1.5), legend=legend, title="t")
+    assert out == tmp_path / "g.svg"
+    fig = seen["fig"]
+    axes = fig.axes
+    assert len(axes) == 6 and tuple(fig.get_size_inches()) == (6.0, 3.0)
+    assert [ax.get_visible() for ax in axes] == [True] * 4 + [False] * 2
+    assert [ax.get_title() for ax in axes[:4]] == ["p0", "p1", "p2", "p3"]
+    with_legend = [ax.get_legend() is not None for ax in axes[:4]]
+    assert with_legend == ([True] * 4 if legend == "each" else [True, False, False, False])
+    assert fig.get_suptitle() == "t"
+    plt.close(fig)
 
 
 def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:

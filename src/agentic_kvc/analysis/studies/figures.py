@@ -8,20 +8,23 @@ committed beside REPORT.md (report_figures/) only change when their data do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
+from matplotlib.axes import Axes
 
 from agentic_kvc.analysis.paired import PairedResult
 
 # Fixed ids in SVG output (else each save draws random ones), and no date in its metadata.
 mpl.rcParams["svg.hashsalt"] = "agentic_kvc"
 mpl.rcParams["svg.fonttype"] = "none"  # text stays text: smaller files, no glyph paths
+
+T = TypeVar("T")
 
 
 def save(fig: Any, out: Path, dpi: int = 80) -> Path:
@@ -91,6 +94,44 @@ def interval_chart(
     return save(fig, out)
 
 
+def panel_grid(
+    panels: Sequence[tuple[str, T]],
+    draw: Callable[[Axes, T], None],
+    out: Path,
+    panel_size: tuple[float, float],
+    legend: Literal["each", "first"] = "each",
+    legend_size: float = 6,
+    title: str | None = None,
+) -> Path:
+    """One panel per (name, data) of `panels`, at most three a row, each `panel_size` inches
+    (width, height), titled by its name; `draw(ax, data)` draws a panel's content and axis
+    labels. The legend is on every panel (`each`: each has its own series) or on the first
+    (`first`: all panels draw the same series); spare cells of the grid are hidden. The
+    layout the studies' multi-panel figures share (cdf_panels; the tiers study's capacity
+    figure)."""
+    n = len(panels)
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), squeeze=False
+    )
+    flat = list(axes.flat)
+    for ax, (name, data) in zip(flat, panels, strict=False):
+        draw(ax, data)
+        if legend == "each":
+            ax.legend(fontsize=legend_size)
+        ax.set_title(name, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    if legend == "first":
+        flat[0].legend(fontsize=legend_size)
+    if title is not None:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return save(fig, out)
+
+
 def cdf_panels(
     panels: Mapping[str, Mapping[str, np.ndarray]],
     out: Path,
@@ -104,32 +145,25 @@ def cdf_panels(
     panels = {k: v for k, v in panels.items() if any(len(a) for a in v.values())}
     if not panels:
         return None
-    n = len(panels)
-    cols = min(n, 3)
-    rows_ = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows_, cols, figsize=(3.3 * cols, 2.6 * rows_), squeeze=False)
     qs = np.linspace(0, 1, points)
     # One colour per series name across panels, so a policy reads the same everywhere.
     names = list(dict.fromkeys(label for series in panels.values() for label in series))
     colour = {label: f"C{i % 10}" for i, label in enumerate(names)}
-    for ax, (name, series) in zip(axes.flat, panels.items(), strict=False):
+    first = next(iter(panels.values()))
+
+    def draw(ax: Axes, series: Mapping[str, np.ndarray]) -> None:
         for label, values in series.items():
             v = np.asarray(values, dtype=float)
             v = v[np.isfinite(v) & (v > 0)]
             if v.size:
                 ax.plot(np.quantile(v, qs), qs, lw=1.1, label=label, color=colour[label])
-        ax.legend(fontsize=5)
         ax.set_xscale("log")
-        ax.set_title(name, fontsize=8)
         ax.set_xlabel(xlabel, fontsize=7)
-        ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    axes[0, 0].set_ylabel("share of requests", fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return save(fig, out)
+        if series is first:  # the y axis is the same everywhere: named once, top left
+            ax.set_ylabel("share of requests", fontsize=7)
+
+    return panel_grid(list(panels.items()), draw, out, (3.3, 2.6), legend_size=5, title=title)
 
 
 def sim_vs_real(

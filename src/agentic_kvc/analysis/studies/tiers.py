@@ -27,6 +27,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import polars as pl
+from matplotlib.axes import Axes
 
 from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies import tiers_real
@@ -41,7 +42,7 @@ from agentic_kvc.analysis.studies.base import (
     sec,
 )
 from agentic_kvc.analysis.studies.common import ordered, study
-from agentic_kvc.analysis.studies.figures import save
+from agentic_kvc.analysis.studies.figures import panel_grid, save
 
 NAME = "tiers"
 TITLE = "KV tiers below HBM, crossed with routing (simulator)"
@@ -400,11 +401,8 @@ def capacity_figure(curves: dict[str, dict[str, dict[str, float]]], out: Path) -
     """TTFT p90 against host GiB (0: HBM only), a line per router; the ceiling dashed."""
     if not curves:
         return None
-    n = len(curves)
-    cols = min(n, 3)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, (cell, by_router) in zip(axes.flat, sorted(curves.items()), strict=False):
+
+    def draw(ax: Axes, by_router: dict[str, dict[str, float]]) -> None:
         for router, points in by_router.items():
             xs, ys = [], []
             for tier, y in points.items():
@@ -422,15 +420,10 @@ def capacity_figure(curves: dict[str, dict[str, dict[str, float]]], out: Path) -
                 )
                 if CEILING in points:
                     ax.axhline(points[CEILING], ls="--", lw=0.8, color=line.get_color())
-        ax.set_title(cell, fontsize=8)
         ax.set_xlabel("host tier per instance (GiB)", fontsize=8)
         ax.set_ylabel("TTFT p90 (s)", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
-    fig.tight_layout()
-    return save(fig, out)
+
+    return panel_grid(sorted(curves.items()), draw, out, (4.2, 3.2), legend="first")
 
 
 def tokens_over_time_figure(df: pl.DataFrame, out: Path, bin_s: float = 60.0) -> Path | None:
