@@ -21,6 +21,9 @@ The grid, fixed before any run (nothing here was tuned to a result):
   fast", and the reference that says how much the reload term decides at all). The wrong
   variants set all four numbers explicitly, so a change of the defaults cannot make them
   the exact one.
+  Added after that sweep (2026-11-29): `tiers_unseen` (`tier_pricing: false`: what the tiers
+  hold is not counted as held, predicted_ttft as without tiers), which says whether its lead
+  comes from seeing the tiers at all.
 - peers: the study's other routers (`tiers.ROUTERS`); the best peer is picked per cell as the
   study picks it (`tiers._best`: lowest TTFT p90 pooled over the replicates' error-free
   requests).
@@ -76,6 +79,7 @@ EXACT = "exact"
 PEERS = tuple(r for r in tiers.ROUTERS if r != tiers.OURS)
 # A reload that costs nothing: 1e6 GB/s moves a 100k-token context (~10 GB) in 10 us.
 FREE_GBPS = 1e6
+TIERS_UNSEEN = "tiers_unseen"  # tier_pricing off: HBM hits only, as without tiers
 
 
 def variants(hardware: str) -> dict[str, dict[str, Any]]:
@@ -108,6 +112,9 @@ def variants(hardware: str) -> dict[str, dict[str, Any]]:
         links.disk_latency_s * LATENCY_SCALE,
     )
     out["no_reload"] = spec(FREE_GBPS, 0.0, FREE_GBPS, 0.0)
+    # Added after the first sweep: blocks below HBM not counted as held at all (predicted_ttft
+    # as without tiers), which says whether the lead comes from seeing the tiers.
+    out[TIERS_UNSEEN] = {"name": ours, "params": {"tier_pricing": False}}
     return out
 
 
@@ -285,18 +292,34 @@ def run_cell(cell: dict[str, Any], results: Path) -> dict[str, Any]:
 
 def headline(report: dict[str, Any]) -> dict[str, float | int]:
     """Top-level figures over every cell (what REPORT.md's benchmark table shows of this
-    file): runs, batch CPU seconds, the paired intervals of a wrong variant against exact
-    links that exclude 0 (TTFT p90 and E2E p90), and the largest |TTFT p90 change| among them
-    all."""
+    file): runs, batch CPU seconds (of the call that wrote the file: runs already in the
+    results folder are not run again), the paired intervals of a wrong-link variant against
+    exact links that exclude 0 (TTFT p90 and E2E p90) and the largest |TTFT p90 change| among
+    them, and the same two for `tiers_unseen` (not a link variant: tiers not seen at all)."""
     cells = report["cells"].values()
-    vs = [v["vs_exact"] for r in cells for v in r["variants"].values() if "vs_exact" in v]
-    excl = sum(not (m["ci"][0] <= 0 <= m["ci"][1]) for c in vs for m in c.values())
-    return {
+
+    def against_exact(links: bool) -> list[dict[str, Any]]:
+        return [
+            v["vs_exact"]
+            for r in cells
+            for lab, v in r["variants"].items()
+            if "vs_exact" in v and (lab != TIERS_UNSEEN) == links
+        ]
+
+    def excluding_0(vs: list[dict[str, Any]]) -> int:
+        return sum(not (m["ci"][0] <= 0 <= m["ci"][1]) for c in vs for m in c.values())
+
+    links, unseen = against_exact(True), against_exact(False)
+    out: dict[str, float | int] = {
         "runs": sum(r["runs"] for r in cells),
         "batch_cpu_s": round(sum(r["batch_cpu_s"] for r in cells), 1),
-        "intervals_vs_exact_excluding_0": excl,
-        "largest_ttft_p90_change_vs_exact": max(abs(c["ttft_p90"]["rel"]) for c in vs),
+        "intervals_vs_exact_excluding_0": excluding_0(links),
+        "largest_ttft_p90_change_vs_exact": max(abs(c["ttft_p90"]["rel"]) for c in links),
     }
+    if unseen:
+        out["tiers_unseen_intervals_excluding_0"] = excluding_0(unseen)
+        out["tiers_unseen_largest_ttft_p90_change"] = max(abs(c["ttft_p90"]["rel"]) for c in unseen)
+    return out
 
 
 def table(report: dict[str, Any]) -> str:

@@ -65,10 +65,27 @@ def test_latency_and_no_reload_variants() -> None:
 def test_every_wrong_variant_prices_differently_from_exact() -> None:
     specs = bench.variants("h20")
     exact = effective(specs["exact"])
-    assert set(specs) == {"exact", "bw_x0.25", "bw_x0.5", "bw_x2", "bw_x4", "lat_x10", "no_reload"}
+    assert set(specs) == {
+        "exact",
+        "bw_x0.25",
+        "bw_x0.5",
+        "bw_x2",
+        "bw_x4",
+        "lat_x10",
+        "no_reload",
+        "tiers_unseen",
+    }
     for label, spec in specs.items():
-        if label != "exact":
+        if label not in ("exact", "tiers_unseen"):
             assert effective(spec) != exact, label
+
+
+def test_tiers_unseen_turns_tier_pricing_off_with_exact_links() -> None:
+    spec = bench.variants("h20")["tiers_unseen"]
+    params = PredictedTTFTParams.model_validate(spec["params"])
+    assert params.tier_pricing is False
+    assert PredictedTTFTParams().tier_pricing is True  # so the variant differs from exact
+    assert effective(spec) == effective(bench.variants("h20")["exact"])
 
 
 def test_variants_follow_the_profile_not_constants(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,3 +153,11 @@ def test_headline_counts_only_intervals_that_exclude_zero() -> None:
         "intervals_vs_exact_excluding_0": 2,
         "largest_ttft_p90_change_vs_exact": 0.05,
     }
+    # tiers_unseen is counted apart: it is not a wrong link number
+    far = {"ttft_p90": _cmp(0.3, 0.1, 0.5), "e2e_p90": _cmp(0.01, -0.01, 0.02)}
+    report["cells"]["b"]["variants"]["tiers_unseen"] = {"vs_exact": far}
+    got = bench.headline(report)
+    assert got["intervals_vs_exact_excluding_0"] == 2
+    assert got["largest_ttft_p90_change_vs_exact"] == 0.05
+    assert got["tiers_unseen_intervals_excluding_0"] == 1
+    assert got["tiers_unseen_largest_ttft_p90_change"] == 0.3
