@@ -16,7 +16,7 @@ with a 16 and a 128 GiB host tier per GPU, routed by `predicted_ttft`, three pla
 
 And a held-out workload the defaults were not looked at on: agentic-long with another pause
 distribution (median 15 s, sigma 1.5, 5% tail) and a 16 GiB host tier. Each pair of
-placements is compared on the same seeds (analysis.paired.paired_compare: 95% two-level
+placements is compared on the same seeds (agentic_kvc.paired.paired_compare: 95% two-level
 bootstrap over seeds, then requests) on TTFT p50 / p90, E2E p90 and the HBM hit rate.
 
     .venv/bin/python benchmarks/pause_aware.py --out results/bench/pause_aware.json
@@ -33,9 +33,9 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare, request_frame
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
+from agentic_kvc.paired import paired_compare, request_frame
 from agentic_kvc.runs import hardware_info
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.run_backend import profile_for
@@ -180,7 +180,8 @@ def main() -> int:
             "placements": PLACEMENTS,
             "policy": args.policy,
             "seeds": seeds,
-            "paired": "analysis.paired.paired_compare, 95% two-level bootstrap (seeds, requests)",
+            "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap "
+            "(seeds, requests)",
         },
         "runs": runs,
         "comparisons": comparisons,

@@ -18,7 +18,7 @@ scenario's own profile and transfer settings: the "oracle" the sweep gives it) a
   profiles/online.py), started from the `2x` profile, from the other GPU's, and from a
   generic prior (no profile).
 
-Each variant is paired (analysis.paired, 95% two-level bootstrap over seeds and requests) with
+Each variant is paired (agentic_kvc.paired, 95% two-level bootstrap over seeds and requests) with
 the best peer and with its own correctly specified form on TTFT p90 and E2E p90. The online
 goal (issue 31): within 10% of the oracle's TTFT p90 after the first `--warmup` requests of
 each run, and never significantly worse than the best peer.
@@ -44,8 +44,8 @@ from pathlib import Path
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import load_config
+from agentic_kvc.paired import paired_compare
 from agentic_kvc.policy.calibrated_split import params_from_sim
 
 # The sweep's machinery, imported by name from this folder (also when this script is loaded by

@@ -4,7 +4,7 @@ Each scenario is a base run config plus overrides (generator preset and paramete
 hardware profile, public traces); every policy runs it with the same seeds (for traces, the same
 windows), in the simulator, in this process. Per scenario the best peer is the one with the
 lowest TTFT p90 (replicates pooled), and `unified` and `predicted_ttft` are paired against it
-(`analysis.paired`, 95% two-level bootstrap) on TTFT p90 and E2E p90.
+(`agentic_kvc.paired`, 95% two-level bootstrap) on TTFT p90 and E2E p90.
 
 Scenarios are split in two: `tune` (the two workloads the studies name, on which the policy's
 design was looked at) and `held_out` (everything else: the result that counts). The policy's
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare
 from agentic_kvc.config import load_config
+from agentic_kvc.paired import paired_compare
 from agentic_kvc.policy.calibrated_split import params_from_sim
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.run_backend import profile_for

@@ -3,7 +3,7 @@
 Runs the robustness sweep's machinery (benchmarks/policy_robustness.py: same scenarios, seeds,
 windows, per-run cache under --work) on workloads where splitting prefill from decode could
 matter (long prompts, a heavy tail, the Mooncake trace, 16 instances) plus two fleets with
-prefill-only / decode-only roles, and pairs (analysis.paired, 95% two-level bootstrap, seeds
+prefill-only / decode-only roles, and pairs (agentic_kvc.paired, 95% two-level bootstrap, seeds
 paired):
 
 - `predicted_ttft:split=true` vs `predicted_ttft` (the same policy, colocate only),
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.paired import paired_compare
 
 # The sweep's machinery, imported by name from this folder (also when this script is loaded by
 # path, as workflow/scripts/sweep_batch.py does): one module object however it is reached.

@@ -9,7 +9,7 @@ in every simulated comparison the router holds the simulator's own physics. This
 link numbers wrong in known ways, beside today's predicted_ttft (exact links) and the cell's
 best peer, on cells of the tiers study and one held-out cell, through `akvc run-batch` into a
 scratch results folder (one process, one cell at a time), and pairs TTFT p90 / E2E p90 over
-the replicates (analysis.paired's two-level bootstrap, through tiers_tracelab_gap's `compare`).
+the replicates (agentic_kvc.paired's two-level bootstrap, through tiers_tracelab_gap's `compare`).
 
 The grid, fixed before any run (nothing here was tuned to a result):
 

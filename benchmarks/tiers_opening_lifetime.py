@@ -7,7 +7,7 @@ wait, Little's-law decode concurrency) instead of the instance's state at this i
 runs it on every cell of the tiers study and on workloads no issue names, beside today's
 predicted_ttft and the best peer, through `akvc run-batch` into a scratch results folder (one
 process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
-(analysis.paired's two-level bootstrap, as the study does):
+(agentic_kvc.paired's two-level bootstrap, as the study does):
 
 - TraceLab x1 / x2 (2 x H20, 64k-token HBM): seeds 0-10 of the study's session jitter, HBM
   only and host 16 GiB (16 and 128 GiB give the same records there);

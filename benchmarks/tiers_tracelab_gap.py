@@ -12,7 +12,7 @@ tier. This benchmark measures where that comes from, on the study's own cells:
    a few percent around the cell's value (0.95-1.05 at x1, 1.90-2.10 at x2, 11 values each;
    every arrival shifts, so the closed loop's interleaving differs). Per realisation both
    routers, host 16 GiB and HBM only; the paired difference of TTFT / E2E p90 with the
-   realisations as the pairs (analysis.paired, the study's two-level bootstrap).
+   realisations as the pairs (agentic_kvc.paired, the study's two-level bootstrap).
 3. **Where the difference comes from.** Per later turn: did it stay on its session's previous
    instance or move; tokens by tier. Per session-opening decision: was it placed on an instance
    with more open sessions than another (the count sticky_least_loaded balances).
@@ -52,9 +52,9 @@ import polars as pl
 import yaml
 
 from agentic_kvc.analysis.experiments import expand_experiment, override_item
-from agentic_kvc.analysis.paired import REQUEST_SCHEMA, paired_compare
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
+from agentic_kvc.paired import REQUEST_SCHEMA, paired_compare
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import argmin
 from agentic_kvc.policy.predicted_ttft import PredictedTTFT, _Parts

@@ -51,8 +51,8 @@ import polars as pl
 from matplotlib.patches import Patch
 
 from agentic_kvc.analysis.load import open_runs, requests_frame, samples_frame
-from agentic_kvc.analysis.paired import fmt_diff, paired_compare, paired_table
 from agentic_kvc.analysis.tables import write_table
+from agentic_kvc.paired import fmt_diff, paired_compare, paired_table
 
 if plan_path and not Path(plan_path).is_file():
     print(f"{plan_path}: no such plan (made by `make report`); reading every complete run")

@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.report import MAX_FIGURE_BYTES, clear_figures, publish_figures
 from agentic_kvc.analysis.studies.figures import cdf_panels, diff_chart, panel_grid, sim_vs_real
+from agentic_kvc.paired import PairedResult
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from agentic_kvc.analysis.experiments import expand
-from agentic_kvc.analysis.paired import fmt_diff, paired_compare
 from agentic_kvc.analysis.studies.base import load_study
 from agentic_kvc.analysis.studies.tiers import (
     CEILING,
@@ -25,6 +24,7 @@ from agentic_kvc.analysis.studies.tiers import (
 )
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
+from agentic_kvc.paired import fmt_diff, paired_compare
 from agentic_kvc.runs import execute
 
 BASE = {
@@ -174,8 +174,8 @@ def test_cell_rows_are_the_tables_rows(section) -> None:
 
 
 def test_answer_names_setups_with_identical_results_once() -> None:
-    from agentic_kvc.analysis.paired import PairedResult
     from agentic_kvc.analysis.studies.tiers import _setups
+    from agentic_kvc.paired import PairedResult
 
     def res(rel: float) -> PairedResult:
         return PairedResult(

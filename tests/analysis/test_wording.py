@@ -6,9 +6,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from agentic_kvc.analysis.paired import PairedResult, fmt_diff, paired_compare, signed
 from agentic_kvc.analysis.studies.base import Expectation, Section, direction
 from agentic_kvc.analysis.studies.elastic_load import faced, never_cell
+from agentic_kvc.paired import PairedResult, fmt_diff, paired_compare, signed
 
 
 def _frame(cand_ttft: list[float], base_ttft: list[float], cand_inst: int = 0) -> pl.DataFrame:

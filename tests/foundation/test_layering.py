@@ -1,6 +1,6 @@
 """The package's layering (../shared/ARCHITECTURE.md): `profiles/` (the engine cost model) sits
-below both `policy/` and `sim/`, neither `policy/` nor `cache/` reaches up into `sim/`, and no
-two modules import each other, directly or round a loop.
+below both `policy/` and `sim/`, neither `policy/` nor `cache/` reaches up into `sim/`, no two
+modules import each other, directly or round a loop, and neither do two packages.
 
 Imports are read from the source with `ast`, so a lazy import inside a function counts as much
 as one at the top of a module: laziness postpones a dependency, it does not remove it. Imports
@@ -155,6 +155,25 @@ def test_profiles_import_neither_policy_nor_sim(imports: list[Import]) -> None:
     """The engine cost model sits below both of its users, and below the serving layer."""
     bad = _violations(imports, "profiles", ("policy", "sim", "serve"))
     assert not bad, "\n".join(bad)
+
+
+def _package(module: str) -> str:
+    """The top-level package (or module) of the package a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_cycle_between_packages(imports: list[Import]) -> None:
+    """The folders are layers: no two import each other, directly or round a loop, so each can
+    be read knowing only what it imports. Command-line modules (`cli`, `*_cli`) are entry
+    points that may reach any package and are left out."""
+    edges: dict[str, set[str]] = {}
+    for i in imports:
+        a, b = _package(i.source), _package(i.target)
+        if i.typing_only or a == b or i.source.rsplit(".", 1)[-1].endswith("cli"):
+            continue
+        edges.setdefault(a, set()).add(b)
+    cycle = find_cycle(edges)
+    assert cycle is None, "packages import each other: " + " -> ".join(cycle or [])
 
 
 def test_no_import_cycle(imports: list[Import]) -> None:

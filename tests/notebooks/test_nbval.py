@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from agentic_kvc.analysis.load import open_runs, requests_frame
-from agentic_kvc.analysis.paired import paired_compare
+from agentic_kvc.paired import paired_compare
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))

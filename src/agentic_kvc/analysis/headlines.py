@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.paired import signed
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
+from agentic_kvc.paired import signed
 
 MAX_HEADLINES = 10
 _NUM = r"([+-]?\d+(?:\.\d+)?)"

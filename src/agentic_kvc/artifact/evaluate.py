@@ -2,7 +2,7 @@
 
 A `paired` claim reads only the runs of its experiments (as the experiment plan names them),
 marks the requests of its two sides (`baseline`, `candidate`: column filters, after the common
-`where` filters) and compares them with `analysis.paired` over the runs' replicates (seeds,
+`where` filters) and compares them with `agentic_kvc.paired` over the runs' replicates (seeds,
 trace windows, repeats): the same statistic and interval the report's findings use. A
 `finding` claim reads the line of a section's findings.json that starts with its `finding`
 text (for sections that are not experiment studies).
@@ -17,12 +17,12 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import QUANTILE_METRICS, paired_compare
 from agentic_kvc.analysis.studies.base import load_study
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.artifact.registry import REAL_TIERS, Claim
 from agentic_kvc.artifact.verdict import MAX_ERROR_SHARE, NOT_REPRODUCED, UNITS, verdict
 from agentic_kvc.io import atomic_write_text
+from agentic_kvc.paired import QUANTILE_METRICS, paired_compare
 
 # What a section's finding line says when a real-engine difference is within the repeats'
 # spread (studies real and lifecycle write it).

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from agentic_kvc.analysis.paired import BOOT_SEED, CONFIDENCE, N_BOOT
+from agentic_kvc.paired import BOOT_SEED, CONFIDENCE, N_BOOT
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:

@@ -113,7 +113,7 @@ def decider_sim_cmd(out: Path, rates: tuple[float, ...], seeds: tuple[int, ...],
 
     Writes summary rows to OUT and every request's latencies next to it
     (<stem>_requests.parquet); prints TTFT p90 per rate and calibrated vs each threshold with
-    its 95% paired interval over seeds (agentic_kvc.analysis.paired).
+    its 95% paired interval over seeds (agentic_kvc.paired).
     """
     import polars as pl
 

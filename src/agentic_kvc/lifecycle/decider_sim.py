@@ -7,7 +7,7 @@ on the H20 agentic base run at several session rates and seeds. Deterministic fo
 
 Outputs: one summary row per (variant, rate, seed) in `out` (JSON lines) and every request's
 latencies in `requests_path(out)` (parquet), from which `paired_rows` compares calibrated with
-each threshold per rate with `analysis.paired` (seeds, then requests, resampled as pairs).
+each threshold per rate with `agentic_kvc.paired` (seeds, then requests, resampled as pairs).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import REQUEST_SCHEMA, fmt_diff, paired_compare
 from agentic_kvc.config import load_config
 from agentic_kvc.metrics.summary import summarize
+from agentic_kvc.paired import REQUEST_SCHEMA, fmt_diff, paired_compare
 from agentic_kvc.policy.calibrated_split import params_from_sim
 
 BASE = "config/runs/sim_h20_agentic.yaml"
 THRESHOLDS = ("threshold_256", "threshold_2048")
 CANDIDATE = "calibrated"
-# The request columns kept per run: those analysis.paired reads, and where each decoded (the
+# The request columns kept per run: those agentic_kvc.paired reads, and where each decoded (the
 # labels that select and pair runs are added beside them).
 REQUEST_COLUMNS = (*REQUEST_SCHEMA, "decode_instance")
 

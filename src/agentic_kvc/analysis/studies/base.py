@@ -30,7 +30,8 @@ from agentic_kvc.analysis.load import (
     find_runs,
     records_frame,
 )
-from agentic_kvc.analysis.paired import (
+from agentic_kvc.io import atomic_write_text
+from agentic_kvc.paired import (
     PairedResult,
     fmt_diff,
     fmt_interval_pct,
@@ -39,7 +40,6 @@ from agentic_kvc.analysis.paired import (
     signed,
     unmoved_text,
 )
-from agentic_kvc.io import atomic_write_text
 
 # Matrix keys whose values are replicates of one variant (pairs), not variants of their own.
 REPLICATE_KEYS = ("seed", "repeat", "workload.window_s")

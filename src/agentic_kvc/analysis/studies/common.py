@@ -10,7 +10,6 @@ from typing import Any
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
@@ -21,6 +20,7 @@ from agentic_kvc.analysis.studies.base import (
     sec,
 )
 from agentic_kvc.analysis.tables import latency_summary, token_load_per_instance, token_load_summary
+from agentic_kvc.paired import PairedResult
 
 THEIRS_FILE = Path(__file__).with_name("theirs.yaml")
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import PairedResult, unmoved_text
 from agentic_kvc.analysis.studies.base import (
     Expectation,
     Section,
@@ -25,6 +24,7 @@ from agentic_kvc.analysis.studies.base import (
 )
 from agentic_kvc.analysis.studies.common import study, variant_summary
 from agentic_kvc.analysis.studies.figures import lines
+from agentic_kvc.paired import PairedResult, unmoved_text
 
 NAME = "elastic_load"
 TITLE = "3. Elastic offload against load"

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from agentic_kvc.analysis.paired import fmt_diff
 from agentic_kvc.analysis.studies.base import Section, md_table
 from agentic_kvc.analysis.studies.figures import interval_chart
 from agentic_kvc.epd.bench import PUBLISHED
 from agentic_kvc.io import read_jsonl
+from agentic_kvc.paired import fmt_diff
 
 TITLE = "EPD: encoder on its own instance, encoder cache sent over Redis (simulation)"
 QUESTION = (

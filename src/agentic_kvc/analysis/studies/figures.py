@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 
-from agentic_kvc.analysis.paired import PairedResult
+from agentic_kvc.paired import PairedResult
 
 # Fixed ids in SVG output (else each save draws random ones), and no date in its metadata.
 mpl.rcParams["svg.hashsalt"] = "agentic_kvc"

@@ -462,13 +462,13 @@ def fit_note(fq: dict[str, Any]) -> str:
 def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured: bool) -> None:
     """The calibrated decider's idle-fleet break-even next to the measured one, and its
     simulated comparison with fixed thresholds when `akvc lifecycle decider-sim` has run."""
-    from agentic_kvc.analysis.paired import fmt_diff
     from agentic_kvc.lifecycle.decider_sim import (
         PAIRED_HEADER,
         paired_rows,
         paired_table,
         requests_path,
     )
+    from agentic_kvc.paired import fmt_diff
     from agentic_kvc.policy.calibrated_split import CalibratedSplitParams, break_even_new_tokens
 
     cal = calibration(recs, str(records_dir))
@@ -521,7 +521,7 @@ def _decider(s: Section, recs: list[dict[str, Any]], records_dir: Path, measured
             f"Simulator (H20, agentic sessions; `{sim}`): TTFT p90 by session rate over every "
             "request of every seed (share of requests split); calibrated vs each fixed threshold "
             "as the relative difference of TTFT p90 with its 95% paired bootstrap interval "
-            "(seeds, then requests; `analysis.paired`), n.s. when it contains 0.",
+            "(seeds, then requests; `agentic_kvc.paired`), n.s. when it contains 0.",
             PAIRED_HEADER,
             rows,
         )

@@ -21,7 +21,6 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
@@ -42,6 +41,7 @@ from agentic_kvc.analysis.studies.common import (
 )
 from agentic_kvc.analysis.studies.figures import sim_vs_real
 from agentic_kvc.analysis.tables import latency_summary
+from agentic_kvc.paired import PairedResult
 from agentic_kvc.processor import processor_label, same_processor
 
 NAME = "real"

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.paired import fmt_diff
 from agentic_kvc.analysis.studies.base import Section, ms, num, pct
 from agentic_kvc.analysis.studies.figures import interval_chart
 from agentic_kvc.instruments.stats import mean_ci, paired_quantile_rel
 from agentic_kvc.io import read_jsonl
+from agentic_kvc.paired import fmt_diff
 
 TITLE = "Instrument: several routers at once"
 QUESTION = (

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies.base import (
     Expectation,
     Section,
@@ -32,6 +31,7 @@ from agentic_kvc.analysis.studies.common import (
     variant_summary,
 )
 from agentic_kvc.analysis.studies.figures import kv_usage_over_time
+from agentic_kvc.paired import PairedResult
 
 NAME = "static_pd"
 TITLE = "4. Static 6P+2D against combined instances"

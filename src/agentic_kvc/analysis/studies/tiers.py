@@ -29,7 +29,6 @@ import matplotlib.pyplot as plt
 import polars as pl
 from matplotlib.axes import Axes
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies import tiers_real
 from agentic_kvc.analysis.studies.base import (
     Section,
@@ -43,6 +42,7 @@ from agentic_kvc.analysis.studies.base import (
 )
 from agentic_kvc.analysis.studies.common import ordered, study
 from agentic_kvc.analysis.studies.figures import panel_grid, save
+from agentic_kvc.paired import PairedResult
 
 NAME = "tiers"
 TITLE = "KV tiers below HBM, crossed with routing (simulator)"

@@ -24,7 +24,6 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.paired import PairedResult
 from agentic_kvc.analysis.studies.base import (
     Section,
     StudyData,
@@ -42,6 +41,7 @@ from agentic_kvc.analysis.studies.common import (
     repeat_spread,
 )
 from agentic_kvc.analysis.studies.real import host_load
+from agentic_kvc.paired import PairedResult
 
 PREFIX = "tiers_real"  # the experiments of this part of the study: tiers_real_*
 HBM_ONLY = "HBM only"

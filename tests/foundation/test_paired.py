@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from agentic_kvc.analysis.paired import (
+from agentic_kvc.paired import (
     REQUEST_SCHEMA,
     fmt_diff,
     paired_compare,
@@ -171,7 +171,7 @@ def test_table_and_format() -> None:
 
 def test_fast_quantile_is_numpys_to_the_last_bit():
     # The bootstrap's quantile replaces np.quantile for speed; reports must not move by an ulp.
-    from agentic_kvc.analysis.paired import _quantile
+    from agentic_kvc.paired import _quantile
 
     rng = np.random.default_rng(7)
     for i in range(2000):
