@@ -505,3 +505,52 @@ def test_kv_link_summaries_read_the_gpu_measurements(tmp_path: Path) -> None:
     )
     assert rows["a copy each way at once: the slower (x alone)"] == "1.2-1.2x"
     assert rows["device"] == "GPU X, 2 runs x 2 sizes"
+
+
+def test_tiers_link_misspec_counts_wrong_links_apart_from_unseen_tiers(tmp_path: Path) -> None:
+    """Wrong link numbers are counted against exact links; `tiers_unseen` is shown on its own
+    line; a lead over the best peer is listed with its range over the wrong variants."""
+
+    def cmp(rel: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"rel": rel, "ci": [lo, hi], "pairs": 3}
+
+    level = {"ttft_p90": cmp(0.0, -0.01, 0.01), "e2e_p90": cmp(0.0, -0.01, 0.01)}
+    doc = {
+        "benchmark": "tiers_link_misspec",
+        "cells": {
+            "moon": {
+                "best_peer": "dynamo_kv",
+                "variants": {
+                    "exact": {"vs_best_peer": {"ttft_p90": cmp(-0.2, -0.25, -0.15)}},
+                    "bw_x2": {
+                        "vs_best_peer": {"ttft_p90": cmp(-0.19, -0.24, -0.14)},
+                        "vs_exact": {**level, "e2e_p90": cmp(0.03, 0.01, 0.05)},
+                    },
+                    "tiers_unseen": {
+                        "vs_best_peer": {"ttft_p90": cmp(-0.05, -0.1, 0.02)},
+                        "vs_exact": {
+                            "ttft_p90": cmp(0.13, 0.06, 0.24),
+                            "e2e_p90": level["e2e_p90"],
+                        },
+                    },
+                },
+            },
+            "trace": {
+                "best_peer": "sticky_least_loaded",
+                "variants": {
+                    "exact": {"vs_best_peer": {"ttft_p90": cmp(0.16, 0.02, 0.34)}},
+                    "bw_x2": {
+                        "vs_best_peer": {"ttft_p90": cmp(0.16, 0.02, 0.34)},
+                        "vs_exact": level,
+                    },
+                },
+            },
+        },
+    }
+    rows = summarize(tmp_path, "tiers_link_misspec", doc)
+    assert [r.value for r in rows] == [
+        "1 of 4 (largest TTFT p90 change 0.0%)",
+        "moon vs dynamo_kv -20.0% (-19.0% to -19.0%)",  # the trailing loss is not a lead
+        "moon +13.0% [+6.0%, +24.0%]",
+    ]
+    assert "tiers_link_misspec" in registered()

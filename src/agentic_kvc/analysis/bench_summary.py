@@ -663,6 +663,63 @@ def _sim_tiers_overhead(doc: dict[str, Any]) -> list[Fig]:
     return out
 
 
+@summariser(
+    "tiers_link_misspec",
+    "predicted_ttft with wrong tier link numbers, and not seeing the tiers at all (sim)",
+)
+def _tiers_link_misspec(doc: dict[str, Any]) -> list[Fig]:
+    """Wrong link numbers against exact ones (how many paired intervals exclude 0), the lead
+    over each cell's best peer with exact links and its range over the wrong ones, and what
+    not seeing the tiers (`tiers_unseen`) does against exact links, per cell."""
+    cells = _at(doc, "cells")
+    unseen_label = "tiers_unseen"
+
+    def significant(m: dict[str, Any]) -> bool:
+        lo, hi = (float(x) for x in _at(m, "ci"))
+        return not lo <= 0 <= hi
+
+    def interval(m: dict[str, Any]) -> str:
+        lo, hi = (_pct(float(x), sign=True) for x in _at(m, "ci"))
+        return f"{_pct(float(_at(m, 'rel')), sign=True)} [{lo}, {hi}]"
+
+    vs: list[dict[str, Any]] = []
+    leads, unseen = [], []
+    for name, cell in cells.items():
+        variants = _at(cell, "variants")
+        wrong = {k: v for k, v in variants.items() if "vs_exact" in v and k != unseen_label}
+        vs += [v["vs_exact"] for v in wrong.values()]
+        exact = _at(variants, "exact", "vs_best_peer", "ttft_p90")
+        if significant(exact) and float(exact["rel"]) < 0:
+            rels = [float(_at(v, "vs_best_peer", "ttft_p90", "rel")) for v in wrong.values()]
+            held = all(significant(_at(v, "vs_best_peer", "ttft_p90")) for v in wrong.values())
+            leads.append(
+                f"{name} vs {_at(cell, 'best_peer')} {_pct(float(exact['rel']), sign=True)} "
+                f"({_pct(min(rels), sign=True)} to {_pct(max(rels), sign=True)}"
+                f"{'' if held else ', not always significant'})"
+            )
+        if unseen_label in variants:
+            m = _at(variants, unseen_label, "vs_exact", "ttft_p90")
+            unseen.append(f"{name} {interval(m)}{'' if significant(m) else ' n.s.'}")
+    excl = sum(significant(m) for c in vs for m in c.values())
+    largest = max((abs(float(_at(c, "ttft_p90", "rel"))) for c in vs), default=0.0)
+    out = [
+        Fig(
+            "wrong link numbers (bandwidth x0.25-x4, latency x10, free reload) against exact: "
+            "paired intervals excluding 0 (TTFT and E2E p90)",
+            f"{excl} of {2 * len(vs)} (largest TTFT p90 change {_pct(largest)})",
+        ),
+        Fig(
+            "significant TTFT p90 leads over the best peer, exact links (range with wrong ones)",
+            "; ".join(leads) or "none",
+        ),
+    ]
+    if unseen:
+        out.append(
+            Fig("tiers not seen (tier_pricing off) against exact, TTFT p90", "; ".join(unseen))
+        )
+    return out
+
+
 @summariser("kv_link_copy", "host <-> device copies of KV blocks on a GPU (the tier links)")
 def _kv_link_copy(doc: dict[str, Any]) -> list[Fig]:
     """Per memory and direction, the fitted latency + bandwidth of one contiguous copy."""
