@@ -45,7 +45,7 @@ def test_headlines_follow_the_numbers_and_skip_missing_sources(tmp_path: Path) -
     assert "+26.8 ms [+20.7, +32.9]" in out[2].text
 
 
-def test_the_policy_evidence_comes_first_and_the_list_stays_at_ten(tmp_path: Path) -> None:
+def test_the_policy_evidence_comes_first_and_the_list_stays_short(tmp_path: Path) -> None:
     doc = {
         "seeds": 5,
         "scenarios": [
@@ -115,3 +115,48 @@ def test_every_headline_reads_a_section_the_report_renders() -> None:
     for h in HEADLINES:
         assert h.study in (*STUDY_MODULES, *sections), h.study
         assert h.label in ("simulated", "real")
+
+
+def _links_doc(wrong_ci: tuple[float, float]) -> dict:
+    def cmp(rel: float, lo: float, hi: float) -> dict:
+        return {"rel": rel, "ci": [lo, hi], "pairs": 3}
+
+    level = {"ttft_p90": cmp(0.0, *wrong_ci), "e2e_p90": cmp(0.0, -0.01, 0.01)}
+    return {
+        "cells": {
+            "moon": {
+                "best_peer": "dynamo_kv",
+                "variants": {
+                    "exact": {"vs_best_peer": {"ttft_p90": cmp(-0.182, -0.234, -0.146)}},
+                    "bw_x0.25": {"vs_exact": level},
+                    "bw_x4": {"vs_exact": level},
+                    "lat_x10": {"vs_exact": level},
+                    "tiers_unseen": {
+                        "vs_exact": {"ttft_p90": cmp(0.133, 0.06, 0.242)},
+                        "vs_best_peer": {"ttft_p90": cmp(-0.072, -0.156, 0.017)},
+                    },
+                },
+            }
+        }
+    }
+
+
+def test_the_link_finding_follows_the_tiers_finding(tmp_path: Path) -> None:
+    """What the tier pricing needs is ranked right after the tiers finding, from the
+    benchmark's JSON; a wrong link number that matters turns its verb."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    findings = {"tiers": [f"{s} -41.1% [-68.1, -2.8] (5 paired replicates)" for s in h.sources]}
+    findings["evolution"] = ["unified vs round_robin, TTFT p90: -44.9% [-59.4, -30.7]"]
+    (tmp_path / "tiers_link_misspec.json").write_text(json.dumps(_links_doc((-0.01, 0.01))))
+    out = render_headlines(findings, [tmp_path])
+    assert [r.study for r in out] == ["tiers", "bench-tiers_link_misspec", "evolution"]
+    text = out[1].text
+    assert text.startswith("predicted_ttft's tier pricing does not need exact link numbers")
+    assert "bandwidth x0.25 to x4, their latencies x10, 0 of 6 paired intervals" in text
+    assert "on moon by +13.3% [+6.0, +24.2]" in text
+    assert (
+        "over dynamo_kv from -18.2% [-23.4, -14.6] to -7.2% [-15.6, +1.7], not significant." in text
+    )
+    (tmp_path / "tiers_link_misspec.json").write_text(json.dumps(_links_doc((0.01, 0.03))))
+    text = render_headlines(findings, [tmp_path])[1].text
+    assert "depends on exact link numbers" in text and "3 of 6 paired intervals" in text

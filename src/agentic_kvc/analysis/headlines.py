@@ -25,7 +25,7 @@ from typing import Any
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
-MAX_HEADLINES = 10
+MAX_HEADLINES = 11
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 _PCT = re.compile(rf"{_NUM}% \[{_NUM}, {_NUM}\]")
 _MS = re.compile(rf"{_NUM} ms \[{_NUM}, {_NUM}\]")
@@ -236,6 +236,53 @@ def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> s
     )
 
 
+def link_headline(doc: Mapping[str, Any]) -> str | None:
+    """What predicted_ttft's tier pricing needs (benchmarks/tiers_link_misspec.py): how many
+    paired intervals of wrong link numbers against exact ones exclude 0, and, in the setup of
+    its largest significant lead over the best peer, what not seeing the tiers does."""
+
+    def value(m: Mapping[str, Any]) -> Value:
+        return Value(m["rel"] * 100, m["ci"][0] * 100, m["ci"][1] * 100, "")
+
+    cells = doc.get("cells") or {}
+    wrong = [
+        v["vs_exact"]
+        for c in cells.values()
+        for lab, v in c["variants"].items()
+        if "vs_exact" in v and lab != "tiers_unseen"
+    ]
+    if not wrong:
+        return None
+    excl = sum(value(m).significant for c in wrong for m in c.values())
+    labels = {lab for c in cells.values() for lab in c["variants"]}
+    scales = sorted(float(lab[4:]) for lab in labels if lab.startswith("bw_x"))
+    grid = [f"the host and disk read bandwidth x{scales[0]:g} to x{scales[-1]:g}"] if scales else []
+    grid += [f"their latencies x{lab[5:]}" for lab in sorted(labels) if lab.startswith("lat_x")]
+    grid += ["a free reload"] if "no_reload" in labels else []
+    head = (
+        f"predicted_ttft's tier pricing {'does not need' if not excl else 'depends on'} exact "
+        f"link numbers: with {', '.join(grid) or 'wrong link numbers'}, {excl} of "
+        f"{2 * len(wrong)} paired intervals against exact links exclude 0 (TTFT and E2E p90, "
+        f"{len(cells)} tiered setups)"
+    )
+    leads = [
+        (value(c["variants"]["exact"]["vs_best_peer"]["ttft_p90"]), name, c)
+        for name, c in cells.items()
+        if "tiers_unseen" in c["variants"]
+    ]
+    leads = [x for x in leads if x[0].significant and x[0].value < 0]
+    if not leads:
+        return head + "."
+    lead, name, cell = min(leads, key=lambda x: x[0].value)
+    unseen = cell["variants"]["tiers_unseen"]
+    return (
+        f"{head}; not seeing the tiers at all (HBM hits only) changes its TTFT p90 on {name} by "
+        f"{value(unseen['vs_exact']['ttft_p90']).interval()}, and its lead there over "
+        f"{cell.get('best_peer', 'the best peer')} from {lead.interval()} to "
+        f"{value(unseen['vs_best_peer']['ttft_p90']).interval()}."
+    )
+
+
 def fidelity_headline(bench_dirs: Sequence[Path]) -> str | None:
     """The simulator against repeated real runs, each session's envelope check (benchmark
     files sim_vs_vllm*.json: the session, checks inside, the bar a model with no error meets)."""
@@ -278,6 +325,11 @@ def render_headlines(
         values = [parse(x, h.unit) if x else None for x in lines]
         if all(v is not None for v in values):
             out.append(Rendered(h.label, h.study, h.words(*values)))
+            if h.study == "tiers":  # what the tiers finding's pricing needs, right after it
+                links = _bench(bench_dirs, "tiers_link_misspec")
+                text = link_headline(links) if links else None
+                if text:
+                    out.append(Rendered("simulated", "bench-tiers_link_misspec", text))
     text = fidelity_headline(bench_dirs)
     if text:
         out.append(Rendered("simulated vs real", "bench-sim_vs_vllm", text))
