@@ -152,7 +152,7 @@ def test_the_link_finding_follows_the_tiers_finding(tmp_path: Path) -> None:
     assert [r.study for r in out] == ["tiers", "bench-tiers_link_misspec", "evolution"]
     text = out[1].text
     assert text.startswith("predicted_ttft's tier pricing does not need exact link numbers")
-    assert "bandwidth x0.25 to x4, their latencies x10, 0 of 6 paired intervals" in text
+    assert "bandwidth x0.25 to x4 or their latencies x10, 0 of 6 paired intervals" in text
     assert "on moon by +13.3% [+6.0, +24.2]" in text
     assert (
         "over dynamo_kv from -18.2% [-23.4, -14.6] to -7.2% [-15.6, +1.7], not significant." in text

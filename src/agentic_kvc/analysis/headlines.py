@@ -236,6 +236,11 @@ def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> s
     )
 
 
+def _either(items: Sequence[str]) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    return " or ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+
+
 def link_headline(doc: Mapping[str, Any]) -> str | None:
     """What predicted_ttft's tier pricing needs (benchmarks/tiers_link_misspec.py): how many
     paired intervals of wrong link numbers against exact ones exclude 0, and, in the setup of
@@ -261,7 +266,7 @@ def link_headline(doc: Mapping[str, Any]) -> str | None:
     grid += ["a free reload"] if "no_reload" in labels else []
     head = (
         f"predicted_ttft's tier pricing {'does not need' if not excl else 'depends on'} exact "
-        f"link numbers: with {', '.join(grid) or 'wrong link numbers'}, {excl} of "
+        f"link numbers: with {_either(grid) or 'wrong link numbers'}, {excl} of "
         f"{2 * len(wrong)} paired intervals against exact links exclude 0 (TTFT and E2E p90, "
         f"{len(cells)} tiered setups)"
     )
