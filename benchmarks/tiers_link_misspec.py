@@ -25,7 +25,7 @@ The grid, fixed before any run (nothing here was tuned to a result):
   hold is not counted as held, predicted_ttft as without tiers), which says whether its lead
   comes from seeing the tiers at all.
 - peers: the study's other routers (`tiers.ROUTERS`); the best peer is picked per cell as the
-  study picks it (`tiers._best`: lowest TTFT p90 pooled over the replicates' error-free
+  study picks it (`tiers.best_peer_of`: lowest TTFT p90 pooled over the replicates' error-free
   requests).
 - cells (the study's settings from config/config.yaml, plus the tier setup):
   Mooncake x0.2 on 4 x H20, host 128 GiB, and host 16 GiB + a node's 1 TiB NVMe
@@ -184,12 +184,12 @@ def specs(cell: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:
 
 
 def pooled(rows: list[tuple[str, Any, list[dict[str, Any]]]], label: str) -> dict[str, Any]:
-    """The study's summary (`tiers._summary`) of one router's runs, pooled over replicates."""
+    """The study's summary (`tiers.pooled_summary`) of one router's runs, pooled over replicates."""
     cols = ("error", "ttft_s", "e2e_s", "reload_wait_s", "input_tokens", "cached_tokens")
     cols += ("host_tokens", "disk_tokens")
     recs = [{c: r.get(c) for c in cols} for lab, _rep, rs in rows if lab == label for r in rs]
     schema = {c: pl.Float64 for c in cols} | {"error": pl.Utf8}
-    return tiers._summary(pl.DataFrame(recs, schema=schema))
+    return tiers.pooled_summary(pl.DataFrame(recs, schema=schema))
 
 
 def placements(
@@ -260,7 +260,7 @@ def run_cell(cell: dict[str, Any], results: Path) -> dict[str, Any]:
     rows = [(lab, rep, records(results, cell["base"], sets)) for lab, rep, sets in runs]
     n = int(cell["set"].get("fleet.instances", 8))
     summ = {lab: pooled(rows, lab) for lab in dict.fromkeys(lab for lab, _r, _s in runs)}
-    best = tiers._best(summ, PEERS)
+    best = tiers.best_peer_of(summ, PEERS)
     assert best is not None
     hardware = cell_hardware(cell)
     labels = list(variants(hardware))

@@ -101,7 +101,7 @@ def _token_shares(df: pl.DataFrame) -> dict[str, float]:
     return shares
 
 
-def _summary(df: pl.DataFrame) -> dict[str, Any]:
+def pooled_summary(df: pl.DataFrame) -> dict[str, Any]:
     """Pooled over the cell's seeds: latency quantiles, token shares by tier, reload wait."""
     ok = df.filter(pl.col("error").is_null())
     wait = ok["reload_wait_s"].fill_null(0.0) if "reload_wait_s" in ok.columns else None
@@ -115,7 +115,9 @@ def _summary(df: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _best(rows: dict[str, dict[str, Any]], among: tuple[str, ...]) -> str | None:
+def best_peer_of(rows: dict[str, dict[str, Any]], among: tuple[str, ...]) -> str | None:
+    """The study's best peer: of the routers in `among` that `rows` (pooled summaries) has,
+    the one with the lowest pooled TTFT p90 over error-free requests."""
     present = [r for r in among if r in rows]
     return min(present, key=lambda r: rows[r]["ttft_p90"]) if present else None
 
@@ -145,7 +147,7 @@ class Row:
     cell: str
     tier: str
     router: str
-    summary: dict[str, Any]  # `_summary`: pooled TTFT/E2E quantiles, token shares, reload wait
+    summary: dict[str, Any]  # `pooled_summary`: TTFT/E2E quantiles, token shares, reload wait
     best_peer: str | None  # the peer with the lowest TTFT p90 in this setup (None: ceiling)
     best_hbm_only_peer: str | None  # the cell's best peer with HBM only
     vs_hbm: PairedResult | None  # this router with this setup against it with HBM only
@@ -191,13 +193,15 @@ def cell_rows(df: pl.DataFrame) -> list[Row]:
         tiers = _tier_order(sorted(set(at["tier"])))
         routers = ordered(sorted(set(at["policy"])), ROUTERS)
         summ = {
-            (str(t), str(r)): _summary(part)
+            (str(t), str(r)): pooled_summary(part)
             for (t, r), part in at.partition_by(["tier", "policy"], as_dict=True).items()
         }
-        best_blind = _best({r: summ[(HBM_ONLY, r)] for r in peers if (HBM_ONLY, r) in summ}, peers)
+        best_blind = best_peer_of(
+            {r: summ[(HBM_ONLY, r)] for r in peers if (HBM_ONLY, r) in summ}, peers
+        )
         for t in tiers:
             here = {r: summ[(t, r)] for r in routers if (t, r) in summ}
-            best_peer = _best(here, peers) if t != CEILING else None
+            best_peer = best_peer_of(here, peers) if t != CEILING else None
             at_t = at.filter(pl.col("tier") == t)
             for r in routers:
                 if r not in here:
