@@ -99,6 +99,13 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
         click.echo(cfg.run_id())
         return
     run_dir = execute(cfg, results, log=lambda m: click.echo(m, err=True))
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        import json
+
+        from agentic_kvc.metrics.summary import one_line
+
+        click.echo(f"{cfg.run_id()}: {one_line(json.loads(summary.read_text()))}", err=True)
     click.echo(str(run_dir))
 
 

@@ -104,3 +104,34 @@ def test_overrides_do_not_mutate_the_callers_dict(base_config: dict[str, Any]) -
     before = copy.deepcopy(base_config)
     load_config(base_config, ["fleet.instances=7", "workload.generator.sessions=9"])
     assert base_config == before
+
+
+def test_cli_run_prints_the_directory_on_stdout_and_a_summary_line_on_stderr(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    """Scripts read the run directory from stdout; a person sees the run's figures on stderr,
+    taken from its summary.json (a second call, with nothing to run, prints them too)."""
+    import json
+
+    from agentic_kvc.metrics.summary import one_line
+
+    path = _write(tmp_path, base_config)
+    args = ["run", str(path), "--results", str(tmp_path / "results")]
+    for _ in range(2):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        run_dir = Path(result.stdout.strip())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        line = one_line(summary)
+        assert f"{run_dir.name}: {line}" in result.stderr
+        n = summary["overall"]["count"]
+        assert line.startswith(f"{n:,} requests, 0 failed; TTFT p50 ") and n > 0
+    assert "prefix hit rate" in line and line.endswith("%")
+
+
+def test_one_line_summary_reads_missing_latencies_as_a_dash() -> None:
+    from agentic_kvc.metrics.summary import one_line, summarize
+
+    failed = {"route_class": "LIGHT", "error": "refused", "input_tokens": 10, "ttft_s": None}
+    line = one_line(summarize([failed]))
+    assert line == "1 requests, 1 failed; TTFT p50 -, p90 -; E2E p90 -; prefix hit rate 0.0%"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,3 +106,18 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "cache_view_accuracy": cache_view_accuracy(rows),
         "pd": pd_summary(rows),
     }
+
+
+def one_line(summary: Mapping[str, Any]) -> str:
+    """A run summary's overall figures in one line, for a person at a terminal (`akvc run`
+    prints it on stderr; stdout keeps only the run directory, for scripts)."""
+    o = summary["overall"]
+
+    def sec(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3g} s"
+
+    return (
+        f"{o['count']:,} requests, {o['errors']:,} failed; TTFT p50 {sec(o['ttft_s']['p50'])}, "
+        f"p90 {sec(o['ttft_s']['p90'])}; E2E p90 {sec(o['e2e_s']['p90'])}; "
+        f"prefix hit rate {o['prefix_hit_rate']:.1%}"
+    )
