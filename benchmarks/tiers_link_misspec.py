@@ -62,6 +62,7 @@ from typing import Any
 
 import polars as pl
 
+from agentic_kvc.analysis.bench_summary import TIERS_UNSEEN, against_exact_links, excludes_zero
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.calibrate.engine import machine_facts
@@ -79,7 +80,6 @@ EXACT = "exact"
 PEERS = tuple(r for r in tiers.ROUTERS if r != tiers.OURS)
 # A reload that costs nothing: 1e6 GB/s moves a 100k-token context (~10 GB) in 10 us.
 FREE_GBPS = 1e6
-TIERS_UNSEEN = "tiers_unseen"  # tier_pricing off: HBM hits only, as without tiers
 
 
 def variants(hardware: str) -> dict[str, dict[str, Any]]:
@@ -297,19 +297,11 @@ def headline(report: dict[str, Any]) -> dict[str, float | int]:
     exact links that exclude 0 (TTFT p90 and E2E p90) and the largest |TTFT p90 change| among
     them, and the same two for `tiers_unseen` (not a link variant: tiers not seen at all)."""
     cells = report["cells"].values()
-
-    def against_exact(links: bool) -> list[dict[str, Any]]:
-        return [
-            v["vs_exact"]
-            for r in cells
-            for lab, v in r["variants"].items()
-            if "vs_exact" in v and (lab != TIERS_UNSEEN) == links
-        ]
+    links, unseen = against_exact_links(report), against_exact_links(report, links=False)
 
     def excluding_0(vs: list[dict[str, Any]]) -> int:
-        return sum(not (m["ci"][0] <= 0 <= m["ci"][1]) for c in vs for m in c.values())
+        return sum(excludes_zero(m) for c in vs for m in c.values())
 
-    links, unseen = against_exact(True), against_exact(False)
     out: dict[str, float | int] = {
         "runs": sum(r["runs"] for r in cells),
         "batch_cpu_s": round(sum(r["batch_cpu_s"] for r in cells), 1),

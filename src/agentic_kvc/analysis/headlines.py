@@ -22,6 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentic_kvc.analysis.bench_summary import (
+    TIERS_UNSEEN,
+    against_exact_links,
+    excludes_zero,
+    link_grid,
+    summarize_file,
+)
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
@@ -250,36 +257,26 @@ def link_headline(doc: Mapping[str, Any]) -> str | None:
         return Value(m["rel"] * 100, m["ci"][0] * 100, m["ci"][1] * 100, "")
 
     cells = doc.get("cells") or {}
-    wrong = [
-        v["vs_exact"]
-        for c in cells.values()
-        for lab, v in c["variants"].items()
-        if "vs_exact" in v and lab != "tiers_unseen"
-    ]
+    wrong = against_exact_links(doc) if cells else []
     if not wrong:
         return None
-    excl = sum(value(m).significant for c in wrong for m in c.values())
-    labels = {lab for c in cells.values() for lab in c["variants"]}
-    scales = sorted(float(lab[4:]) for lab in labels if lab.startswith("bw_x"))
-    grid = [f"the host and disk read bandwidth x{scales[0]:g} to x{scales[-1]:g}"] if scales else []
-    grid += [f"their latencies x{lab[5:]}" for lab in sorted(labels) if lab.startswith("lat_x")]
-    grid += ["a free reload"] if "no_reload" in labels else []
+    excl = sum(excludes_zero(m) for c in wrong for m in c.values())
     head = (
         f"predicted_ttft's tier pricing {'does not need' if not excl else 'depends on'} exact "
-        f"link numbers: with {_either(grid) or 'wrong link numbers'}, {excl} of "
-        f"{2 * len(wrong)} paired intervals against exact links exclude 0 (TTFT and E2E p90, "
-        f"{len(cells)} tiered setups)"
+        f"link numbers: with {_either(link_grid(doc)) or 'wrong link numbers'}, {excl} of "
+        f"{sum(len(c) for c in wrong)} paired intervals against exact links exclude 0 (TTFT and "
+        f"E2E p90, {len(cells)} tiered setups)"
     )
     leads = [
         (value(c["variants"]["exact"]["vs_best_peer"]["ttft_p90"]), name, c)
         for name, c in cells.items()
-        if "tiers_unseen" in c["variants"]
+        if TIERS_UNSEEN in c["variants"]
     ]
     leads = [x for x in leads if x[0].significant and x[0].value < 0]
     if not leads:
         return head + "."
     lead, name, cell = min(leads, key=lambda x: x[0].value)
-    unseen = cell["variants"]["tiers_unseen"]
+    unseen = cell["variants"][TIERS_UNSEEN]
     return (
         f"{head}; not seeing the tiers at all (HBM hits only) changes its TTFT p90 on {name} by "
         f"{value(unseen['vs_exact']['ttft_p90']).interval()}, and its lead there over "
@@ -291,8 +288,6 @@ def link_headline(doc: Mapping[str, Any]) -> str | None:
 def fidelity_headline(bench_dirs: Sequence[Path]) -> str | None:
     """The simulator against repeated real runs, each session's envelope check (benchmark
     files sim_vs_vllm*.json: the session, checks inside, the bar a model with no error meets)."""
-    from agentic_kvc.analysis.bench_summary import summarize_file
-
     seen: dict[str, str] = {}
     for d in bench_dirs:
         for path in sorted(d.glob("sim_vs_vllm*.json")):
