@@ -61,7 +61,9 @@ class PairedResult:
 
     @property
     def significant(self) -> bool:
-        return not self.identical and not (self.ci_low <= 0.0 <= self.ci_high)
+        """The interval excludes 0, over at least two pairs: with one pair the bootstrap can
+        only resample that run's requests, which says nothing of another seed or window."""
+        return self.n_pairs >= 2 and not self.identical and not (self.ci_low <= 0.0 <= self.ci_high)
 
     @property
     def identical(self) -> bool:
@@ -364,8 +366,9 @@ def unmoved_text(r: PairedResult | dict[str, Any]) -> str | None:
 
 
 def fmt_diff(r: PairedResult | dict[str, Any]) -> str:
-    """`-12.3% [-18.0, -6.1]` (percent, 95% interval), with ` n.s.` when 0 is inside, or
-    "identical: ..." when no paired request differs (not a difference of 0 with an interval)."""
+    """`-12.3% [-18.0, -6.1]` (percent, 95% interval), with ` n.s.` when 0 is inside,
+    "identical: ..." when no paired request differs (not a difference of 0 with an interval),
+    or "(one replicate: no interval)" when there is one pair."""
     d = r if isinstance(r, dict) else r.to_row()
     if d.get("n_differ") == 0:
         return identical_text(d)
@@ -374,5 +377,7 @@ def fmt_diff(r: PairedResult | dict[str, Any]) -> str:
         return unmoved
     if not np.isfinite(d["rel_diff"]):
         return "-"
+    if d.get("n_pairs") == 1:
+        return f"{signed(d['rel_diff'] * 100)}% (one replicate: no interval)"
     text = f"{signed(d['rel_diff'] * 100)}% {fmt_interval_pct(d['ci_low'], d['ci_high'])}"
     return text if d["significant"] else f"{text} n.s."

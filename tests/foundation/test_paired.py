@@ -169,6 +169,18 @@ def test_table_and_format() -> None:
     assert text.startswith(("+", "-")) and "[" in text
 
 
+def test_one_replicate_is_never_significant_and_prints_no_interval() -> None:
+    """One seed: the bootstrap can only resample that run's requests, so even a large
+    difference is no finding over seeds; the text says why instead of an interval."""
+    one = paired_compare(_synthetic(np.random.default_rng(5), 1.5, seeds=1), "a", "b", n_boot=200)
+    assert one.n_pairs == 1 and one.rel_diff > 0.3
+    assert one.ci_low > 0  # the one run's request-level interval would exclude 0
+    assert not one.significant and one.verdict == "n.s."
+    assert fmt_diff(one) == f"+{100 * one.rel_diff:.1f}% (one replicate: no interval)"
+    two = paired_compare(_synthetic(np.random.default_rng(5), 1.5, seeds=2), "a", "b", n_boot=200)
+    assert two.significant and "[" in fmt_diff(two)
+
+
 def test_fast_quantile_is_numpys_to_the_last_bit():
     # The bootstrap's quantile replaces np.quantile for speed; reports must not move by an ulp.
     from agentic_kvc.paired import _quantile

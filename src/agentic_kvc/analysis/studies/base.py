@@ -176,6 +176,11 @@ def direction(r: PairedResult | None, what: str) -> str:
     unmoved = unmoved_text(r)
     if unmoved is not None:
         return f"leaves {what} {unmoved}"
+    if r.n_pairs < 2:
+        return (
+            f"changes {what} by {signed(r.rel_diff * 100, 0)}% in its one replicate (no "
+            "interval over replicates: not a finding)"
+        )
     interval = fmt_interval_pct(r.ci_low, r.ci_high, 0)
     if not r.significant:
         return (
