@@ -1,14 +1,18 @@
 """predicted_ttft `opening: lifetime`: a session's opening is priced by the load the sessions
-homed on each candidate bring back (policy/session_load.py), not by the queue at this instant."""
+homed on each candidate bring back (policy/session_load.py), not by the queue at this instant;
+`opening: near_tie`: among candidates within the opening's own prefill of the best score, the
+one with the fewest open sessions."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from agentic_kvc.policy import get_policy
-from agentic_kvc.policy.predicted_ttft import PredictedTTFT
+from agentic_kvc.policy.base import InstanceView
+from agentic_kvc.policy.predicted_ttft import PredictedTTFT, predict_ttft_s
 from agentic_kvc.policy.session_load import SessionLoad, stationary_wait_s
 from tests.policy.policy_helpers import fleet, req
 
@@ -93,3 +97,76 @@ def test_a_later_turn_on_its_own_cache_is_not_repriced_but_feeds_the_load() -> N
 def test_lifetime_opening_refuses_split() -> None:
     with pytest.raises(ValueError, match="colocated"):
         get_policy("predicted_ttft", {"split": True, "opening": "lifetime"})
+
+
+def _near_tie(sessions: dict[str, int]) -> PredictedTTFT:
+    """predicted_ttft with `opening: near_tie`, the given sessions open (routed, no finish)."""
+    policy = _policy("near_tie")
+    assert policy.open_sessions is not None and policy.session_load is None
+    for s in sessions:
+        policy.open_sessions.observe(s, last_turn=False)
+    return policy
+
+
+# Instance 0 has 500 tokens of another opening's prefill queued (a transient far shorter than
+# this 2000-token opening's own prefill) and one open session; instance 1 is idle and home to
+# two. By this turn alone the opening goes to 1.
+HOMES = {"a": 1, "b": 1, "d": 0}
+
+
+def test_near_tie_opening_goes_to_the_instance_with_fewer_open_sessions() -> None:
+    view = fleet(2, affinity=HOMES, pending_prefill_tokens=[500, 0])
+    today = get_policy("predicted_ttft").decide(req(2000, session="new"), view)
+    assert today.prefill == 1
+    d = _near_tie(HOMES).decide(req(2000, session="new"), view)
+    assert d.prefill == 0 and d.reason == "near_tie_fewer_sessions"
+    assert d.scores["open_sessions"] == [1, 2]
+    # instance 0 is worse by this turn, but by less than the band (its own idle prefill)
+    assert today.scores[1] < today.scores[0] <= today.scores[1] + d.scores["band"]
+
+
+def test_near_tie_keeps_the_best_score_outside_the_band() -> None:
+    # 6000 queued tokens on instance 0: three of this opening's prefills, not a near-tie
+    view = fleet(2, affinity=HOMES, pending_prefill_tokens=[6000, 0])
+    d = _near_tie(HOMES).decide(req(2000, session="new"), view)
+    assert d.prefill == 1 and d.reason == "min_predicted_ttft"
+    assert d.scores[0] > d.scores[1] + d.scores["band"]
+
+
+def test_near_tie_leaves_a_later_turn_on_its_own_cache_as_today() -> None:
+    # Session "a" holds 100 tokens on instance 1: a cache of its own, so no band applies even
+    # though instance 0 would be a near-tie with fewer open sessions were it an opening.
+    homes = {**HOMES, "c": 1}  # instance 1 is home to two open sessions besides "a"
+    view = fleet(2, cached={1: 100}, affinity=homes, pending_prefill_tokens=[500, 0])
+    d = _near_tie(homes).decide(req(2000, session="a"), view)
+    today = get_policy("predicted_ttft").decide(req(2000, session="a"), view)
+    assert d.prefill == today.prefill == 1
+    assert d.reason == "min_predicted_ttft" and "band" not in d.scores
+    assert d.scores[0] <= d.scores[1] + predicted_prefill_s(2000 - 100, 100)
+
+
+def test_near_tie_a_finished_session_stops_counting() -> None:
+    policy = _near_tie(HOMES)
+    view = fleet(2, affinity=HOMES, pending_prefill_tokens=[500, 0])
+    for s in ("a", "b"):  # the last turns of instance 1's sessions (finish signal)
+        last = dataclasses.replace(req(2000, session=s), last_turn=True)
+        policy.decide(last, fleet(2, cached={1: 1900}, affinity=HOMES))
+    assert policy.open_sessions is not None and policy.open_sessions.ids == {"d"}
+    d = policy.decide(req(2000, session="new"), view)
+    assert d.prefill == 1 and d.scores["open_sessions"] == [1, 0]
+    # the opening itself is open now, and the session being placed never counts against itself
+    assert "new" in policy.open_sessions.ids
+    homes = {**HOMES, "new": 1}
+    assert policy.open_sessions.per_instance(homes, 2) == [1, 1]
+    assert policy.open_sessions.per_instance(homes, 2, exclude="new") == [1, 0]
+
+
+def test_near_tie_opening_refuses_split() -> None:
+    with pytest.raises(ValueError, match="colocated"):
+        get_policy("predicted_ttft", {"split": True, "opening": "near_tie"})
+
+
+def predicted_prefill_s(uncached: int, cached: int) -> float:
+    """The band's formula: a prompt's prefill on an idle instance with today's cost model."""
+    p = _policy("near_tie")
+    return predict_ttft_s(InstanceView(index=0), uncached, cached, 0.0, p.cost(), 8192)

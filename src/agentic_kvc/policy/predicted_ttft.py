@@ -105,7 +105,14 @@ decode load (policy/session_load.py: per session, observed later-turn work over 
 period); `lifetime_replace` uses the stationary terms instead of the instant's. Measured on
 every tiers cell (docs/kv_tiers.md, TraceLab part, section 7): neither closes the TraceLab gap
 to sticky_least_loaded, and `lifetime_replace` is several times worse on Mooncake, whose
-openings the current queue places well; both stay opt-in.
+openings the current queue places well; both stay opt-in. `near_tie` keeps the instant's
+score and balances sessions only among near-ties: with best the lowest score and band this
+opening's own prefill on an idle instance (its uncached tokens on the best candidate, no
+queue, no decodes), the candidates scoring at most best + band are near-ties, and the opening
+goes to the one with the fewest open sessions homed there (`session_load.OpenSessions`: last
+routed turn there, no finish signal yet), ties to the lower score. A queue that drains within
+one prefill is no reason to stack one more session; a queue longer than that still decides
+(docs/kv_tiers.md, TraceLab part, section 9).
 """
 
 from __future__ import annotations
@@ -135,7 +142,7 @@ from agentic_kvc.policy.common import (
     uncached_tokens,
 )
 from agentic_kvc.policy.registry import register
-from agentic_kvc.policy.session_load import SessionLoad, stationary_wait_s
+from agentic_kvc.policy.session_load import OpenSessions, SessionLoad, stationary_wait_s
 from agentic_kvc.policy.tier_pricing import link_speeds, reload_delays
 from agentic_kvc.portable import round_significant
 from agentic_kvc.profiles.cost import AffineStepCost, StepCost
@@ -211,12 +218,15 @@ class PredictedTTFTParams(StrictParams):
     tier_disk_latency_s: float | None = Field(
         None, ge=0, description="Per-reload disk latency (s); None: the profile's."
     )
-    opening: Literal["turn", "lifetime", "lifetime_replace"] = Field(
+    opening: Literal["turn", "lifetime", "lifetime_replace", "near_tie"] = Field(
         "turn",
         description="How a request that opens a session (no cache of its own) is priced. "
         "turn: by this turn alone. lifetime: its wait is at least the stationary M/G/1 wait "
         "that the sessions homed on the candidate bring back (policy/session_load.py), so a "
-        "transient queue weighs less than a lasting load. Colocated candidates only.",
+        "transient queue weighs less than a lasting load. lifetime_replace: that wait instead "
+        "of the queue now. near_tie: among the candidates within this opening's own idle "
+        "prefill time of the best score, the one with the fewest open sessions. Colocated "
+        "candidates only.",
     )
     cost_model: Literal["profile", "online"] = Field(
         "profile",
@@ -245,7 +255,7 @@ class PredictedTTFTParams(StrictParams):
     @classmethod
     def _opening_colocated(cls, v: str, info: Any) -> str:
         if v != "turn" and info.data.get("split"):
-            raise ValueError("opening: lifetime prices colocated candidates only (split: false)")
+            raise ValueError(f"opening: {v} places colocated candidates only (split: false)")
         return v
 
     @field_validator("cost_scale")
@@ -351,7 +361,13 @@ class PredictedTTFT(ColocatingPolicy):
             )
         self._fit_seen = -1
         # opening: lifetime: what each session brings back to its instance (session_load.py)
-        self.session_load: SessionLoad | None = SessionLoad() if p.opening != "turn" else None
+        self.session_load: SessionLoad | None = (
+            SessionLoad() if p.opening in ("lifetime", "lifetime_replace") else None
+        )
+        # opening: near_tie: the open sessions each instance is home to
+        self.open_sessions: OpenSessions | None = (
+            OpenSessions() if p.opening == "near_tie" else None
+        )
 
     def cost(self) -> AffineStepCost:
         """The coefficients in use now (the online fit's, rebuilt when it has moved)."""
@@ -390,6 +406,8 @@ class PredictedTTFT(ColocatingPolicy):
         unc = parts.unc
         if self.session_load is not None:
             return self._choose_lifetime(request, fleet, candidates, parts)
+        if self.open_sessions is not None:
+            return self._choose_near_tie(request, fleet, candidates, parts)
         best = argmin(
             candidates,
             lambda i: (pred[i.index], unc[i.index], i.num_requests),
@@ -399,6 +417,53 @@ class PredictedTTFT(ColocatingPolicy):
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
         self._receipt_fit(scores)
         return best, "min_predicted_ttft", scores
+
+    def _choose_near_tie(
+        self,
+        request: RequestView,
+        fleet: FleetView,
+        candidates: Sequence[InstanceView],
+        parts: _Parts,
+    ) -> tuple[InstanceView, str, dict[int, Any]]:
+        """`opening: near_tie`: an opening goes to the candidate with the fewest open
+        sessions among those whose score is within `band` of the best, band being this
+        opening's own prefill on the best candidate when idle; ties to the lower score. A
+        later turn is placed as today. Every routed turn updates the open sessions."""
+        p: PredictedTTFTParams = self.params  # type: ignore[assignment]
+        opened = self.open_sessions
+        assert opened is not None
+        pred, unc, held = parts.pre, parts.unc, parts.held
+        n = len(fleet.instances)
+        best = argmin(
+            candidates,
+            lambda i: (pred[i.index], unc[i.index], i.num_requests),
+            self.tie,
+            n,
+        )
+        scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
+        reason = "min_predicted_ttft"
+        if not _holds_own_cache(request, fleet, held, candidates):
+            b = best.index
+            band = predict_ttft_s(
+                InstanceView(index=b), unc[b], held[b], 0.0, parts.cost, p.max_num_batched_tokens
+            )
+            near = [i for i in candidates if pred[i.index] <= pred[b] + band]
+            scores["band"] = round(band, 4)
+            if len(near) > 1:
+                count = opened.per_instance(fleet.affinity, n, exclude=request.session_id)
+                scores["open_sessions"] = count
+                pick = argmin(
+                    near,
+                    lambda i: (count[i.index], pred[i.index], unc[i.index], i.num_requests),
+                    self.tie,
+                    n,
+                )
+                if pick.index != b:
+                    best, reason = pick, "near_tie_fewer_sessions"
+        if request.session_id is not None:
+            opened.observe(request.session_id, request.last_turn)
+        self._receipt_fit(scores)
+        return best, reason, scores
 
     def _choose_lifetime(
         self,

@@ -162,6 +162,38 @@ class SessionLoad:
         return rho, second, decoding, kv
 
 
+@dataclass(slots=True)
+class OpenSessions:
+    """The sessions the router has routed a turn of and whose finish signal
+    (`RequestView.last_turn`) has not come, counted per instance by where their last routed
+    turn went (the router's session affinity): sticky_least_loaded's open-session count,
+    kept for a policy that may move a session (its home is then its latest instance). A
+    client that never sends the signal keeps its sessions open: none is closed by a guess.
+    predicted_ttft's `opening: near_tie` balances openings on it."""
+
+    ids: set[str] = field(default_factory=set)
+
+    def observe(self, session_id: str, last_turn: bool | None) -> None:
+        """A turn of the session was routed; its last turn (finish signal) closes it."""
+        if last_turn:
+            self.ids.discard(session_id)
+        else:
+            self.ids.add(session_id)
+
+    def per_instance(
+        self, homes: Mapping[str, int], n_instances: int, exclude: str | None = None
+    ) -> list[int]:
+        """Open sessions homed on each instance, other than `exclude` (the one being placed)."""
+        out = [0] * n_instances
+        for sid in self.ids:
+            if sid == exclude:
+                continue
+            home = homes.get(sid)
+            if home is not None and 0 <= home < n_instances:
+                out[home] += 1
+        return out
+
+
 def stationary_wait_s(rho: float, second: float) -> float:
     """The M/G/1 (Pollaczek-Khinchine) mean wait: second / (2 (1 - rho)); inf at rho >= 1."""
     if rho >= 1.0:
