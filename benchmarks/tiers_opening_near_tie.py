@@ -1,0 +1,140 @@
+"""predicted_ttft with `opening: near_tie` against today's and the best peer (issue 29 goal 2).
+
+docs/kv_tiers.md, TraceLab part, section 9. With tiers neither predicted_ttft nor
+sticky_least_loaded moves a session, so the TraceLab x2 gap between them is where the 48
+sessions open; `opening: near_tie` keeps today's score and, for a request that opens a session
+(no cache of its own), sends it among the near-ties (score within its own prefill on an idle
+instance of the best) to the one with the fewest open sessions. Same cells, replicates and
+pairing as benchmarks/tiers_opening_lifetime.py (whose `cells()` this reuses): every tiers
+study cell and three held-out workloads, through `akvc run-batch` into a scratch results
+folder (one process, one cell at a time), TTFT p90 / E2E p90 paired over the replicates.
+
+    nice -n 10 .venv/bin/python benchmarks/tiers_opening_near_tie.py \\
+        --results /tmp/akvc_k9_results --out results/bench/tiers_opening_near_tie.json
+
+`--table` prints the JSON as docs/kv_tiers.md's table; `--only` restricts to cells whose name
+contains a string. Runs already in the results folder are skipped by run-batch (the run id is
+the config's hash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentic_kvc.analysis.experiments import override_item
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from tiers_opening_lifetime import TODAY, _cell, cells, records  # noqa: E402
+from tiers_tracelab_gap import compare  # noqa: E402
+
+NEAR_TIE = {"name": "predicted_ttft", "params": {"opening": "near_tie"}}
+
+
+def specs(cell: dict[str, Any], host: float) -> list[tuple[str, Any, list[str]]]:
+    """(variant, replicate, overrides) of one cell and host size."""
+    key, reps = cell["rep"]
+    pols = {"today": TODAY, "near_tie": NEAR_TIE, **cell["peers"]}
+    out = []
+    for rep in reps:
+        for lab, pol in pols.items():
+            sets = [override_item(k, v) for k, v in cell["set"].items()]
+            sets += [
+                override_item(key, rep),
+                override_item("policy", pol),
+                override_item("fleet.kv_tiers.host_gib", host),
+            ]
+            out.append((lab, json.dumps(rep), sets))
+    return out
+
+
+def openings_moved(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, int]:
+    """Over the near_tie runs: requests placed as openings (their receipt carries the band),
+    those sent off the best score to an instance with fewer open sessions, and requests."""
+    opened = moved = reqs = 0
+    for lab, _rep, recs in rows:
+        if lab != "near_tie":
+            continue
+        reqs += len(recs)
+        opened += sum("band" in (r.get("scores") or {}) for r in recs)
+        moved += sum(r.get("reason") == "near_tie_fewer_sessions" for r in recs)
+    return {"openings": opened, "moved": moved, "requests": reqs}
+
+
+def table(report: dict[str, Any]) -> str:
+    """Per cell and host: near_tie against today's predicted_ttft, and near_tie's and today's
+    against the best peer (the peer with the lowest TTFT p90 against today's); the openings
+    near_tie sent off the best score, of all it placed as openings."""
+    rows = [
+        "| cell | near_tie vs today | best peer | near_tie vs peer | today vs peer | "
+        "openings moved |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, r in report.items():
+        peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
+        best = max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
+        o = r["openings"]
+        rows.append(
+            f"| {key} | {_cell(r['near_tie_vs_today'])} | {best} | "
+            f"{_cell(r[f'near_tie_vs_{best}'])} | {_cell(r[f'today_vs_{best}'])} | "
+            f"{o['moved']} of {o['openings']} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k9_results"))
+    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_opening_near_tie.json")
+    ap.add_argument("--only", default="", help="only cells whose name contains this")
+    ap.add_argument("--table", action="store_true", help="print --out as a markdown table")
+    args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return 0
+    akvc = str(REPO / ".venv/bin/akvc")
+    report: dict[str, Any] = {}
+    if args.out.exists():
+        report = json.loads(args.out.read_text())
+    for cell in cells():
+        if args.only not in cell["name"]:
+            continue
+        for host in cell["hosts"]:
+            runs = specs(cell, host)
+            argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
+            t0 = time.time()
+            subprocess.run(
+                [akvc, "run-batch", "--results", str(args.results), *argv],
+                check=True,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            wall = time.time() - t0
+            rows = [
+                (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
+            ]
+            n = int(cell["set"].get("fleet.instances", 8))
+            # this invocation's batch time: runs already in the results folder are skipped
+            res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
+            res["openings"] = openings_moved(rows)
+            res["near_tie_vs_today"] = compare(rows, "today", "near_tie", n)
+            for peer in cell["peers"]:
+                for ours in ("near_tie", "today"):
+                    res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
+            key = f"{cell['name']}/host_{host:g}"
+            report[key] = res
+            print(key, json.dumps(res), flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
