@@ -27,29 +27,9 @@ neighbours: either each request reaches its engine `background_delay_s` later pe
 (`delay`: the frontends wait for the cores) or every step costs `background_slowdown` more per
 thread (`slowdown`). A simulated run reads its neighbours from `sim.host_neighbour_threads`.
 
-How this was chosen (2026-11-23, docs/simulator.md): separate prefill and step scales, fitted
-to the calibration run's quantiles or request by request, matched that run but missed the
-validation workload by up to +71% (TTFT p50); one factor generalised. A slowdown applied to
-every step of a fleet without a spare core matched the validation workload (within 23%) but
-missed a third, unseen one by +71% (E2E p50): it charges contention even while the other
-instance idles, hence the contended form.
-
-Overlap, not step start (2026-11-25, docs/sim_profiles.md): the slowdown used to be fixed
-when a step started (a decode run kept it to its end), so a run that began during a short
-overlap stayed slow long after it; every 2-instance miss on two held-out workloads was then an
-over-predicted tail (E2E p90 +55%). Charged for the overlap only, the same fits fall inside
-the real range on more of the 2-instance checks (docs/sim_profiles.md has the table).
-
-Several runs per fleet size (2026-11-24, docs/sim_profiles.md): on a shared host one replay is
-one draw of its neighbours' load (the calibration config's 2-instance TTFT p90 was 517 ms in one
-run and 1,459 ms in another), so `akvc calibrate --serving` replays each size `--serving-repeats`
-times and every loss is a mean over the runs: in log space the fit aims at their geometric mean,
-not at one draw. The scale used to be fitted request by request (median |log ratio| of TTFT plus
-that of TPOT); that aims at the typical request, a small cache-hit prefill whose real TTFT is
-mostly waiting (3x the simulated one), and left the 1-instance quantiles 20-45% low on the
-validation workload; fitted to the quantiles over both calibration pairs, 13 of 16 held-out
-checks fell inside the real range (9 of 16 before). Search: a log-spaced grid, then the grid
-again around the best point at a finer step (numpy only; one simulation takes ~0.1 s).
+Why this form (one scale, a slowdown charged for the overlap only, several runs per
+size, quantile losses) and what the alternatives missed: docs/sim_profiles.md, "How the
+serving fit was chosen".
 
 What a simulation needs of the fit at run time (a profile with its terms applied) is in
 profiles/fitted.py; this module replays and searches.
