@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agentic_kvc.analysis.experiments import override_item
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,27 +56,62 @@ def specs(cell: dict[str, Any], host: float) -> list[tuple[str, Any, list[str]]]
     return out
 
 
-def openings_moved(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, int]:
+def openings_moved(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Over the near_tie runs: requests placed as openings (their receipt carries the band),
-    those sent off the best score to an instance with fewer open sessions, and requests."""
-    opened = moved = reqs = 0
-    for lab, _rep, recs in rows:
+    the band's median and 90th percentile (s), those sent off the best score to an instance
+    with fewer open sessions, the median of their score above the best (s), and, against the
+    same request in today's run of the same replicate, their mean TTFT and E2E change (s)."""
+    today = {rep: {r["request_id"]: r for r in recs} for lab, rep, recs in rows if lab == "today"}
+    bands: list[float] = []
+    above: list[float] = []
+    d_ttft: list[float] = []
+    d_e2e: list[float] = []
+    reqs = 0
+    for lab, rep, recs in rows:
         if lab != "near_tie":
             continue
         reqs += len(recs)
-        opened += sum("band" in (r.get("scores") or {}) for r in recs)
-        moved += sum(r.get("reason") == "near_tie_fewer_sessions" for r in recs)
-    return {"openings": opened, "moved": moved, "requests": reqs}
+        for r in recs:
+            sc = r.get("scores") or {}
+            if "band" not in sc:
+                continue
+            bands.append(sc["band"])
+            if r.get("reason") != "near_tie_fewer_sessions":
+                continue
+            per = [v for k, v in sc.items() if k.isdigit()]
+            above.append(sc[str(r["prefill_instance"])] - min(per))
+            t = today[rep].get(r["request_id"])
+            if t is not None and None not in (r["ttft_s"], t["ttft_s"], r["e2e_s"], t["e2e_s"]):
+                d_ttft.append(r["ttft_s"] - t["ttft_s"])
+                d_e2e.append(r["e2e_s"] - t["e2e_s"])
+
+    def q(xs: list[float], f: float) -> float | None:
+        return round(float(np.quantile(xs, f)), 4) if xs else None
+
+    def mean(xs: list[float]) -> float | None:
+        return round(float(np.mean(xs)), 4) if xs else None
+
+    return {
+        "openings": len(bands),
+        "band_s_p50": q(bands, 0.5),
+        "band_s_p90": q(bands, 0.9),
+        "moved": len(above),
+        "moved_above_best_s_p50": q(above, 0.5),
+        "moved_d_ttft_s_mean": mean(d_ttft),
+        "moved_d_e2e_s_mean": mean(d_e2e),
+        "requests": reqs,
+    }
 
 
 def table(report: dict[str, Any]) -> str:
     """Per cell and host: near_tie against today's predicted_ttft, and near_tie's and today's
     against the best peer (the peer with the lowest TTFT p90 against today's); the openings
-    near_tie sent off the best score, of all it placed as openings."""
+    near_tie sent off the best score, of all it placed as openings, the band, and what the
+    moved openings' own TTFT and E2E changed against today's run (mean, s)."""
     rows = [
         "| cell | near_tie vs today | best peer | near_tie vs peer | today vs peer | "
-        "openings moved |",
-        "|---|---|---|---|---|---|",
+        "openings moved | band p50 / p90 (s) | moved: TTFT / E2E change (s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in report.items():
         peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
@@ -83,7 +120,8 @@ def table(report: dict[str, Any]) -> str:
         rows.append(
             f"| {key} | {_cell(r['near_tie_vs_today'])} | {best} | "
             f"{_cell(r[f'near_tie_vs_{best}'])} | {_cell(r[f'today_vs_{best}'])} | "
-            f"{o['moved']} of {o['openings']} |"
+            f"{o['moved']} of {o['openings']} | {o['band_s_p50']} / {o['band_s_p90']} | "
+            f"{o['moved_d_ttft_s_mean']} / {o['moved_d_e2e_s_mean']} |"
         )
     return "\n".join(rows)
 
