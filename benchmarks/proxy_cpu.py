@@ -113,6 +113,17 @@ class AblatedProxy(ProxyProcess):
         return [*own, ",".join(self.ablate), "--", *base[i + 1 :]]
 
 
+class BaselineProxy(ProxyProcess):
+    """`ProxyProcess` running the proxy from another checkout's `src` (before/after)."""
+
+    def __init__(self, src: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.src = src
+
+    def argv(self) -> list[str]:
+        return ["env", f"PYTHONPATH={self.src}", *super().argv()]
+
+
 def thread_cpu(pid: int) -> tuple[int, int, int]:
     """(on-CPU ns, utime ticks, stime ticks) summed over the process's threads."""
     ns = ut = st = 0
@@ -238,6 +249,13 @@ def main() -> None:
         help=f"also measure akvc with these parts off (comma list of {', '.join(ABLATIONS)}); "
         "repeatable, one extra target each",
     )
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also measure akvc from this checkout's src/ (e.g. a `git worktree` of the "
+        "commit before a change), as akvc@base:POLICY, interleaved with the others",
+    )
     ap.add_argument("--serve-ablated", default=None, help=argparse.SUPPRESS)
     if "--serve-ablated" in sys.argv:
         i = sys.argv.index("--serve-ablated")
@@ -272,6 +290,18 @@ def main() -> None:
             proxy = stack.enter_context(ProxyProcess(engines, pol, work / pol, cpus=[cores[1]]))
             assert proxy.proc is not None and proxy.proc.pid is not None
             targets[f"akvc:{pol}"] = (proxy.url, proxy.proc.pid)
+            if args.baseline_src is not None:
+                proxy = stack.enter_context(
+                    BaselineProxy(
+                        args.baseline_src.resolve(),
+                        engines,
+                        pol,
+                        work / f"{pol}-base",
+                        cpus=[cores[1]],
+                    )
+                )
+                assert proxy.proc is not None and proxy.proc.pid is not None
+                targets[f"akvc@base:{pol}"] = (proxy.url, proxy.proc.pid)
             for ab in args.ablate:
                 proxy = stack.enter_context(
                     AblatedProxy(ab.split(","), engines, pol, work / f"{pol}-{ab}", cpus=[cores[1]])
@@ -347,6 +377,7 @@ def main() -> None:
                     q = np.percentile(cpu[name], [25, 50, 75])
                     entry["cpu_us_per_req"] = round(float(q[1]), 1)
                     entry["cpu_us_per_req_iqr"] = [round(float(q[0]), 1), round(float(q[2]), 1)]
+                    entry["cpu_us_per_req_rounds"] = [round(float(c), 1) for c in cpu[name]]
                     entry["idle_cpu_us_per_s"] = round(idle[name] / 1e3, 1)
                     ut, st = ticks[name]
                     entry["kernel_share"] = round(st / (ut + st), 3) if ut + st else None
@@ -369,6 +400,18 @@ def main() -> None:
                             if args.out is not None
                             else None,
                         )
+                base = name.replace("akvc:", "akvc@base:", 1)
+                if pid is not None and base != name and base in cpu:
+                    # Paired by round (same spell of the machine): this code minus the base's.
+                    d = np.subtract(cpu[name], cpu[base])
+                    rng = np.random.default_rng(0)
+                    boot = np.median(d[rng.integers(0, len(d), (2000, len(d)))], axis=1)
+                    lo, hi = np.percentile(boot, [2.5, 97.5])
+                    entry["cpu_us_vs_base"] = {
+                        "median_paired_diff": round(float(np.median(d)), 1),
+                        "ci95": [round(float(lo), 1), round(float(hi), 1)],
+                        "rounds": len(d),
+                    }
                 results.setdefault(name, {})[mode] = entry
                 print(name, mode, json.dumps(entry), file=sys.stderr, flush=True)
     for name, modes in results.items():
@@ -378,6 +421,7 @@ def main() -> None:
                 f"{e.get('cpu_us_per_req', float('nan')):6.1f} us "
                 f"{e.get('cpu_us_per_req_iqr')} kernel "
                 f"{e.get('kernel_share')}  syscalls/req {e.get('syscalls_total_per_req')}"
+                + (f"  vs base {e['cpu_us_vs_base']}" if "cpu_us_vs_base" in e else "")
             )
     if args.out is not None:
         report = {

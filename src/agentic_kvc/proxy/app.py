@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import logging
 import time
 import uuid
@@ -61,6 +62,8 @@ JSON = b"application/json"
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _clock = time.monotonic
+# In `http.response.start`: write the head with the first body bytes (proxy/server.py).
+HOLD_HEADERS = "akvc.hold_headers"
 
 
 class _Retry(Exception):
@@ -105,7 +108,9 @@ async def _respond(
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     if extra:
         headers.extend(extra)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers, HOLD_HEADERS: True}
+    )
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -151,6 +156,11 @@ class ProxyApp:
         self.origin = settings.clock_origin if settings.clock_origin is not None else _clock()
         self.started = False
         self._api_key = settings.api_key.encode() if settings.api_key else None
+        # Request ids without one from the client: 32 hex digits like a uuid4's, a random
+        # half per proxy process and a counter (uuid4() per request cost a getrandom() system
+        # call and a UUID object, ~4% of the proxy's CPU per request; benchmarks/proxy_cpu.py).
+        self._id_prefix = uuid.uuid4().hex[:16]
+        self._id_counter = itertools.count()
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -312,7 +322,11 @@ class ProxyApp:
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         rid_header = _header(headers, b"x-request-id")
-        request_id = rid_header.decode("latin-1") if rid_header else uuid.uuid4().hex
+        request_id = (
+            rid_header.decode("latin-1")
+            if rid_header
+            else f"{self._id_prefix}{next(self._id_counter):016x}"
+        )
         ident = identify(body, headers, self.settings.session_header)
         session = ident.session
         try:
@@ -553,7 +567,8 @@ class ProxyApp:
         else:
             rec.error = f"upstream HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}"
         headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        start = {"type": "http.response.start", "status": resp.status, "headers": headers}
+        await send(start | {HOLD_HEADERS: True})
         await send({"type": "http.response.body", "body": data, "more_body": False})
         self._done(path, rec, ticket, "ok" if resp.status == 200 else f"http_{resp.status}")
 
@@ -569,7 +584,11 @@ class ProxyApp:
         send: Send,
     ) -> None:
         tracker = StreamTracker(drop_usage_event=drop_usage)
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        # The head goes out with the first events when they are already here (one write);
+        # otherwise at once, so a client sees the response begin while the engine works.
+        start = {"type": "http.response.start", "status": 200, "headers": headers}
+        held = resp.has_data()
+        await send(start | {HOLD_HEADERS: True} if held else start)
         # A client that goes away shows up as a message on receive(); the upstream stream is
         # then closed, which makes vLLM abort the request instead of decoding for nobody.
         client_gone = asyncio.ensure_future(receive())
@@ -597,7 +616,8 @@ class ProxyApp:
                     closed = True
                     await send({"type": "http.response.body", "body": out, "more_body": False})
                     break
-                if out:
+                if out or held:  # (an empty body message writes a held head)
+                    held = False
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if client_gone.done():
                     outcome = "client_gone"

@@ -4,6 +4,12 @@ uvicorn with uvloop and the httptools parser when installed (the fastest pure-Py
 HTTP/1.1 stack here); access logs, `server` and `date` headers are off because each costs
 time on every request and nothing reads them, and so is uvicorn's X-Forwarded-For middleware
 (`proxy_headers`), an extra ASGI layer per request whose client address nothing reads.
+
+One addition to uvicorn's httptools protocol (`HoldingHttpToolsProtocol`): an app may ask, with
+`HOLD_HEADERS` in its `http.response.start` message, that the status line and headers go out
+with the first body bytes, in one socket write, instead of on their own. uvicorn writes them at
+once (uvloop writes on every `transport.write`), which costs a non-streamed response two writes
+and its client two reads where one will do. Other servers ignore the key.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 
-from agentic_kvc.proxy.app import ProxyApp, create_app
+from agentic_kvc.proxy.app import HOLD_HEADERS, ProxyApp, create_app
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.security import warn_if_exposed
 
@@ -46,11 +53,113 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+__all__ = ["HOLD_HEADERS", "ProxyThread", "ServerThread", "proxy_running", "run_proxy"]
+
+
+class _HeldHead:
+    """Stands in for the transport while uvicorn writes a held response's head."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+class _HeadFirst:
+    """Stands in for the transport while uvicorn writes the first body message: the held head
+    goes out in front of the first write; everything else goes to the real transport."""
+
+    __slots__ = ("head", "transport")
+
+    def __init__(self, transport: Any, head: bytes) -> None:
+        self.transport, self.head = transport, head
+
+    def write(self, data: bytes) -> None:
+        head, self.head = self.head, b""
+        self.transport.write(head + data if head else data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def flush(self) -> None:
+        if self.head and not self.transport.is_closing():
+            self.transport.write(self.head)
+        self.head = b""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def _holding_cycle_class() -> type:
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    class HoldingCycle(RequestResponseCycle):
+        """uvicorn's request/response cycle that can write the head with the first body."""
+
+        _held: bytes | None = None
+
+        async def send(self, message: Any) -> None:
+            held = self._held
+            if held is not None:
+                self._held = None
+                transport = self.transport
+                stand_in = _HeadFirst(transport, held)
+                self.transport = stand_in  # type: ignore[assignment]
+                try:
+                    await super().send(message)
+                finally:
+                    self.transport = transport
+                    if not self.disconnected:
+                        stand_in.flush()  # no body bytes written (HEAD, an empty message)
+                return
+            if message.get(HOLD_HEADERS) and not self.response_started:
+                transport = self.transport
+                head = _HeldHead()
+                self.transport = head  # type: ignore[assignment]
+                try:
+                    await super().send(message)
+                finally:
+                    self.transport = transport
+                if head.data:
+                    self._held = head.data
+                return
+            await super().send(message)
+
+    return HoldingCycle
+
+
+def _holding_protocol_class() -> type:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    cycle_class = _holding_cycle_class()
+
+    class HoldingHttpToolsProtocol(HttpToolsProtocol):
+        """uvicorn's httptools protocol whose request cycles can hold a response's head."""
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and type(cycle) is not cycle_class:
+                # The cycle was made (and its task created, not yet run) by uvicorn's own
+                # method; it becomes the subclass before the app sees its `send`.
+                cycle.__class__ = cycle_class
+
+    return HoldingHttpToolsProtocol
+
+
+def _http_protocol() -> Any:
+    return _holding_protocol_class() if _http_impl() == "httptools" else "h11"
+
+
 def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
     return uvicorn.Config(
         app,
         loop=_loop_impl(),
-        http=_http_impl(),
+        http=_http_protocol(),
         lifespan="on",
         access_log=False,
         server_header=False,

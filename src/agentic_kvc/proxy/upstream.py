@@ -66,14 +66,16 @@ class UpstreamResponse:
         "_deadline",
         "_error",
         "_headers_done",
+        "_loop",
         "_waiter",
         "complete",
         "headers",
         "status",
     )
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: _Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0
+        self._loop = loop
         self.headers: dict[bytes, bytes] = {}
         self.complete = False
         self._conn: _Connection | None = conn
@@ -89,8 +91,9 @@ class UpstreamResponse:
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
+        # The connection's loop, not asyncio.get_running_loop(): that one makes a getpid()
+        # system call every time, and a stream waits once per socket read.
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:
@@ -106,6 +109,10 @@ class UpstreamResponse:
         if conn is not None and conn.paused:
             conn.resume()
         return data
+
+    def has_data(self) -> bool:
+        """Body bytes (or its end) are here: `next_chunk()` will not wait."""
+        return bool(self._buf) or self.complete
 
     async def next_chunk(self) -> bytes:
         """The body as it arrives: everything received since the last call; b"" at its end."""
@@ -301,6 +308,7 @@ class UpstreamPool:
         self._host_header = hostport.encode()
         self._idle: list[_Connection] = []
         self._live: set[_Connection] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of its first request
         self.closed = False
 
     async def request(
@@ -319,11 +327,13 @@ class UpstreamPool:
             head.append(f"\r\n{k}: {v}".encode("latin-1"))
         head.append(b"\r\n\r\n")
         data = b"".join(head) + body
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # (asyncio.get_running_loop() costs a getpid() system call)
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s is not None else None
         for attempt in range(2):
             conn = await self._checkout(deadline, fresh=attempt > 0)
-            resp = UpstreamResponse(conn)
+            resp = UpstreamResponse(conn, loop)
             conn.resp = resp
             if deadline is not None:
                 resp._deadline = loop.call_at(deadline, resp._on_timeout)
