@@ -1,0 +1,225 @@
+"""predicted_ttft with its step cost fitted online, against today's and the best peer (issue 29).
+
+Goal 2 of issue 29 asks whether our tier-aware routing leads the best peer's.
+
+docs/kv_tiers.md, "Goal 2 with a cost model fitted online". The tiers study runs
+predicted_ttft with `cost_model: profile`: its step-cost coefficients are the simulated
+engine's own profile, a near-oracle no real fleet hands a router. `cost_model: online` fits
+them from the streams the router relays (profiles/online.py), from a generic prior
+(`online_prior: generic`, the honest variant) or from the profile's fit (`online_prior:
+profile`). This runs both beside today's predicted_ttft and the cell's peers on every cell of
+the tiers study and the held-out workloads of benchmarks/tiers_opening_lifetime.py (whose
+`cells()` this reuses, with two changes the question asks for: the agentic-long cells run HBM
+only and host 128 GiB over seeds 0-4, the goal 2 setups, instead of host 16 GiB over seeds
+0-2; Mooncake x0.2 adds host 16 GiB + a node's 1 TiB NVMe, `tiers_mooncake_hi_disk`), through
+`akvc run-batch` into a scratch results folder (one process, one cell at a time), and pairs
+TTFT p90 / E2E p90 over the replicates. Peers: the study's four (sglang_cache_aware,
+llmd_precise, dynamo_kv, sticky_least_loaded) on every cell; the best peer is the one today's
+predicted_ttft does worst against on TTFT p90, as tiers_opening_lifetime.py picks it.
+Per cell it also keeps the online fit's state from the decision receipts
+(`scores.cost_model`), rendered by the studies' own `online_fit_table`.
+
+    nice -n 10 .venv/bin/python benchmarks/tiers_online_cost.py \\
+        --results /tmp/akvc_k11_results --out results/bench/tiers_online_cost.json
+
+`--table` prints the JSON as docs/kv_tiers.md's tables; `--only` restricts to cells whose name
+contains a string. Runs already in the results folder are skipped by run-batch (the run id is
+the config's hash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import polars as pl
+
+from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.analysis.studies import tiers
+from agentic_kvc.analysis.studies.base import Section, StudyData
+from agentic_kvc.analysis.studies.common import online_fit_table
+from agentic_kvc.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from tiers_opening_lifetime import TODAY, _cell, _study, cells, records  # noqa: E402
+from tiers_tracelab_gap import compare  # noqa: E402
+
+ONLINE = {
+    "online_generic": {
+        "name": "predicted_ttft",
+        "params": {"cost_model": "online", "online_prior": "generic"},
+    },
+    "online_profile": {
+        "name": "predicted_ttft",
+        "params": {"cost_model": "online", "online_prior": "profile"},
+    },
+}
+# the tiers study's peers: every router it runs but ours
+PEERS = {r: {"name": r} for r in tiers.ROUTERS if r != tiers.OURS}
+DISK = "16+disk"  # host 16 GiB + a node's 1 TiB NVMe store, as tiers_mooncake_hi_disk
+
+
+def our_cells() -> list[dict[str, Any]]:
+    """tiers_opening_lifetime's cells with the study's four peers everywhere, agentic-long at
+    host 0 / 128 GiB over seeds 0-4, and Mooncake x0.2 with the disk setup added."""
+    out = []
+    for cell in cells():
+        cell = {**cell, "peers": dict(PEERS)}
+        if cell["name"].startswith("agentic-long"):
+            cell.update(hosts=[0, 128], rep=("seed", list(range(5))))
+        if cell["name"] == "mooncake_x0.2":
+            disk = _study("tiers_mooncake_hi_disk")["set"]
+            cell["disk_set"] = {k: v for k, v in disk.items() if k.startswith("fleet.kv_tiers.")}
+            cell["hosts"] = [*cell["hosts"], DISK]
+        out.append(cell)
+    return out
+
+
+def tier_sets(cell: dict[str, Any], host: float | str) -> list[str]:
+    """The overrides of one tier setup: a host size in GiB, or DISK (the study's disk cell)."""
+    if host == DISK:
+        return [override_item(k, v) for k, v in cell["disk_set"].items()]
+    return [override_item("fleet.kv_tiers.host_gib", host)]
+
+
+def specs(cell: dict[str, Any], host: float | str) -> list[tuple[str, Any, list[str]]]:
+    """(variant, replicate, overrides) of one cell and tier setup."""
+    key, reps = cell["rep"]
+    pols = {"today": TODAY, **ONLINE, **cell["peers"]}
+    out = []
+    for rep in reps:
+        for lab, pol in pols.items():
+            sets = [override_item(k, v) for k, v in cell["set"].items()]
+            sets += [override_item(key, rep), override_item("policy", pol), *tier_sets(cell, host)]
+            out.append((lab, json.dumps(rep), sets))
+    return out
+
+
+def fit_block(
+    results: Path, base: str, runs: list[tuple[str, Any, list[str]]], key: str
+) -> str | None:
+    """The studies' online-fit table (analysis/studies/common.online_fit_table) over this
+    cell's online runs, each variant labelled `key variant`; None without receipts."""
+    got = []
+    for lab, _rep, sets in runs:
+        if lab not in ONLINE:
+            continue
+        path = results / "runs" / load_config(REPO / base, sets).run_id()
+        manifest = json.loads((path / "manifest.json").read_text())
+        run = SimpleNamespace(config=manifest.get("config", {}), path=path)
+        got.append((run, SimpleNamespace(variant=f"{key} {lab}")))
+    s = Section("tiers_online_cost", "", "")
+    if not online_fit_table(s, StudyData(pl.DataFrame(), got), "tiers cells"):  # type: ignore[arg-type]
+        return None
+    return s.blocks[-1]
+
+
+def best_peer(r: dict[str, Any]) -> str:
+    """The peer today's predicted_ttft does worst against on TTFT p90."""
+    peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
+    return max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
+
+
+def table(report: dict[str, Any]) -> str:
+    """Per cell and tier setup: each online form against today's predicted_ttft and against
+    the best peer, and today's against the best peer (TTFT p90 / E2E p90, paired); then the
+    online fits' state, one row per cell and form."""
+    rows = [
+        "| cell | best peer | today vs peer | generic vs today | generic vs peer | "
+        "profile prior vs today | profile prior vs peer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    fits: list[str] = []
+    caption = header = ""
+    for key, r in report.items():
+        best = best_peer(r)
+        rows.append(
+            f"| {key} | {best} | {_cell(r[f'today_vs_{best}'])} | "
+            f"{_cell(r['online_generic_vs_today'])} | {_cell(r[f'online_generic_vs_{best}'])} | "
+            f"{_cell(r['online_profile_vs_today'])} | {_cell(r[f'online_profile_vs_{best}'])} |"
+        )
+        if r.get("fit"):
+            caption, tab = r["fit"].split("\n\n", 1)
+            lines = tab.splitlines()
+            header = "\n".join(lines[:2])
+            fits += lines[2:]
+    out = "\n".join(rows)
+    if fits:
+        out += f"\n\n{caption}\n\n{header}\n" + "\n".join(fits)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k11_results"))
+    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_online_cost.json")
+    ap.add_argument("--only", default="", help="only cells whose name contains this")
+    ap.add_argument("--table", action="store_true", help="print --out as markdown tables")
+    args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return 0
+    akvc = str(REPO / ".venv/bin/akvc")
+    report: dict[str, Any] = {}
+    if args.out.exists():
+        report = json.loads(args.out.read_text())
+    for cell in our_cells():
+        if args.only not in cell["name"]:
+            continue
+        for host in cell["hosts"]:
+            runs = specs(cell, host)
+            argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
+            t0 = time.time()
+            c0 = _children_cpu()
+            proc = subprocess.run(
+                [akvc, "run-batch", "--results", str(args.results), *argv],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            if proc.returncode:
+                sys.stderr.write(proc.stderr[-4000:])
+                return proc.returncode
+            wall = time.time() - t0
+            cpu = _children_cpu() - c0
+            rows = [
+                (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
+            ]
+            n = int(cell["set"].get("fleet.instances", 8))
+            key = f"{cell['name']}/host_{host if host == DISK else format(host, 'g')}"
+            # this invocation's batch time: runs already in the results folder are skipped
+            res: dict[str, Any] = {
+                "runs": len(runs),
+                "batch_wall_s": round(wall, 1),
+                "batch_cpu_s": round(cpu, 1),
+            }
+            for lab in ONLINE:
+                res[f"{lab}_vs_today"] = compare(rows, "today", lab, n)
+            for peer in cell["peers"]:
+                for ours in ("today", *ONLINE):
+                    res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
+            res["fit"] = fit_block(args.results, cell["base"], runs, key)
+            report[key] = res
+            print(key, json.dumps({k: v for k, v in res.items() if k != "fit"}), flush=True)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
