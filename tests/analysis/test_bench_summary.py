@@ -554,3 +554,63 @@ def test_tiers_link_misspec_counts_wrong_links_apart_from_unseen_tiers(tmp_path:
         "moon +13.0% [+6.0%, +24.0%]",
     ]
     assert "tiers_link_misspec" in registered()
+
+
+def test_tiers_online_cost_lists_the_significant_cells_per_form(tmp_path: Path) -> None:
+    """Today's and each online form against each cell's best peer (the peer today's does worst
+    against), and each online form against today's: per metric the count of cells whose
+    interval excludes 0 and those cells; forms and peers read from the file's labels."""
+
+    def cmp(rel: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"rel": rel, "ci": [lo, hi], "pairs": 3}
+
+    level = {"ttft_p90": cmp(0.0, -0.01, 0.01), "e2e_p90": cmp(0.0, -0.01, 0.01)}
+    moon = {
+        "runs": 21,
+        "fit": "a table",
+        "today_vs_dynamo_kv": {**level, "ttft_p90": cmp(-0.18, -0.23, -0.15)},
+        "today_vs_llmd_precise": {**level, "ttft_p90": cmp(-0.6, -0.7, -0.5)},
+        "online_a_vs_dynamo_kv": {
+            "ttft_p90": cmp(-0.14, -0.19, -0.11),
+            **{"e2e_p90": cmp(-0.06, -0.12, -0.01)},
+        },
+        "online_a_vs_llmd_precise": level,
+        "online_a_vs_today": {**level, "ttft_p90": cmp(0.05, 0.01, 0.1)},
+        "online_b_vs_dynamo_kv": level,
+        "online_b_vs_llmd_precise": level,
+        "online_b_vs_today": level,
+    }
+    trace = {
+        "runs": 77,
+        "today_vs_sticky_least_loaded": {**level, "ttft_p90": cmp(0.16, 0.02, 0.34)},
+        "online_a_vs_sticky_least_loaded": {**level, "ttft_p90": cmp(0.18, 0.0, 0.36)},
+        "online_a_vs_today": level,
+        "online_b_vs_sticky_least_loaded": {**level, "ttft_p90": cmp(0.16, 0.01, 0.33)},
+        "online_b_vs_today": level,
+    }
+    rows = summarize(tmp_path, "tiers_online_cost", {"moon/host_128": moon, "trace/host_0": trace})
+    got = {r.measure.split(" (")[0]: r.value for r in rows}
+    assert got["cells"] == "2 (1 with a tier below HBM), 98 runs"
+    assert got["today vs each cell's best peer"] == (
+        "TTFT p90 2 of 2 (1 lower, 1 higher): moon/host_128 vs dynamo_kv -18.0% [-23.0%, -15.0%], "
+        "trace/host_0 vs sticky_least_loaded +16.0% [+2.0%, +34.0%]; E2E p90 0 of 2 (0 lower, "
+        "0 higher)"
+    )
+    # an interval that touches 0 is not significant
+    assert got["online_a vs each cell's best peer"] == (
+        "TTFT p90 1 of 2 (1 lower, 0 higher): moon/host_128 vs dynamo_kv -14.0% [-19.0%, "
+        "-11.0%]; E2E p90 1 of 2 (1 lower, 0 higher): moon/host_128 vs dynamo_kv -6.0% "
+        "[-12.0%, -1.0%]"
+    )
+    assert got["online_b vs each cell's best peer"].startswith(
+        "TTFT p90 1 of 2 (0 lower, 1 higher): trace/host_0 vs sticky_least_loaded +16.0%"
+    )
+    assert got["online_a vs today"] == (
+        "TTFT p90 1 of 2 (0 lower, 1 higher): moon/host_128 +5.0% [+1.0%, +10.0%]; "
+        "E2E p90 0 of 2 (0 lower, 0 higher)"
+    )
+    assert len(rows) == 6 and all(r.verdict == NO_GOAL for r in rows)
+    assert "tiers_online_cost" in registered()
+    # a file without today's comparisons is an older or foreign layout, said in a row
+    bad = summarize(tmp_path, "tiers_online_cost", {"moon/host_128": {"runs": 3}})
+    assert bad[0].verdict == UNREADABLE and "today_vs_<peer>" in bad[0].value

@@ -32,6 +32,9 @@ Goals and where they are stated:
   run HBM only, in every row (issue 29; benchmarks/sim_tiers_overhead.py).
 - kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
   and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
+- tiers_link_misspec, tiers_online_cost: none (what predicted_ttft's lead over the best peer
+  with KV tiers needs: exact link numbers, seeing the tiers, the simulator's own step costs;
+  issue 29's goal 2, docs/kv_tiers.md). The ranked findings read them too.
 """
 
 from __future__ import annotations
@@ -675,6 +678,12 @@ def excludes_zero(m: Mapping[str, Any]) -> bool:
     return not lo <= 0 <= hi
 
 
+def _interval(m: Mapping[str, Any]) -> str:
+    """A paired comparison as "+13.0% [+6.0%, +24.0%]"."""
+    lo, hi = (_pct(float(x), sign=True) for x in _at(m, "ci"))
+    return f"{_pct(float(_at(m, 'rel')), sign=True)} [{lo}, {hi}]"
+
+
 def against_exact_links(doc: Mapping[str, Any], links: bool = True) -> list[dict[str, Any]]:
     """Every cell's comparisons against exact links (each {metric: {rel, ci, ...}}): those of
     the wrong-link variants, or (`links` False) those of `TIERS_UNSEEN`."""
@@ -703,11 +712,6 @@ def _tiers_link_misspec(doc: dict[str, Any]) -> list[Fig]:
     """Wrong link numbers against exact ones (how many paired intervals exclude 0), the lead
     over each cell's best peer with exact links and its range over the wrong ones, and what
     not seeing the tiers (`TIERS_UNSEEN`) does against exact links, per cell."""
-
-    def interval(m: dict[str, Any]) -> str:
-        lo, hi = (_pct(float(x), sign=True) for x in _at(m, "ci"))
-        return f"{_pct(float(_at(m, 'rel')), sign=True)} [{lo}, {hi}]"
-
     leads, unseen = [], []
     for name, cell in _at(doc, "cells").items():
         variants = _at(cell, "variants")
@@ -723,7 +727,7 @@ def _tiers_link_misspec(doc: dict[str, Any]) -> list[Fig]:
             )
         if TIERS_UNSEEN in variants:
             m = _at(variants, TIERS_UNSEEN, "vs_exact", "ttft_p90")
-            unseen.append(f"{name} {interval(m)}{'' if excludes_zero(m) else ' n.s.'}")
+            unseen.append(f"{name} {_interval(m)}{'' if excludes_zero(m) else ' n.s.'}")
     vs = against_exact_links(doc)
     excl = sum(excludes_zero(m) for c in vs for m in c.values())
     largest = max((abs(float(_at(c, "ttft_p90", "rel"))) for c in vs), default=0.0)
@@ -742,6 +746,108 @@ def _tiers_link_misspec(doc: dict[str, Any]) -> list[Fig]:
         out.append(
             Fig("tiers not seen (tier_pricing off) against exact, TTFT p90", "; ".join(unseen))
         )
+    return out
+
+
+# benchmarks/tiers_online_cost.py's file: one entry per cell, keyed "<workload>/host_<GiB>"
+# (or "host_16+disk"), holding paired comparisons "<ours>_vs_<other>" ({metric: {rel, ci, pairs}})
+# of today's predicted_ttft ("today", cost_model: profile, the simulator's own step costs), its
+# online-fitted forms ("<form>_vs_today") and the study's peers ("today_vs_<peer>"). Read here
+# by its summariser and by the ranked findings (analysis/headlines.py): one reading.
+
+ONLINE_TODAY = "today"  # predicted_ttft as the studies run it: the profile's step costs
+ONLINE_GENERIC = "online_generic"  # fitted online from a generic prior: the honest form
+HBM_ONLY_SUFFIX = "/host_0"  # a cell with no tier below HBM
+
+
+def online_cells(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The file's cells: its entries that compare today's predicted_ttft with a peer."""
+    cells = {
+        name: c
+        for name, c in doc.items()
+        if isinstance(c, Mapping) and any(k.startswith(f"{ONLINE_TODAY}_vs_") for k in c)
+    }
+    if not cells:
+        raise LayoutError(f"no cell with a {ONLINE_TODAY}_vs_<peer> comparison")
+    return cells
+
+
+def online_forms(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The online-fitted forms the file compares with today's, from its labels."""
+    suffix = f"_vs_{ONLINE_TODAY}"
+    return sorted({k.removesuffix(suffix) for c in cells.values() for k in c if k.endswith(suffix)})
+
+
+def has_tier(name: str) -> bool:
+    """Whether the cell has a tier below HBM (its key does not end in host_0)."""
+    return not name.endswith(HBM_ONLY_SUFFIX)
+
+
+def online_best_peer(cell: Mapping[str, Any]) -> str:
+    """The peer today's predicted_ttft does worst against on TTFT p90 (the benchmark's pick)."""
+    prefix = f"{ONLINE_TODAY}_vs_"
+    peers = [k.removeprefix(prefix) for k in cell if k.startswith(prefix)]
+    return max(peers, key=lambda p: float(_at(cell, prefix + p, "ttft_p90", "rel")))
+
+
+def online_vs(
+    cell: Mapping[str, Any], ours: str, other: str, metric: str = "ttft_p90"
+) -> Mapping[str, Any]:
+    """One paired comparison of the cell: `ours` against `other` on `metric`."""
+    return _at(cell, f"{ours}_vs_{other}", metric)  # type: ignore[no-any-return]
+
+
+@summariser(
+    "tiers_online_cost",
+    "predicted_ttft with its step costs fitted online, against the best peer and today's (sim)",
+)
+def _tiers_online_cost(doc: dict[str, Any]) -> list[Fig]:
+    """Each form (today's, then each online-fitted one) against each cell's best peer, and each
+    online form against today's: per metric, how many cells' paired intervals exclude 0 (how
+    many of them lower), and those cells with their intervals; the others are not significant."""
+    cells = online_cells(doc)
+    forms = online_forms(cells)
+    runs = sum(int(c.get("runs", 0)) for c in cells.values())
+
+    def significant(ours: str, best_peer: bool) -> str:
+        parts = []
+        for metric, words in (("ttft_p90", "TTFT p90"), ("e2e_p90", "E2E p90")):
+            hits: list[tuple[float, str]] = []
+            for name, c in cells.items():
+                other = online_best_peer(c) if best_peer else ONLINE_TODAY
+                m = online_vs(c, ours, other, metric)
+                if excludes_zero(m):
+                    where = f"{name} vs {other}" if best_peer else name
+                    hits.append((float(_at(m, "rel")), f"{where} {_interval(m)}"))
+            lower = sum(rel < 0 for rel, _ in hits)
+            parts.append(
+                f"{words} {len(hits)} of {len(cells)} ({lower} lower, {len(hits) - lower} higher)"
+                + "".join(f"{', ' if i else ': '}{text}" for i, (_, text) in enumerate(hits))
+            )
+        return "; ".join(parts)
+
+    out = [
+        Fig(
+            "cells (workload / tier setup), runs",
+            f"{len(cells)} ({sum(map(has_tier, cells))} with a tier below HBM), {runs} runs",
+        )
+    ]
+    out += [
+        Fig(
+            f"{ours} vs each cell's best peer (the one {ONLINE_TODAY} does worst against, TTFT "
+            "p90): cells whose paired interval excludes 0",
+            significant(ours, best_peer=True),
+        )
+        for ours in (ONLINE_TODAY, *forms)
+    ]
+    out += [
+        Fig(
+            f"{ours} vs {ONLINE_TODAY} (the simulator's own step costs): cells whose paired "
+            "interval excludes 0",
+            significant(ours, best_peer=False),
+        )
+        for ours in forms
+    ]
     return out
 
 
