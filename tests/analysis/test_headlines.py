@@ -151,12 +151,98 @@ def test_the_link_finding_follows_the_tiers_finding(tmp_path: Path) -> None:
     out = render_headlines(findings, [tmp_path])
     assert [r.study for r in out] == ["tiers", "bench-tiers_link_misspec", "evolution"]
     text = out[1].text
-    assert text.startswith("predicted_ttft's tier pricing does not need exact link numbers")
-    assert "bandwidth x0.25 to x4 or their latencies x10, 0 of 6 paired intervals" in text
-    assert "on moon by +13.3% [+6.0, +24.2]" in text
+    assert text.startswith("What predicted_ttft's lead over the best peer with KV tiers needs: ")
+    assert "exact link numbers, no: with the host and disk read bandwidth x0.25 to x4 or" in text
+    assert "their latencies x10, 0 of 6 paired intervals" in text
+    assert "seeing the tiers, yes: with HBM hits only its TTFT p90" in text
+    assert "on moon changes by +13.3% [+6.0, +24.2]" in text
     assert (
-        "over dynamo_kv from -18.2% [-23.4, -14.6] to -7.2% [-15.6, +1.7], not significant." in text
+        "over dynamo_kv from -18.2% [-23.4, -14.6] to -7.2% [-15.6, +1.7], not significant;" in text
     )
+    assert "step costs" not in text  # no tiers_online_cost file here
     (tmp_path / "tiers_link_misspec.json").write_text(json.dumps(_links_doc((0.01, 0.03))))
     text = render_headlines(findings, [tmp_path])[1].text
-    assert "depends on exact link numbers" in text and "3 of 6 paired intervals" in text
+    assert "exact link numbers, yes:" in text and "3 of 6 paired intervals" in text
+
+
+def _cmp(rel: float, lo: float, hi: float) -> dict:
+    return {"rel": rel, "ci": [lo, hi], "pairs": 3}
+
+
+def _online_doc(lead: tuple[float, float, float], change: tuple[float, float, float]) -> dict:
+    """tiers_online_cost's layout: `moon` (tiered) where today leads dynamo_kv, its best peer
+    (sticky_least_loaded trails further), the online form's lead `lead` and its change against
+    today `change`; `trace` (tiered) where both trail sticky_least_loaded significantly; an
+    HBM-only cell with a larger lead, which is not a tier setup."""
+    level = {"ttft_p90": _cmp(0.0, -0.01, 0.01), "e2e_p90": _cmp(0.0, -0.01, 0.01)}
+
+    def cell(today: dict[str, dict], online: dict[str, dict], vs_today: dict) -> dict:
+        out = {"runs": 21, "online_generic_vs_today": vs_today}
+        out |= {f"today_vs_{p}": m for p, m in today.items()}
+        out |= {f"online_generic_vs_{p}": m for p, m in online.items()}
+        return out
+
+    moon = cell(
+        {
+            "dynamo_kv": {**level, "ttft_p90": _cmp(-0.182, -0.234, -0.146)},
+            "sticky_least_loaded": {**level, "ttft_p90": _cmp(-0.4, -0.5, -0.3)},
+        },
+        {
+            "dynamo_kv": {**level, "ttft_p90": _cmp(*lead)},
+            "sticky_least_loaded": {**level, "ttft_p90": _cmp(-0.35, -0.45, -0.25)},
+        },
+        {**level, "ttft_p90": _cmp(*change)},
+    )
+    worse = {**level, "ttft_p90": _cmp(0.179, 0.002, 0.365)}
+    trace = cell({"sticky_least_loaded": worse}, {"sticky_least_loaded": worse}, level)
+    lead_hbm = {**level, "ttft_p90": _cmp(-0.5, -0.6, -0.4)}
+    hbm = cell({"dynamo_kv": lead_hbm}, {"dynamo_kv": lead_hbm}, level)
+    return {"moon": moon, "trace": trace, "moon/host_0": hbm}
+
+
+def test_the_tier_finding_says_what_fitting_the_step_costs_online_does(tmp_path: Path) -> None:
+    """The same finding reads tiers_online_cost.json: in the link finding's setup, the lead
+    over the cell's best peer (the peer today's does worst against) with the costs fitted
+    online from a generic prior; the verdict follows the intervals."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    findings = {"tiers": [f"{s} -41.1% [-68.1, -2.8] (5 paired replicates)" for s in h.sources]}
+    (tmp_path / "tiers_link_misspec.json").write_text(json.dumps(_links_doc((-0.01, 0.01))))
+    online = tmp_path / "tiers_online_cost.json"
+    online.write_text(json.dumps(_online_doc((-0.142, -0.193, -0.108), (0.049, 0.006, 0.104))))
+    out = render_headlines(findings, [tmp_path])
+    assert [r.study for r in out] == ["tiers", "bench-tiers_link_misspec"]
+    text = out[1].text
+    assert text.index("seeing the tiers") < text.index("exact link numbers")
+    assert text.index("exact link numbers") < text.index("the simulator's own step costs")
+    assert (
+        "the simulator's own step costs, partly: fitted online from a generic prior instead "
+        "(online_generic), its TTFT p90 there changes by +4.9% [+0.6, +10.4], and its lead "
+        "over dynamo_kv from -18.2% [-23.4, -14.6] to -14.2% [-19.3, -10.8];" in text
+    )
+    assert (
+        "significantly worse than the best peer on 1 of 2 tiered setups (trace vs "
+        "sticky_least_loaded +17.9% [+0.2, +36.5]), with the simulator's costs on 1." in text
+    )
+    # a fit that costs nothing significant: not needed; a lead it loses: needed
+    online.write_text(json.dumps(_online_doc((-0.17, -0.22, -0.12), (0.01, -0.02, 0.05))))
+    assert "step costs, no: " in render_headlines(findings, [tmp_path])[1].text
+    online.write_text(json.dumps(_online_doc((-0.05, -0.12, 0.02), (0.12, 0.05, 0.2))))
+    text = render_headlines(findings, [tmp_path])[1].text
+    assert "step costs, yes: " in text and "to -5.0% [-12.0, +2.0], not significant;" in text
+
+
+def test_the_online_cost_clause_alone_names_its_tiered_setup(tmp_path: Path) -> None:
+    """Without the link file the finding still renders from the online file, in the tiered
+    setup of today's largest significant lead (not the larger HBM-only one)."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    findings = {"tiers": [f"{s} -41.1% [-68.1, -2.8] (5 paired replicates)" for s in h.sources]}
+    doc = _online_doc((-0.142, -0.193, -0.108), (0.049, 0.006, 0.104))
+    (tmp_path / "tiers_online_cost.json").write_text(json.dumps(doc))
+    out = render_headlines(findings, [tmp_path])
+    assert [r.study for r in out] == ["tiers", "bench-tiers_online_cost"]
+    assert "its TTFT p90 on moon changes by +4.9%" in out[1].text
+    assert "seeing the tiers" not in out[1].text and "moon/host_0" not in out[1].text
+    # no significant lead anywhere tiered: nothing to say what it needs
+    doc["moon"]["today_vs_dynamo_kv"]["ttft_p90"] = _cmp(-0.05, -0.1, 0.01)
+    (tmp_path / "tiers_online_cost.json").write_text(json.dumps(doc))
+    assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]

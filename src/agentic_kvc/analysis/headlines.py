@@ -1,8 +1,8 @@
-"""REPORT.md's findings: at most ten, ranked by what a reader should take away, one sentence
-each with its interval, each labelled simulated or real.
+"""REPORT.md's findings: at most MAX_HEADLINES, ranked by what a reader should take away, one
+sentence each with its interval, each labelled simulated or real.
 
 A headline is not typed: each reads one line its study already wrote (findings.json, the same
-line the study's section lists) or one benchmark JSON, parses the value and the 95% interval
+line the study's section lists) or benchmark JSONs, parses the value and the 95% interval
 from it, and words the sentence from them (the verb follows the sign, "not significant"
 follows the interval), so a headline and its study cannot disagree. A headline whose source is
 missing is left out rather than shown stale. The order is the list's: first the policy to
@@ -10,7 +10,9 @@ deploy and its evidence, then what routing buys, then what the design's other me
 then the real-engine checks and the simulator's fidelity.
 
 To add one (e.g. for a new study): append a `Headline` to `HEADLINES` with the study's name,
-the start of its finding line and a sentence function; keep the list at ten or fewer.
+the start of its finding line and a sentence function; keep the rendered list within
+MAX_HEADLINES. What the tiers finding's lead needs follows it, from the benchmarks that take a
+piece of it away (tiers_link_misspec, tiers_online_cost; read through analysis/bench_summary).
 """
 
 from __future__ import annotations
@@ -23,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.bench_summary import (
+    ONLINE_GENERIC,
+    ONLINE_TODAY,
     TIERS_UNSEEN,
+    LayoutError,
     against_exact_links,
     excludes_zero,
+    has_tier,
     link_grid,
+    online_best_peer,
+    online_cells,
+    online_vs,
     summarize_file,
 )
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
@@ -248,40 +257,113 @@ def _either(items: Sequence[str]) -> str:
     return " or ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
 
 
-def link_headline(doc: Mapping[str, Any]) -> str | None:
-    """What predicted_ttft's tier pricing needs (benchmarks/tiers_link_misspec.py): how many
-    paired intervals of wrong link numbers against exact ones exclude 0, and, in the setup of
-    its largest significant lead over the best peer, what not seeing the tiers does."""
+def _value(m: Mapping[str, Any]) -> Value:
+    """A benchmark file's paired comparison ({rel, ci, ...}, fractions) as a Value in %."""
+    return Value(float(m["rel"]) * 100, float(m["ci"][0]) * 100, float(m["ci"][1]) * 100, "")
 
-    def value(m: Mapping[str, Any]) -> Value:
-        return Value(m["rel"] * 100, m["ci"][0] * 100, m["ci"][1] * 100, "")
 
-    cells = doc.get("cells") or {}
-    wrong = against_exact_links(doc) if cells else []
-    if not wrong:
-        return None
-    excl = sum(excludes_zero(m) for c in wrong for m in c.values())
-    head = (
-        f"predicted_ttft's tier pricing {'does not need' if not excl else 'depends on'} exact "
-        f"link numbers: with {_either(link_grid(doc)) or 'wrong link numbers'}, {excl} of "
-        f"{sum(len(c) for c in wrong)} paired intervals against exact links exclude 0 (TTFT and "
-        f"E2E p90, {len(cells)} tiered setups)"
-    )
+def _needs(without: Value, change: Value) -> str:
+    """Whether predicted_ttft's lead over the best peer needs a thing, from its lead without
+    the thing and its own TTFT p90 change without it: "yes" when the lead is no longer
+    significant, "partly" when the lead holds but the change is a significant rise, else "no"."""
+    if not (without.significant and without.value < 0):
+        return "yes"
+    return "partly" if change.significant and change.value > 0 else "no"
+
+
+def link_lead_setup(doc: Mapping[str, Any]) -> str | None:
+    """The setup of predicted_ttft's largest significant TTFT p90 lead over the best peer with
+    exact links, among tiers_link_misspec's cells that ran `TIERS_UNSEEN`; None if none."""
     leads = [
-        (value(c["variants"]["exact"]["vs_best_peer"]["ttft_p90"]), name, c)
-        for name, c in cells.items()
+        (_value(c["variants"]["exact"]["vs_best_peer"]["ttft_p90"]), name)
+        for name, c in (doc.get("cells") or {}).items()
         if TIERS_UNSEEN in c["variants"]
     ]
     leads = [x for x in leads if x[0].significant and x[0].value < 0]
-    if not leads:
-        return head + "."
-    lead, name, cell = min(leads, key=lambda x: x[0].value)
+    return min(leads, key=lambda x: x[0].value)[1] if leads else None
+
+
+def link_clauses(doc: Mapping[str, Any]) -> list[str]:
+    """What the tier lead needs, from benchmarks/tiers_link_misspec.py's file: seeing the tiers
+    at all (in the setup of its largest significant lead over the best peer, what `TIERS_UNSEEN`
+    does) and exact link numbers (how many paired intervals of wrong ones against exact ones
+    exclude 0). Empty without wrong-link comparisons."""
+    cells = doc.get("cells") or {}
+    wrong = against_exact_links(doc) if cells else []
+    if not wrong:
+        return []
+    excl = sum(excludes_zero(m) for c in wrong for m in c.values())
+    links = (
+        f"exact link numbers, {'yes' if excl else 'no'}: with "
+        f"{_either(link_grid(doc)) or 'wrong link numbers'}, {excl} of "
+        f"{sum(len(c) for c in wrong)} paired intervals against exact links exclude 0 (TTFT and "
+        f"E2E p90, {len(cells)} tiered setups)"
+    )
+    name = link_lead_setup(doc)
+    if name is None:
+        return [links]
+    cell = cells[name]
+    lead = _value(cell["variants"]["exact"]["vs_best_peer"]["ttft_p90"])
     unseen = cell["variants"][TIERS_UNSEEN]
+    change = _value(unseen["vs_exact"]["ttft_p90"])
+    without = _value(unseen["vs_best_peer"]["ttft_p90"])
+    seen = (
+        f"seeing the tiers, {_needs(without, change)}: with HBM hits only its TTFT p90 on {name} "
+        f"changes by {change.interval()}, and its lead there over "
+        f"{cell.get('best_peer', 'the best peer')} from {lead.interval()} to {without.interval()}"
+    )
+    return [seen, links]
+
+
+def online_cost_clause(doc: Mapping[str, Any], there: str | None = None) -> str | None:
+    """Whether the tier lead needs the simulator's own step costs, from
+    benchmarks/tiers_online_cost.py's file: in one tiered setup where today's predicted_ttft
+    leads the best peer significantly (`there`, the setup the clause before it speaks of, when
+    the file has such a lead there; else the largest such lead), that lead with the costs
+    fitted online from a generic prior (`ONLINE_GENERIC`) and what the fit changes; and on how
+    many tiered setups that form, and today's, is significantly worse than the best peer. None
+    without a significant lead."""
+    try:
+        cells = {n: c for n, c in online_cells(doc).items() if has_tier(n)}
+        peers = {n: online_best_peer(c) for n, c in cells.items()}
+        today = {n: _value(online_vs(c, ONLINE_TODAY, peers[n])) for n, c in cells.items()}
+        fitted = {n: _value(online_vs(c, ONLINE_GENERIC, peers[n])) for n, c in cells.items()}
+        leads = [n for n, v in today.items() if v.significant and v.value < 0]
+        if not leads:
+            return None
+        name = there if there in leads else min(leads, key=lambda n: today[n].value)
+        change = _value(online_vs(cells[name], ONLINE_GENERIC, ONLINE_TODAY))
+    except (LayoutError, KeyError, TypeError, ValueError):
+        return None
+    worse = [n for n, v in fitted.items() if v.significant and v.value > 0]
+    worse_today = sum(v.significant and v.value > 0 for v in today.values())
+    listed = ", ".join(f"{n} vs {peers[n]} {fitted[n].interval()}" for n in worse)
+    where = "there" if name == there else f"on {name}"
     return (
-        f"{head}; not seeing the tiers at all (HBM hits only) changes its TTFT p90 on {name} by "
-        f"{value(unseen['vs_exact']['ttft_p90']).interval()}, and its lead there over "
-        f"{cell.get('best_peer', 'the best peer')} from {lead.interval()} to "
-        f"{value(unseen['vs_best_peer']['ttft_p90']).interval()}."
+        f"the simulator's own step costs, {_needs(fitted[name], change)}: fitted online from a "
+        f"generic prior instead ({ONLINE_GENERIC}), its TTFT p90 {where} changes by "
+        f"{change.interval()}, and its lead over {peers[name]} from {today[name].interval()} to "
+        f"{fitted[name].interval()}; so fitted, it is significantly worse than the best peer on "
+        f"{len(worse)} of {len(cells)} tiered setups"
+        + (f" ({listed})" if listed else "")
+        + f", with the simulator's costs on {worse_today}"
+    )
+
+
+def tier_needs_headline(
+    links: Mapping[str, Any] | None, online: Mapping[str, Any] | None
+) -> str | None:
+    """What predicted_ttft's lead over the best peer with KV tiers needs, from the two
+    benchmark files that take a piece of it away (either may be missing): seeing the tiers,
+    exact link numbers, the simulator's own step costs."""
+    clauses = link_clauses(links) if links else []
+    there = link_lead_setup(links) if links else None
+    fitted = online_cost_clause(online, there) if online else None
+    clauses += [fitted] if fitted else []
+    if not clauses:
+        return None
+    return "What predicted_ttft's lead over the best peer with KV tiers needs: " + (
+        "; ".join(clauses) + "."
     )
 
 
@@ -325,11 +407,13 @@ def render_headlines(
         values = [parse(x, h.unit) if x else None for x in lines]
         if all(v is not None for v in values):
             out.append(Rendered(h.label, h.study, h.words(*values)))
-            if h.study == "tiers":  # what the tiers finding's pricing needs, right after it
+            if h.study == "tiers":  # what the tiers finding's lead needs, right after it
                 links = _bench(bench_dirs, "tiers_link_misspec")
-                text = link_headline(links) if links else None
+                online = _bench(bench_dirs, "tiers_online_cost")
+                text = tier_needs_headline(links, online)
                 if text:
-                    out.append(Rendered("simulated", "bench-tiers_link_misspec", text))
+                    src = "tiers_link_misspec" if links else "tiers_online_cost"
+                    out.append(Rendered("simulated", f"bench-{src}", text))
     text = fidelity_headline(bench_dirs)
     if text:
         out.append(Rendered("simulated vs real", "bench-sim_vs_vllm", text))
