@@ -41,6 +41,7 @@ from typing import Any
 
 import polars as pl
 
+from agentic_kvc.analysis.bench_summary import online_best_peer
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.analysis.studies.base import Section, StudyData
@@ -122,12 +123,6 @@ def fit_block(
     return s.blocks[-1]
 
 
-def best_peer(r: dict[str, Any]) -> str:
-    """The peer today's predicted_ttft does worst against on TTFT p90."""
-    peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
-    return max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
-
-
 def table(report: dict[str, Any]) -> str:
     """Per cell and tier setup: each online form against today's predicted_ttft and against
     the best peer, and today's against the best peer (TTFT p90 / E2E p90, paired); then the
@@ -140,7 +135,7 @@ def table(report: dict[str, Any]) -> str:
     fits: list[str] = []
     caption = header = ""
     for key, r in report.items():
-        best = best_peer(r)
+        best = online_best_peer(r)  # the report's own pick, read in one place
         rows.append(
             f"| {key} | {best} | {_cell(r[f'today_vs_{best}'])} | "
             f"{_cell(r['online_generic_vs_today'])} | {_cell(r[f'online_generic_vs_{best}'])} | "
