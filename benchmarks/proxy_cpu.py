@@ -158,14 +158,29 @@ def thread_cpu(pid: int) -> tuple[int, int, int]:
 
 
 class Client:
+    """Sequential keep-alive client; reconnects when a server closed the idle connection
+    (a target waits minutes while the others are straced or sampled)."""
+
     def __init__(self, url: str) -> None:
-        host, port = url.removeprefix("http://").split(":")
+        self.url = url
+        self._connect()
+
+    def _connect(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
         self.conn = http.client.HTTPConnection(host, int(port), timeout=30)
         self.conn.connect()
         assert self.conn.sock is not None
         self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def one(self, body: bytes) -> float:
+        try:
+            return self._one(body)
+        except (http.client.HTTPException, ConnectionError):
+            self.conn.close()
+            self._connect()
+            return self._one(body)
+
+    def _one(self, body: bytes) -> float:
         t0 = time.perf_counter()
         self.conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
         resp = self.conn.getresponse()
