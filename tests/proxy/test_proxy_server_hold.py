@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.proxy.server import HOLD_HEADERS, ServerThread, _http_impl
+from agentic_kvc.proxy.server import HOLD_HEADERS, ServerThread, _http_impl, holding_supported
 
-pytestmark = pytest.mark.skipif(_http_impl() != "httptools", reason="needs httptools")
+pytestmark = pytest.mark.skipif(
+    _http_impl() != "httptools" or not holding_supported(),
+    reason="needs httptools and a uvicorn release the holding protocol was tested against",
+)
 
 PAUSE_S = 0.4
 

@@ -9,7 +9,8 @@ One addition to uvicorn's httptools protocol (`HoldingHttpToolsProtocol`): an ap
 `HOLD_HEADERS` in its `http.response.start` message, that the status line and headers go out
 with the first body bytes, in one socket write, instead of on their own. uvicorn writes them at
 once (uvloop writes on every `transport.write`), which costs a non-streamed response two writes
-and its client two reads where one will do. Other servers ignore the key.
+and its client two reads where one will do. Other servers ignore the key, and so does a
+uvicorn release the subclass was not tested against (`HOLDING_TESTED_UVICORN`).
 """
 
 from __future__ import annotations
@@ -151,8 +152,26 @@ def _holding_protocol_class() -> type:
     return HoldingHttpToolsProtocol
 
 
+# The uvicorn releases whose httptools protocol and request cycle the holding subclasses were
+# tested against (they override `on_headers_complete` and `send` and swap the cycle's
+# `transport`, which are uvicorn internals): any other release serves with its own protocol,
+# correct, one write slower per non-streamed response.
+HOLDING_TESTED_UVICORN = ((0, 54),)
+
+
+def holding_supported(version: str = uvicorn.__version__) -> bool:
+    """Whether this uvicorn release is one the head-holding protocol was tested against."""
+    try:
+        major_minor = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return False
+    return major_minor in HOLDING_TESTED_UVICORN
+
+
 def _http_protocol() -> Any:
-    return _holding_protocol_class() if _http_impl() == "httptools" else "h11"
+    if _http_impl() != "httptools":
+        return "h11"
+    return _holding_protocol_class() if holding_supported() else "httptools"
 
 
 def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
