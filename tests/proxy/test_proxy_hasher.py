@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentic_kvc.cache.hashing import SessionBlockHasher, block_hashes
-from agentic_kvc.proxy.cache_view import (
+from agentic_kvc.cache.hashing import (
     SCALAR_MAX_TOKENS,
-    ProxyBlockHasher,
-    make_hasher,
+    SessionBlockHasher,
+    block_hashes,
     scalar_block_hashes,
 )
+from agentic_kvc.proxy.cache_view import ProxyBlockHasher, make_hasher
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 SMALL = st.integers(min_value=0, max_value=300_000)  # real vocabularies
