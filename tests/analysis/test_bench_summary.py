@@ -230,6 +230,7 @@ FLIPS: list[tuple[Callable[..., dict], dict[str, Any], dict[str, Any], str]] = [
     (policy_decision, {"reused": 6250}, {"reused": 6249}, "next turn"),
     (proxy_overhead, {"p50": 0.99}, {"p50": 1.01}, "unified, streaming: added p50"),
     (proxy_overhead, {"p99": 1.99}, {"p99": 2.01}, "unified, streaming: added p99"),
+    (proxy_overhead, {"p50": 0.39}, {"p50": 0.40}, "minus vllm-router cache_aware"),
     (replay_crosscheck, {"ours_ttft": 109.0}, {"ours_ttft": 111.0}, "TTFT p50"),
     (replay_crosscheck, {"ours_ttft": 91.0}, {"ours_ttft": 89.0}, "TTFT p50"),
     (sim_cache_check, {"diff_points": -0.9}, {"diff_points": -1.1}, "at 128 GiB"),
@@ -264,6 +265,11 @@ def test_values_are_the_measured_figures(tmp_path: Path) -> None:
     # Other routers are context without a goal; the baseline is direct.
     assert by["vllm-router cache_aware, streaming: added p50 / p99"].verdict == NO_GOAL
     assert by["direct to the engine, streaming: p50 / p99 (the baseline)"].value == "12 / 20 ms"
+    gap = (
+        "akvc unified minus vllm-router cache_aware (the faster vllm-router here), "
+        "streaming: added p50"
+    )
+    assert by[gap].value == "+0.147 ms" and by[gap].verdict == NOT_MET
     rows = summarize(tmp_path, "policy_decision", policy_decision(median_us=74.9))
     assert rows[0].value == "74.9 us (unified; fastest 50 us)"  # the stale verdict is not read
 
