@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -50,7 +47,7 @@ from agentic_kvc.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, _study, cells, records  # noqa: E402
+from tiers_opening_lifetime import TODAY, _cell, _study, cells, run_cell  # noqa: E402
 from tiers_tracelab_gap import compare  # noqa: E402
 
 ONLINE = {
@@ -162,7 +159,6 @@ def main() -> int:
     if args.table:
         print(table(json.loads(args.out.read_text())))
         return 0
-    akvc = str(REPO / ".venv/bin/akvc")
     report: dict[str, Any] = {}
     if args.out.exists():
         report = json.loads(args.out.read_text())
@@ -171,24 +167,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
-            t0 = time.time()
-            c0 = _children_cpu()
-            proc = subprocess.run(
-                [akvc, "run-batch", "--results", str(args.results), *argv],
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            if proc.returncode:
-                sys.stderr.write(proc.stderr[-4000:])
-                return proc.returncode
-            wall = time.time() - t0
-            cpu = _children_cpu() - c0
-            rows = [
-                (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
-            ]
+            rows, wall, cpu = run_cell(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             key = f"{cell['name']}/host_{host if host == DISK else format(host, 'g')}"
             # this invocation's batch time: runs already in the results folder are skipped
@@ -208,12 +187,6 @@ def main() -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     return 0
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of this process's finished children."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import subprocess
 import sys
 import time
@@ -164,6 +165,34 @@ def records(results: Path, base: str, sets: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def run_cell(
+    results: Path, base: str, runs: list[tuple[str, Any, list[str]]]
+) -> tuple[list[tuple[str, Any, list[dict[str, Any]]]], float, float]:
+    """One cell's runs (label, replicate, sets) through one `akvc run-batch` process (runs
+    already in `results` are skipped), then their records: (label, replicate, records) per
+    run, and the batch's wall and CPU seconds. A failed batch stops with its stderr's tail."""
+    argv = [json.dumps([base, *sets]) for _lab, _rep, sets in runs]
+    t0, c0 = time.time(), _children_cpu()
+    proc = subprocess.run(
+        [str(REPO / ".venv/bin/akvc"), "run-batch", "--results", str(results), *argv],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if proc.returncode:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(proc.returncode)
+    wall, cpu = time.time() - t0, _children_cpu() - c0
+    return [(lab, rep, records(results, base, sets)) for lab, rep, sets in runs], wall, cpu
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _cell(r: dict[str, Any]) -> str:
     t, e = r["ttft_p90"], r["e2e_p90"]
 
@@ -204,7 +233,6 @@ def main() -> int:
     if args.table:
         print(table(json.loads(args.out.read_text())))
         return 0
-    akvc = str(REPO / ".venv/bin/akvc")
     report: dict[str, Any] = {}
     if args.out.exists():
         report = json.loads(args.out.read_text())
@@ -213,19 +241,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
-            t0 = time.time()
-            subprocess.run(
-                [akvc, "run-batch", "--results", str(args.results), *argv],
-                check=True,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            wall = time.time() - t0
-            rows = [
-                (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
-            ]
+            rows, wall, _cpu = run_cell(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             # this invocation's batch time: runs already in the results folder are skipped
             res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}

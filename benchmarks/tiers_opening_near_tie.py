@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,7 @@ from agentic_kvc.analysis.experiments import override_item
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, cells, records  # noqa: E402
+from tiers_opening_lifetime import TODAY, _cell, cells, run_cell  # noqa: E402
 from tiers_tracelab_gap import compare  # noqa: E402
 
 NEAR_TIE = {"name": "predicted_ttft", "params": {"opening": "near_tie"}}
@@ -136,7 +134,6 @@ def main() -> int:
     if args.table:
         print(table(json.loads(args.out.read_text())))
         return 0
-    akvc = str(REPO / ".venv/bin/akvc")
     report: dict[str, Any] = {}
     if args.out.exists():
         report = json.loads(args.out.read_text())
@@ -145,19 +142,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
-            t0 = time.time()
-            subprocess.run(
-                [akvc, "run-batch", "--results", str(args.results), *argv],
-                check=True,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            wall = time.time() - t0
-            rows = [
-                (lab, rep, records(args.results, cell["base"], sets)) for lab, rep, sets in runs
-            ]
+            rows, wall, _cpu = run_cell(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             # this invocation's batch time: runs already in the results folder are skipped
             res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
