@@ -55,6 +55,9 @@ from agentic_kvc.serve.ports import LOOPBACK, free_port, wait_http_ok
 from agentic_kvc.serve.procs import ManagedProcess
 from agentic_kvc.serve.services import ProxyProcess
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_overhead import BaselineProxy
+
 REPO = Path(__file__).resolve().parents[1]
 ROUTER = REPO / ".venv-peers" / "bin" / "vllm-router"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -128,17 +131,6 @@ class AblatedProxy(ProxyProcess):
         i = base.index("agentic_kvc.cli")
         own = [sys.executable, str(Path(__file__).resolve()), "--serve-ablated"]
         return [*own, ",".join(self.ablate), "--", *base[i + 1 :]]
-
-
-class BaselineProxy(ProxyProcess):
-    """`ProxyProcess` running the proxy from another checkout's `src` (before/after)."""
-
-    def __init__(self, src: Path, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.src = src
-
-    def argv(self) -> list[str]:
-        return ["env", f"PYTHONPATH={self.src}", *super().argv()]
 
 
 def thread_cpu(pid: int) -> tuple[int, int, int]:
