@@ -53,10 +53,8 @@ import argparse
 import datetime as dt
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +69,7 @@ from agentic_kvc.profiles.hardware import tier_links
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import WINDOWS, _cell, _study, records  # noqa: E402
+from tiers_opening_lifetime import WINDOWS, _cell, _study, run_specs  # noqa: E402
 from tiers_tracelab_gap import compare  # noqa: E402
 
 SCALES = (0.25, 0.5, 2.0, 4.0)  # host h2d and disk read bandwidth, against the profile's
@@ -239,25 +237,9 @@ def machine() -> dict[str, Any]:
     return {**machine_facts(), "git": commit}
 
 
-def _children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def run_cell(cell: dict[str, Any], results: Path) -> dict[str, Any]:
     runs = specs(cell)
-    argv = [json.dumps([cell["base"], *sets]) for _lab, _rep, sets in runs]
-    akvc = str(REPO / ".venv/bin/akvc")
-    t0, c0 = time.time(), _children_cpu()
-    subprocess.run(
-        [akvc, "run-batch", "--results", str(results), *argv],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wall, cpu = time.time() - t0, _children_cpu() - c0
-    rows = [(lab, rep, records(results, cell["base"], sets)) for lab, rep, sets in runs]
+    rows, wall, cpu = run_specs(results, cell["base"], runs)
     n = int(cell["set"].get("fleet.instances", 8))
     summ = {lab: pooled(rows, lab) for lab in dict.fromkeys(lab for lab, _r, _s in runs)}
     best = tiers.best_peer_of(summ, PEERS)

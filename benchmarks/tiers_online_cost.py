@@ -47,7 +47,7 @@ from agentic_kvc.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, _study, cells, run_cell  # noqa: E402
+from tiers_opening_lifetime import TODAY, _cell, _study, cells, run_specs  # noqa: E402
 from tiers_tracelab_gap import compare  # noqa: E402
 
 ONLINE = {
@@ -167,7 +167,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            rows, wall, cpu = run_cell(args.results, cell["base"], runs)
+            rows, wall, cpu = run_specs(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             key = f"{cell['name']}/host_{host if host == DISK else format(host, 'g')}"
             # this invocation's batch time: runs already in the results folder are skipped

@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from agentic_kvc.analysis.bench_summary import online_best_peer
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.config import load_config
 
@@ -165,7 +166,7 @@ def records(results: Path, base: str, sets: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_cell(
+def run_specs(
     results: Path, base: str, runs: list[tuple[str, Any, list[str]]]
 ) -> tuple[list[tuple[str, Any, list[dict[str, Any]]]], float, float]:
     """One cell's runs (label, replicate, sets) through one `akvc run-batch` process (runs
@@ -213,8 +214,7 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for key, r in report.items():
-        peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
-        best = max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
+        best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
         rows.append(
             f"| {key} | {_cell(r['lifetime_vs_today'])} | {_cell(r['replace_vs_today'])} | "
             f"{best} | {_cell(r[f'lifetime_vs_{best}'])} | {_cell(r[f'replace_vs_{best}'])} | "
@@ -241,7 +241,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            rows, wall, _cpu = run_cell(args.results, cell["base"], runs)
+            rows, wall, _cpu = run_specs(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             # this invocation's batch time: runs already in the results folder are skipped
             res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}

@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from agentic_kvc.analysis.bench_summary import online_best_peer
 from agentic_kvc.analysis.experiments import override_item
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, cells, run_cell  # noqa: E402
+from tiers_opening_lifetime import TODAY, _cell, cells, run_specs  # noqa: E402
 from tiers_tracelab_gap import compare  # noqa: E402
 
 NEAR_TIE = {"name": "predicted_ttft", "params": {"opening": "near_tie"}}
@@ -112,8 +113,7 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in report.items():
-        peers = [k.removeprefix("today_vs_") for k in r if k.startswith("today_vs_")]
-        best = max(peers, key=lambda p: r[f"today_vs_{p}"]["ttft_p90"]["rel"])
+        best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
         o = r["openings"]
         rows.append(
             f"| {key} | {_cell(r['near_tie_vs_today'])} | {best} | "
@@ -142,7 +142,7 @@ def main() -> int:
             continue
         for host in cell["hosts"]:
             runs = specs(cell, host)
-            rows, wall, _cpu = run_cell(args.results, cell["base"], runs)
+            rows, wall, _cpu = run_specs(args.results, cell["base"], runs)
             n = int(cell["set"].get("fleet.instances", 8))
             # this invocation's batch time: runs already in the results folder are skipped
             res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
