@@ -406,8 +406,6 @@ class PredictedTTFT(ColocatingPolicy):
         unc = parts.unc
         if self.session_load is not None:
             return self._choose_lifetime(request, fleet, candidates, parts)
-        if self.open_sessions is not None:
-            return self._choose_near_tie(request, fleet, candidates, parts)
         best = argmin(
             candidates,
             lambda i: (pred[i.index], unc[i.index], i.num_requests),
@@ -415,32 +413,31 @@ class PredictedTTFT(ColocatingPolicy):
             len(fleet.instances),
         )
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
+        reason = "min_predicted_ttft"
+        if self.open_sessions is not None:
+            best, reason = self._near_tie(request, fleet, candidates, parts, best, scores)
         self._receipt_fit(scores)
-        return best, "min_predicted_ttft", scores
+        return best, reason, scores
 
-    def _choose_near_tie(
+    def _near_tie(
         self,
         request: RequestView,
         fleet: FleetView,
         candidates: Sequence[InstanceView],
         parts: _Parts,
-    ) -> tuple[InstanceView, str, dict[int, Any]]:
-        """`opening: near_tie`: an opening goes to the candidate with the fewest open
-        sessions among those whose score is within `band` of the best, band being this
-        opening's own prefill on the best candidate when idle; ties to the lower score. A
-        later turn is placed as today. Every routed turn updates the open sessions."""
+        best: InstanceView,
+        scores: dict[Any, Any],
+    ) -> tuple[InstanceView, str]:
+        """`opening: near_tie`, after the lowest score (`best`): an opening goes to the
+        candidate with the fewest open sessions among those whose score is within `band` of
+        the best, band being this opening's own prefill on the best candidate when idle; ties
+        to the lower score. A later turn keeps `best`. Every routed turn updates the open
+        sessions; `scores` gains the band and the counts."""
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
         opened = self.open_sessions
         assert opened is not None
         pred, unc, held = parts.pre, parts.unc, parts.held
         n = len(fleet.instances)
-        best = argmin(
-            candidates,
-            lambda i: (pred[i.index], unc[i.index], i.num_requests),
-            self.tie,
-            n,
-        )
-        scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
         reason = "min_predicted_ttft"
         if not _holds_own_cache(request, fleet, held, candidates):
             b = best.index
@@ -462,8 +459,7 @@ class PredictedTTFT(ColocatingPolicy):
                     best, reason = pick, "near_tie_fewer_sessions"
         if request.session_id is not None:
             opened.observe(request.session_id, request.last_turn)
-        self._receipt_fit(scores)
-        return best, reason, scores
+        return best, reason
 
     def _choose_lifetime(
         self,
