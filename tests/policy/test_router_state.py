@@ -113,3 +113,23 @@ def test_scrape_age(n: int) -> None:
     assert v.instances[0].scrape_age_s == pytest.approx(2.5)
     assert v.instances[0].engine_running == 3
     assert all(i.scrape_age_s is None for i in v.instances[1:])
+
+
+def test_max_sessions_forgets_the_least_recently_routed() -> None:
+    st_ = RouterState(2, max_sessions=2)
+    for k, sid in enumerate(["a", "b", "a", "c"]):  # "a" routed again before "c" arrives
+        st_.admit(request(k, session=sid), Decision(k % 2, k % 2, "WARM", "x"))
+    assert list(st_.affinity) == ["a", "c"]  # "b" was the least recently routed
+    assert st_.affinity == {"a": 0, "c": 1}
+    assert st_.session_turns == {"a": 2, "c": 1}
+    st_.admit(request(9, session="b"), Decision(1, 1, "WARM", "x"))
+    assert st_.session_turns == {"c": 1, "b": 1}  # "b" starts over: its count was forgotten
+
+
+def test_unbounded_by_default_and_cap_validated() -> None:
+    st_ = RouterState(1)
+    for k in range(500):
+        st_.admit(request(k, session=f"s{k}"), Decision(0, 0, "WARM", "x"))
+    assert len(st_.affinity) == 500 and len(st_.session_turns) == 500
+    with pytest.raises(ValueError, match="max_sessions"):
+        RouterState(1, max_sessions=0)

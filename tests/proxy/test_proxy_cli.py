@@ -51,3 +51,14 @@ def test_settings_take_engines_not_backends() -> None:
         ProxySettings(backends=[A])  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="--engine"):
         ProxySettings(engines=["127.0.0.1:8001"])
+
+
+def test_max_sessions_reaches_the_router_state(monkeypatch) -> None:
+    from agentic_kvc.proxy.app import ProxyApp
+
+    s = _settings(monkeypatch, ["--engine", A, "--max-sessions", "3"])
+    assert s.max_sessions == 3
+    assert ProxyApp(s).state.max_sessions == 3
+    assert _settings(monkeypatch, ["--engine", A]).max_sessions == 65536
+    with pytest.raises(ValueError, match="--max-sessions"):
+        ProxySettings(engines=[A], max_sessions=0)

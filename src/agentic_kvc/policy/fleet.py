@@ -77,14 +77,22 @@ class RouterState:
         roles: Sequence[Role] | None = None,
         cache: RecordingCacheView | None = None,
         record_on_route: bool = True,
+        max_sessions: int | None = None,
     ) -> None:
+        if max_sessions is not None and max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1 or None, got {max_sessions}")
         roles = list(roles) if roles is not None else ["combined"] * n_instances
         self.instances = [InstanceView(index=i, role=roles[i]) for i in range(n_instances)]
         self.cache = cache
         # The exact view (KV events) learns from the engines; only the estimate records routes.
         self.record_on_route = record_on_route
+        # Per session: the instance its last turn decoded on, and its turns so far. Kept in
+        # least-recently-routed order; beyond `max_sessions` (None: no bound, as the simulator
+        # runs) the oldest are forgotten, so a long-running proxy's memory stays bounded (a
+        # forgotten session's next turn is routed as a new one; its cache is still found).
         self.affinity: dict[str, int] = {}
         self.session_turns: dict[str, int] = {}
+        self.max_sessions = max_sessions
         self._scrape_t: list[float | None] = [None] * n_instances
         # Healthy colocating instances, kept between health changes (roles are fixed): a
         # policy does not filter the whole fleet per request.
@@ -132,11 +140,17 @@ class RouterState:
         if host or disk:
             p.pending_host_reload_tokens += host
             p.pending_disk_reload_tokens += disk
-        if request.session_id is not None:
-            self.affinity[request.session_id] = decision.decode
-            self.session_turns[request.session_id] = (
-                self.session_turns.get(request.session_id, 0) + 1
-            )
+        sid = request.session_id
+        if sid is not None:
+            affinity = self.affinity
+            if self.max_sessions is not None:
+                affinity.pop(sid, None)  # re-inserted last: most recently routed
+                if len(affinity) >= self.max_sessions:
+                    oldest = next(iter(affinity))
+                    del affinity[oldest]
+                    self.session_turns.pop(oldest, None)
+            affinity[sid] = decision.decode
+            self.session_turns[sid] = self.session_turns.get(sid, 0) + 1
         if self.cache is not None and self.record_on_route:
             self.cache.record(decision.prefill, request.block_hashes, now)
             if decision.disaggregated:

@@ -133,11 +133,15 @@ class ProxyApp:
         if settings.cache_view == "exact":
             # The exact view learns from the engines' KV events, never from the router's routes.
             exact = settings.exact_cache or ExactCacheView(n, self.block_size)
-            self.state = RouterState(n, settings.roles, exact, record_on_route=False)
+            self.state = RouterState(
+                n, settings.roles, exact, record_on_route=False, max_sessions=settings.max_sessions
+            )
             if settings.kv_events:
                 self.kv_events = KVEventSubscriber(exact, settings.kv_events)
         else:
-            self.state = RouterState(n, settings.roles, make_estimated_index(n))
+            self.state = RouterState(
+                n, settings.roles, make_estimated_index(n), max_sessions=settings.max_sessions
+            )
         # A policy fitting its cost model online watches the streams (profiles/online.py).
         self.state.observer = getattr(self.policy, "stream_observer", None)
         self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None

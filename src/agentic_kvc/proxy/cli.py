@@ -118,6 +118,16 @@ def _peer(text: str) -> dict[str, str]:
     "their answer ends (busy connections are never capped).",
 )
 @click.option(
+    "--max-sessions",
+    default=65536,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Sessions the router remembers (which engine each last used, its turn count); "
+    "beyond it the least recently routed are forgotten, and a forgotten session's next turn "
+    "is routed as a new one (its cached prefix is still found). Bounds a long-running "
+    "proxy's memory.",
+)
+@click.option(
     "--timeout",
     "upstream_timeout",
     default=600.0,
@@ -196,6 +206,7 @@ def proxy(
     health_interval: float,
     health_failures: int,
     max_idle_connections: int,
+    max_sessions: int,
     upstream_timeout: float,
     connect_timeout: float,
     tokenizer: Path | None,
@@ -231,6 +242,7 @@ def proxy(
             health_interval_s=health_interval,
             health_failures=health_failures,
             max_idle_connections=max_idle_connections,
+            max_sessions=max_sessions,
             upstream_timeout_s=upstream_timeout,
             connect_timeout_s=connect_timeout,
             tokenizer=tokenizer,

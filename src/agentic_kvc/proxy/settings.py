@@ -52,6 +52,9 @@ class ProxySettings:
     # agent conventions; and whether a request with no id gets a session from its prompt.
     session_header: str | None = None
     prefix_sessions: bool = True
+    # Sessions the router remembers (affinity, turn counts); the least recently routed are
+    # forgotten beyond it, so a long-running proxy's memory stays bounded.
+    max_sessions: int = 65536
 
     def __post_init__(self) -> None:
         if not self.engines:
@@ -75,6 +78,8 @@ class ProxySettings:
             )
         if self.upstream_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
+        if self.max_sessions < 1:
+            raise ValueError(f"--max-sessions {self.max_sessions}: must be >= 1")
         if self.health_failures < 1:
             raise ValueError(f"--health-failures {self.health_failures}: must be >= 1")
         if self.max_idle_connections < 0:
