@@ -3,15 +3,17 @@
 Every config under config/runs/ (the real one with backend=sim), every registered policy (plus
 the parameter variants the experiments use), seeds 0-2, and a few variants that reach the code
 paths the base configs do not (exact cache view, fresh scrapes, open loop, session cap, a small
-KV cache that preempts and evicts, long prompts, a wide fleet). Session counts are cut where a
-run would take long. For each case: sha256 of requests.jsonl and instances.jsonl as `akvc run`
-writes them.
+KV cache that preempts and evicts, long prompts, a wide fleet), and KV tiers below HBM (issue
+29: host, disk per node and fleet-wide, retention, write-through, the exact view; the
+tier-aware routers). Session counts are cut where a run would take long. For each case: sha256
+of requests.jsonl and instances.jsonl as `akvc run` writes them.
 
 The fixture (golden_hashes.json) was written by the simulator before its speed-ups (issue 16);
 `test_sim_golden.py` checks that the current code still writes the same bytes. A deliberate
 change of the simulator's behaviour (or of a profile) regenerates it:
 
     .venv/bin/python tests/sim/sim_golden.py --write            # all cases, a few minutes
+    .venv/bin/python tests/sim/sim_golden.py --write --only SUBSTR  # add/replace these cases
     .venv/bin/python tests/sim/sim_golden.py --check [--only SUBSTR]
 """
 
@@ -104,6 +106,42 @@ VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
         ["round_robin", "unified", "lmetric"],
     ),
 }
+# KV tiers (issue 29), seed 0: the long-context preset cut to 40 sessions on a small HBM (100k
+# tokens per instance), so that blocks move down to host and disk and come back within a
+# fraction of a second per case. name -> (sets, policies); policies outside POLICIES run with
+# their defaults. The first policy of each is the quick test's case.
+TIERED_BASE = (
+    "sim_h20_agentic_long.yaml",
+    ["workload.generator.sessions=40", "fleet.kv_cache_tokens=100000"],
+)
+_HOST_DISK = ["fleet.kv_tiers.host_gib=4", "fleet.kv_tiers.disk_gib=50"]
+TIERED: dict[str, tuple[list[str], list[str]]] = {
+    "tiers_host": (
+        ["fleet.kv_tiers.host_gib=128"],
+        ["dynamo_kv", "round_robin", "sglang_cache_aware", "predicted_ttft", "llmd_precise"],
+    ),
+    "tiers_disk": (_HOST_DISK, ["llmd_precise", "predicted_ttft", "dynamo_kv"]),
+    "tiers_fleet_disk": (
+        [
+            "fleet.kv_tiers.host_gib=4",
+            "fleet.kv_tiers.disk_gib=100",
+            "fleet.kv_tiers.disk_scope=fleet",
+        ],
+        ["predicted_ttft", "dynamo_kv"],
+    ),
+    "tiers_retention": (
+        [*_HOST_DISK, "fleet.kv_tiers.eviction=retention", "sim.kv_retention_ttl_s=30"],
+        ["predicted_ttft", "dynamo_kv"],
+    ),
+    "tiers_exact_write_through": (
+        [
+            "fleet.kv_tiers.host_gib=16",
+            "fleet.kv_tiers.write_through=true",
+            "policy.cache_view=exact",
+        ],
+        ["predicted_ttft", "dynamo_kv", "llmd_precise"],
+    ),
+}
 
 
 def cases() -> dict[str, tuple[Path, list[str]]]:
@@ -121,6 +159,11 @@ def cases() -> dict[str, tuple[Path, list[str]]]:
         path, base_sets = BASES[base]
         for policy in policies:
             sets = POLICIES[policy] or [f"policy.name={policy}"]
+            out[f"{variant}/{policy}/seed0"] = (RUNS / path, [*base_sets, *sets, *vsets, "seed=0"])
+    path, base_sets = TIERED_BASE
+    for variant, (vsets, policies) in TIERED.items():
+        for policy in policies:
+            sets = POLICIES.get(policy) or [f"policy.name={policy}"]
             out[f"{variant}/{policy}/seed0"] = (RUNS / path, [*base_sets, *sets, *vsets, "seed=0"])
     return out
 
@@ -147,7 +190,9 @@ def main() -> int:
     mode.add_argument("--check", action="store_true", help="compare with the fixture")
     ap.add_argument("--only", default="", help="cases whose name contains this")
     args = ap.parse_args()
-    expected = json.loads(FIXTURE.read_text())["cases"] if args.check else {}
+    # --write --only: the other cases' digests kept as they are in the fixture.
+    keep = args.check or (args.write and args.only)
+    expected = json.loads(FIXTURE.read_text())["cases"] if keep else {}
     got: dict[str, dict[str, str]] = {}
     bad = 0
     t_all = time.perf_counter()
@@ -161,7 +206,8 @@ def main() -> int:
         print(f"{name:45s} {time.perf_counter() - t0:6.2f} s {ok}", file=sys.stderr)
     print(f"{len(got)} cases in {time.perf_counter() - t_all:.1f} s", file=sys.stderr)
     if args.write:
-        FIXTURE.write_text(json.dumps({"cases": got}, indent=1, sort_keys=True) + "\n")
+        merged = {**expected, **got}
+        FIXTURE.write_text(json.dumps({"cases": merged}, indent=1, sort_keys=True) + "\n")
     elif bad:
         print(f"{bad} cases differ from {FIXTURE.name}", file=sys.stderr)
         return 1
