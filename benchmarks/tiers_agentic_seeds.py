@@ -54,6 +54,9 @@ from agentic_kvc.analysis.studies import run_study, tiers
 from agentic_kvc.analysis.studies.base import compare, diff_cell, load_study
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from tiers_sweep import stamp  # noqa: E402
+
 AGENTIC = (
     "tiers_agentic_lo",
     "tiers_agentic_lo_ceiling",
@@ -297,6 +300,7 @@ def main() -> int:
     df = tiers.simulated(load_study("tiers", args.results, None, plan_path).requests)
     rows = tiers.cell_rows(df)
     out = {
+        **stamp("tiers_agentic_seeds"),
         "part": args.part,
         "seeds": sorted({r.seed for r in plan.runs}),
         "batches": batches,

@@ -42,18 +42,12 @@ a replicate, placed on another instance; the replicates whose placements are all
     nice -n 10 .venv/bin/python benchmarks/tiers_link_misspec.py \\
         --results /tmp/akvc_k8_results --out results/bench/tiers_link_misspec.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table; `--only` restricts to cells whose name
-contains a string. Runs already in the results folder are skipped by run-batch (the run id is
-the config's hash), so a rerun's batch seconds count only what it ran.
+`--table` prints the JSON as docs/kv_tiers.md's table; CLI, loop, JSON: benchmarks/tiers_sweep.py
+(a rerun's batch seconds count only the runs the results folder did not hold).
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,14 +57,13 @@ import polars as pl
 from agentic_kvc.analysis.bench_summary import TIERS_UNSEEN, against_exact_links, excludes_zero
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
-from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.config import load_config
 from agentic_kvc.profiles.hardware import tier_links
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import WINDOWS, _cell, _study, run_specs  # noqa: E402
-from tiers_tracelab_gap import compare  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_sweep import REPO, WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, study
+from tiers_sweep import main as sweep
+from tiers_tracelab_gap import compare
 
 SCALES = (0.25, 0.5, 2.0, 4.0)  # host h2d and disk read bandwidth, against the profile's
 LATENCY_SCALE = 10.0
@@ -118,11 +111,11 @@ def variants(hardware: str) -> dict[str, dict[str, Any]]:
 
 def cells() -> list[dict[str, Any]]:
     """Each: name, base, fixed settings (tier setup included), the replicate key and values."""
-    moon = _study("tiers_mooncake_hi")
-    moon8 = _study("tiers_mooncake_hi")
+    moon = study("tiers_mooncake_hi")
+    moon8 = study("tiers_mooncake_hi")
     moon8["set"].update({"fleet.instances": 8, "workload.rate_scale": 0.4})
-    agentic = _study("tiers_agentic_hi")
-    tracelab = _study("tiers_tracelab_hi")
+    agentic = study("tiers_agentic_hi")
+    tracelab = study("tiers_tracelab_hi")
     return [
         {
             "name": "mooncake_x0.2/host_128",
@@ -132,7 +125,7 @@ def cells() -> list[dict[str, Any]]:
         },
         {
             "name": "mooncake_x0.2/host_16+disk",
-            **_study("tiers_mooncake_hi_disk"),
+            **study("tiers_mooncake_hi_disk"),
             "rep": ("workload.window_s", WINDOWS),
         },
         {
@@ -168,20 +161,13 @@ def cell_hardware(cell: dict[str, Any]) -> str:
     return fleet.hardware
 
 
-def specs(cell: dict[str, Any]) -> list[tuple[str, Any, list[str]]]:
+def specs(cell: dict[str, Any]) -> list[Run]:
     """(variant or peer, replicate, overrides) of one cell."""
-    key, reps = cell["rep"]
     pols = {**variants(cell_hardware(cell)), **{p: {"name": p} for p in PEERS}}
-    out = []
-    for rep in reps:
-        for lab, pol in pols.items():
-            sets = [override_item(k, v) for k, v in cell["set"].items()]
-            sets += [override_item(key, rep), override_item("policy", pol)]
-            out.append((lab, json.dumps(rep), sets))
-    return out
+    return cell_runs(cell, pols, [])
 
 
-def pooled(rows: list[tuple[str, Any, list[dict[str, Any]]]], label: str) -> dict[str, Any]:
+def pooled(rows: Rows, label: str) -> dict[str, Any]:
     """The study's summary (`tiers.pooled_summary`) of one router's runs, pooled over replicates."""
     cols = ("error", "ttft_s", "e2e_s", "reload_wait_s", "input_tokens", "cached_tokens")
     cols += ("host_tokens", "disk_tokens")
@@ -190,9 +176,7 @@ def pooled(rows: list[tuple[str, Any, list[dict[str, Any]]]], label: str) -> dic
     return tiers.pooled_summary(pl.DataFrame(recs, schema=schema))
 
 
-def placements(
-    rows: list[tuple[str, Any, list[dict[str, Any]]]], label: str
-) -> dict[str, float | int]:
+def placements(rows: Rows, label: str) -> dict[str, float | int]:
     """How `label`'s routing differs from `exact`'s: the share of requests (matched by id
     within a replicate) placed on another instance, and the replicates with every placement
     the same."""
@@ -209,7 +193,7 @@ def placements(
     return {"moved_share": round(moved / total, 4) if total else 0.0, "same_reps": same_reps}
 
 
-def reloads(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, float]:
+def reloads(rows: Rows) -> dict[str, float]:
     """Over `exact`'s runs: the share of requests that reload from a tier, their mean reload
     wait (queue and transfer, `reload_wait_s`) and median reloaded tokens, and the reload wait
     as a share of all TTFT: how much of what the router is pricing the link numbers touch."""
@@ -230,18 +214,12 @@ def reloads(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, floa
     }
 
 
-def machine() -> dict[str, Any]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    return {**machine_facts(), "git": commit}
-
-
-def run_cell(cell: dict[str, Any], results: Path) -> dict[str, Any]:
-    runs = specs(cell)
-    rows, wall, cpu = run_specs(results, cell["base"], runs)
-    n = int(cell["set"].get("fleet.instances", 8))
-    summ = {lab: pooled(rows, lab) for lab in dict.fromkeys(lab for lab, _r, _s in runs)}
+def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
+    """One cell: its links, the best peer, the pooled TTFT p90s, what exact links reload, and
+    per variant its comparison with the best peer and (not `exact`) with exact links, and
+    where it places requests elsewhere than exact."""
+    cell, n = unit.cell, unit.instances
+    summ = {lab: pooled(rows, lab) for lab in dict.fromkeys(lab for lab, _r, _s in unit.runs)}
     best = tiers.best_peer_of(summ, PEERS)
     assert best is not None
     hardware = cell_hardware(cell)
@@ -250,11 +228,7 @@ def run_cell(cell: dict[str, Any], results: Path) -> dict[str, Any]:
         "hardware": hardware,
         "profile_links": tier_links(hardware).__dict__,
         "variant_specs": variants(hardware),
-        "runs": len(runs),
         "replicates": len(cell["rep"][1]),
-        # this invocation's batch: runs already in the results folder are skipped
-        "batch_wall_s": round(wall, 1),
-        "batch_cpu_s": round(cpu, 1),
         "best_peer": best,
         "ttft_p90_s": {k: round(v["ttft_p90"], 4) for k, v in summ.items()},
         "exact_token_shares": {
@@ -296,7 +270,7 @@ def headline(report: dict[str, Any]) -> dict[str, float | int]:
     return out
 
 
-def table(report: dict[str, Any]) -> str:
+def table(units: dict[str, Any]) -> str:
     """Per cell: exact against the best peer, then each variant against exact and against the
     best peer (TTFT p90 / E2E p90), and the share of requests it places elsewhere than exact;
     then, per cell, what the exact runs reload (`reloads`)."""
@@ -304,9 +278,9 @@ def table(report: dict[str, Any]) -> str:
         "| cell | best peer | variant | vs exact links | vs best peer | requests moved |",
         "|---|---|---|---|---|---|",
     ]
-    for key, r in report["cells"].items():
+    for key, r in units.items():
         for lab, v in r["variants"].items():
-            vs_exact = _cell(v["vs_exact"]) if "vs_exact" in v else "-"
+            vs_exact = ci_cell(v["vs_exact"]) if "vs_exact" in v else "-"
             moved = (
                 f"{100 * v['placement']['moved_share']:.1f}% "
                 f"({v['placement']['same_reps']}/{r['replicates']} same)"
@@ -315,7 +289,7 @@ def table(report: dict[str, Any]) -> str:
             )
             rows.append(
                 f"| {key} | {r['best_peer']} | {lab} | {vs_exact} | "
-                f"{_cell(v['vs_best_peer'])} | {moved} |"
+                f"{ci_cell(v['vs_best_peer'])} | {moved} |"
             )
     rows += [
         "",
@@ -323,7 +297,7 @@ def table(report: dict[str, Any]) -> str:
         "reload wait per reloading request, mean s | reload wait / all TTFT |",
         "|---|---|---|---|---|",
     ]
-    for key, r in report["cells"].items():
+    for key, r in units.items():
         e = r["exact_reloads"]
         rows.append(
             f"| {key} | {100 * e['requests_reloading_share']:.1f}% | "
@@ -334,35 +308,16 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k8_results"))
-    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_link_misspec.json")
-    ap.add_argument("--only", default="", help="only cells whose name contains this")
-    ap.add_argument("--table", action="store_true", help="print --out as a markdown table")
-    args = ap.parse_args()
-    if args.table:
-        print(table(json.loads(args.out.read_text())))
-        return 0
-    report: dict[str, Any] = {"cells": {}}
-    if args.out.exists():
-        report = json.loads(args.out.read_text())
-    report["benchmark"] = "tiers_link_misspec"
-    report["machine"] = machine()
-    report["command"] = " ".join([Path(sys.executable).name, *sys.argv])
-    for cell in cells():
-        if args.only not in cell["name"]:
-            continue
-        started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        load0 = os.getloadavg()[0]
-        res = run_cell(cell, args.results)
-        res["started"] = started
-        res["load_avg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
-        report["cells"][cell["name"]] = res
-        report.update(headline(report))
-        print(cell["name"], json.dumps(res), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
-    return 0
+    return sweep(
+        "tiers_link_misspec",
+        __doc__,
+        Path("/tmp/akvc_k8_results"),
+        lambda: (Unit(c["name"], c, specs(c)) for c in cells()),
+        analyse,
+        table,
+        layout="cells",
+        headline=headline,
+    )
 
 
 if __name__ == "__main__":

@@ -22,14 +22,11 @@ Per cell it also keeps the online fit's state from the decision receipts
     nice -n 10 .venv/bin/python benchmarks/tiers_online_cost.py \\
         --results /tmp/akvc_k11_results --out results/bench/tiers_online_cost.json
 
-`--table` prints the JSON as docs/kv_tiers.md's tables; `--only` restricts to cells whose name
-contains a string. Runs already in the results folder are skipped by run-batch (the run id is
-the config's hash).
+`--table` prints the JSON as docs/kv_tiers.md's tables; CLI, loop, JSON: benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -45,10 +42,11 @@ from agentic_kvc.analysis.studies.base import Section, StudyData
 from agentic_kvc.analysis.studies.common import online_fit_table
 from agentic_kvc.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, _study, cells, run_specs  # noqa: E402
-from tiers_tracelab_gap import compare  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_opening_lifetime import TODAY, cells
+from tiers_sweep import REPO, Rows, Run, Unit, cell_runs, ci_cell, per_host, study
+from tiers_sweep import main as sweep
+from tiers_tracelab_gap import compare
 
 ONLINE = {
     "online_generic": {
@@ -74,7 +72,7 @@ def our_cells() -> list[dict[str, Any]]:
         if cell["name"].startswith("agentic-long"):
             cell.update(hosts=[0, 128], rep=("seed", list(range(5))))
         if cell["name"] == "mooncake_x0.2":
-            disk = _study("tiers_mooncake_hi_disk")["set"]
+            disk = study("tiers_mooncake_hi_disk")["set"]
             cell["disk_set"] = {k: v for k, v in disk.items() if k.startswith("fleet.kv_tiers.")}
             cell["hosts"] = [*cell["hosts"], DISK]
         out.append(cell)
@@ -88,22 +86,13 @@ def tier_sets(cell: dict[str, Any], host: float | str) -> list[str]:
     return [override_item("fleet.kv_tiers.host_gib", host)]
 
 
-def specs(cell: dict[str, Any], host: float | str) -> list[tuple[str, Any, list[str]]]:
+def specs(cell: dict[str, Any], host: float | str) -> list[Run]:
     """(variant, replicate, overrides) of one cell and tier setup."""
-    key, reps = cell["rep"]
     pols = {"today": TODAY, **ONLINE, **cell["peers"]}
-    out = []
-    for rep in reps:
-        for lab, pol in pols.items():
-            sets = [override_item(k, v) for k, v in cell["set"].items()]
-            sets += [override_item(key, rep), override_item("policy", pol), *tier_sets(cell, host)]
-            out.append((lab, json.dumps(rep), sets))
-    return out
+    return cell_runs(cell, pols, tier_sets(cell, host))
 
 
-def fit_block(
-    results: Path, base: str, runs: list[tuple[str, Any, list[str]]], key: str
-) -> str | None:
+def fit_block(results: Path, base: str, runs: list[Run], key: str) -> str | None:
     """The studies' online-fit table (analysis/studies/common.online_fit_table) over this
     cell's online runs, each variant labelled `key variant`; None without receipts."""
     got = []
@@ -120,7 +109,7 @@ def fit_block(
     return s.blocks[-1]
 
 
-def table(report: dict[str, Any]) -> str:
+def table(units: dict[str, Any]) -> str:
     """Per cell and tier setup: each online form against today's predicted_ttft and against
     the best peer, and today's against the best peer (TTFT p90 / E2E p90, paired); then the
     online fits' state, one row per cell and form."""
@@ -131,12 +120,14 @@ def table(report: dict[str, Any]) -> str:
     ]
     fits: list[str] = []
     caption = header = ""
-    for key, r in report.items():
+    for key, r in units.items():
         best = online_best_peer(r)  # the report's own pick, read in one place
         rows.append(
-            f"| {key} | {best} | {_cell(r[f'today_vs_{best}'])} | "
-            f"{_cell(r['online_generic_vs_today'])} | {_cell(r[f'online_generic_vs_{best}'])} | "
-            f"{_cell(r['online_profile_vs_today'])} | {_cell(r[f'online_profile_vs_{best}'])} |"
+            f"| {key} | {best} | {ci_cell(r[f'today_vs_{best}'])} | "
+            f"{ci_cell(r['online_generic_vs_today'])} | "
+            f"{ci_cell(r[f'online_generic_vs_{best}'])} | "
+            f"{ci_cell(r['online_profile_vs_today'])} | "
+            f"{ci_cell(r[f'online_profile_vs_{best}'])} |"
         )
         if r.get("fit"):
             caption, tab = r["fit"].split("\n\n", 1)
@@ -149,44 +140,30 @@ def table(report: dict[str, Any]) -> str:
     return out
 
 
+def analyse(unit: Unit, rows: Rows, results: Path) -> dict[str, Any]:
+    """One cell and tier setup: each online form against today's, each form and today's
+    against each peer, and the online fits' state (`fit_block`)."""
+    n = unit.instances
+    res: dict[str, Any] = {}
+    for lab in ONLINE:
+        res[f"{lab}_vs_today"] = compare(rows, "today", lab, n)
+    for peer in unit.cell["peers"]:
+        for ours in ("today", *ONLINE):
+            res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
+    res["fit"] = fit_block(results, unit.cell["base"], unit.runs, unit.key)
+    return res
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k11_results"))
-    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_online_cost.json")
-    ap.add_argument("--only", default="", help="only cells whose name contains this")
-    ap.add_argument("--table", action="store_true", help="print --out as markdown tables")
-    args = ap.parse_args()
-    if args.table:
-        print(table(json.loads(args.out.read_text())))
-        return 0
-    report: dict[str, Any] = {}
-    if args.out.exists():
-        report = json.loads(args.out.read_text())
-    for cell in our_cells():
-        if args.only not in cell["name"]:
-            continue
-        for host in cell["hosts"]:
-            runs = specs(cell, host)
-            rows, wall, cpu = run_specs(args.results, cell["base"], runs)
-            n = int(cell["set"].get("fleet.instances", 8))
-            key = f"{cell['name']}/host_{host if host == DISK else format(host, 'g')}"
-            # this invocation's batch time: runs already in the results folder are skipped
-            res: dict[str, Any] = {
-                "runs": len(runs),
-                "batch_wall_s": round(wall, 1),
-                "batch_cpu_s": round(cpu, 1),
-            }
-            for lab in ONLINE:
-                res[f"{lab}_vs_today"] = compare(rows, "today", lab, n)
-            for peer in cell["peers"]:
-                for ours in ("today", *ONLINE):
-                    res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
-            res["fit"] = fit_block(args.results, cell["base"], runs, key)
-            report[key] = res
-            print(key, json.dumps({k: v for k, v in res.items() if k != "fit"}), flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    return 0
+    return sweep(
+        "tiers_online_cost",
+        __doc__,
+        Path("/tmp/akvc_k11_results"),
+        lambda: per_host(our_cells(), specs),
+        analyse,
+        table,
+        quiet=("fit",),
+    )
 
 
 if __name__ == "__main__":

@@ -21,52 +21,37 @@ process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_lifetime.py \\
         --results /tmp/akvc_k2_results --out results/bench/tiers_opening_lifetime.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table. `--only` restricts to cells whose
-name contains a string. Runs already in the results folder
-are skipped by run-batch (the run id is the config's hash).
+`--table` prints the JSON as docs/kv_tiers.md's table. The CLI (`--only`, `--table`), the loop
+and the JSON's fields besides the figures: benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agentic_kvc.analysis.bench_summary import online_best_peer
 from agentic_kvc.analysis.experiments import override_item
-from agentic_kvc.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_tracelab_gap import compare  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_sweep import WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, per_host, study
+from tiers_sweep import main as sweep
+from tiers_tracelab_gap import compare
 
 TODAY = {"name": "predicted_ttft"}
 LIFETIME = {"name": "predicted_ttft", "params": {"opening": "lifetime"}}
 REPLACE = {"name": "predicted_ttft", "params": {"opening": "lifetime_replace"}}
 STICKY = {"name": "sticky_least_loaded"}
 DYNAMO = {"name": "dynamo_kv"}
-WINDOWS = [[0, 600], [600, 1200], [1200, 1800]]
-
-
-def _study(name: str) -> dict[str, Any]:
-    exps = yaml.safe_load((REPO / "config/config.yaml").read_text())["experiments"]
-    exp = next(e for e in exps if e["name"] == name)
-    return {"base": exp["base"], "set": dict(exp.get("set") or {})}
 
 
 def cells() -> list[dict[str, Any]]:
     """Each: name, base, fixed settings, the replicate key and values, hosts, peers."""
     out = []
     for exp, label in (("tiers_tracelab_lo", "tracelab_x1"), ("tiers_tracelab_hi", "tracelab_x2")):
-        s = _study(exp)
+        s = study(exp)
         out.append(
             {
                 "name": label,
@@ -83,13 +68,13 @@ def cells() -> list[dict[str, Any]]:
         out.append(
             {
                 "name": label,
-                **_study(exp),
+                **study(exp),
                 "rep": ("workload.window_s", WINDOWS),
                 "hosts": hosts,
                 "peers": {"sticky_least_loaded": STICKY, "dynamo_kv": DYNAMO},
             }
         )
-    moon8 = _study("tiers_mooncake_hi")
+    moon8 = study("tiers_mooncake_hi")
     moon8["set"].update({"fleet.instances": 8, "workload.rate_scale": 0.4})
     out.append(
         {
@@ -118,7 +103,7 @@ def cells() -> list[dict[str, Any]]:
         out.append(
             {
                 "name": label,
-                **_study(exp),
+                **study(exp),
                 "rep": ("seed", [0, 1, 2]),
                 "hosts": [16],
                 "peers": {"sticky_least_loaded": STICKY},
@@ -127,24 +112,13 @@ def cells() -> list[dict[str, Any]]:
     return out
 
 
-def specs(cell: dict[str, Any], host: float) -> list[tuple[str, Any, list[str]]]:
+def specs(cell: dict[str, Any], host: float) -> list[Run]:
     """(variant, replicate, overrides) of one cell and host size."""
-    key, reps = cell["rep"]
     pols = {"today": TODAY, "lifetime": LIFETIME, "replace": REPLACE, **cell["peers"]}
-    out = []
-    for rep in reps:
-        for lab, pol in pols.items():
-            sets = [override_item(k, v) for k, v in cell["set"].items()]
-            sets += [
-                override_item(key, rep),
-                override_item("policy", pol),
-                override_item("fleet.kv_tiers.host_gib", host),
-            ]
-            out.append((lab, json.dumps(rep), sets))
-    return out
+    return cell_runs(cell, pols, [override_item("fleet.kv_tiers.host_gib", host)])
 
 
-def openings_informed(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, int]:
+def openings_informed(rows: Rows) -> dict[str, int]:
     """Over today's runs: session openings (turn 0), those that come after the run's first
     later turn (before it no session has shown a gap or a later turn's work, so any load a
     lifetime term puts on an instance is its prior), and the requests in all."""
@@ -160,52 +134,7 @@ def openings_informed(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict
     return {"openings": n, "after_first_later_turn": informed, "requests": reqs}
 
 
-def records(results: Path, base: str, sets: list[str]) -> list[dict[str, Any]]:
-    rid = load_config(REPO / base, sets).run_id()
-    path = results / "runs" / rid / "requests.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_specs(
-    results: Path, base: str, runs: list[tuple[str, Any, list[str]]]
-) -> tuple[list[tuple[str, Any, list[dict[str, Any]]]], float, float]:
-    """One cell's runs (label, replicate, sets) through one `akvc run-batch` process (runs
-    already in `results` are skipped), then their records: (label, replicate, records) per
-    run, and the batch's wall and CPU seconds. A failed batch stops with its stderr's tail."""
-    argv = [json.dumps([base, *sets]) for _lab, _rep, sets in runs]
-    t0, c0 = time.time(), _children_cpu()
-    proc = subprocess.run(
-        [str(REPO / ".venv/bin/akvc"), "run-batch", "--results", str(results), *argv],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    if proc.returncode:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(proc.returncode)
-    wall, cpu = time.time() - t0, _children_cpu() - c0
-    return [(lab, rep, records(results, base, sets)) for lab, rep, sets in runs], wall, cpu
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of this process's finished children."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _cell(r: dict[str, Any]) -> str:
-    t, e = r["ttft_p90"], r["e2e_p90"]
-
-    def one(m: dict[str, Any]) -> str:
-        lo, hi = m["ci"]
-        txt = f"{100 * m['rel']:+.1f}% [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-        return txt + (" n.s." if lo <= 0 <= hi else "")
-
-    return f"{one(t)} / {one(e)}"
-
-
-def table(report: dict[str, Any]) -> str:
+def table(units: dict[str, Any]) -> str:
     """Per cell and host: each form against today's predicted_ttft, and ours and today's
     against the best peer (the peer with the lowest TTFT p90 against today's)."""
     rows = [
@@ -213,50 +142,38 @@ def table(report: dict[str, Any]) -> str:
         "lifetime vs peer | lifetime_replace vs peer | today vs peer |",
         "|---|---|---|---|---|---|---|",
     ]
-    for key, r in report.items():
+    for key, r in units.items():
         best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
         rows.append(
-            f"| {key} | {_cell(r['lifetime_vs_today'])} | {_cell(r['replace_vs_today'])} | "
-            f"{best} | {_cell(r[f'lifetime_vs_{best}'])} | {_cell(r[f'replace_vs_{best}'])} | "
-            f"{_cell(r[f'today_vs_{best}'])} |"
+            f"| {key} | {ci_cell(r['lifetime_vs_today'])} | {ci_cell(r['replace_vs_today'])} | "
+            f"{best} | {ci_cell(r[f'lifetime_vs_{best}'])} | {ci_cell(r[f'replace_vs_{best}'])} | "
+            f"{ci_cell(r[f'today_vs_{best}'])} |"
         )
     return "\n".join(rows)
 
 
+def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
+    """One cell and host: the openings today's runs saw, each lifetime form against today's,
+    and each form and today's against each of the cell's peers."""
+    n = unit.instances
+    res: dict[str, Any] = {"openings": openings_informed(rows)}
+    for ours in ("lifetime", "replace"):
+        res[f"{ours}_vs_today"] = compare(rows, "today", ours, n)
+    for peer in unit.cell["peers"]:
+        for ours in ("lifetime", "replace", "today"):
+            res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
+    return res
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k2_results"))
-    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_opening_lifetime.json")
-    ap.add_argument("--only", default="", help="only cells whose name contains this")
-    ap.add_argument("--table", action="store_true", help="print --out as a markdown table")
-    args = ap.parse_args()
-    if args.table:
-        print(table(json.loads(args.out.read_text())))
-        return 0
-    report: dict[str, Any] = {}
-    if args.out.exists():
-        report = json.loads(args.out.read_text())
-    for cell in cells():
-        if args.only not in cell["name"]:
-            continue
-        for host in cell["hosts"]:
-            runs = specs(cell, host)
-            rows, wall, _cpu = run_specs(args.results, cell["base"], runs)
-            n = int(cell["set"].get("fleet.instances", 8))
-            # this invocation's batch time: runs already in the results folder are skipped
-            res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
-            res["openings"] = openings_informed(rows)
-            for ours in ("lifetime", "replace"):
-                res[f"{ours}_vs_today"] = compare(rows, "today", ours, n)
-            for peer in cell["peers"]:
-                for ours in ("lifetime", "replace", "today"):
-                    res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
-            key = f"{cell['name']}/host_{host:g}"
-            report[key] = res
-            print(key, json.dumps(res), flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    return 0
+    return sweep(
+        "tiers_opening_lifetime",
+        __doc__,
+        Path("/tmp/akvc_k2_results"),
+        lambda: per_host(cells(), specs),
+        analyse,
+        table,
+    )
 
 
 if __name__ == "__main__":

@@ -12,15 +12,11 @@ folder (one process, one cell at a time), TTFT p90 / E2E p90 paired over the rep
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_near_tie.py \\
         --results /tmp/akvc_k9_results --out results/bench/tiers_opening_near_tie.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table; `--only` restricts to cells whose name
-contains a string. Runs already in the results folder are skipped by run-batch (the run id is
-the config's hash).
+`--table` prints the JSON as docs/kv_tiers.md's table; CLI, loop, JSON: benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,32 +26,22 @@ import numpy as np
 from agentic_kvc.analysis.bench_summary import online_best_peer
 from agentic_kvc.analysis.experiments import override_item
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-from tiers_opening_lifetime import TODAY, _cell, cells, run_specs  # noqa: E402
-from tiers_tracelab_gap import compare  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_opening_lifetime import TODAY, cells
+from tiers_sweep import Rows, Run, Unit, cell_runs, ci_cell, per_host
+from tiers_sweep import main as sweep
+from tiers_tracelab_gap import compare
 
 NEAR_TIE = {"name": "predicted_ttft", "params": {"opening": "near_tie"}}
 
 
-def specs(cell: dict[str, Any], host: float) -> list[tuple[str, Any, list[str]]]:
+def specs(cell: dict[str, Any], host: float) -> list[Run]:
     """(variant, replicate, overrides) of one cell and host size."""
-    key, reps = cell["rep"]
     pols = {"today": TODAY, "near_tie": NEAR_TIE, **cell["peers"]}
-    out = []
-    for rep in reps:
-        for lab, pol in pols.items():
-            sets = [override_item(k, v) for k, v in cell["set"].items()]
-            sets += [
-                override_item(key, rep),
-                override_item("policy", pol),
-                override_item("fleet.kv_tiers.host_gib", host),
-            ]
-            out.append((lab, json.dumps(rep), sets))
-    return out
+    return cell_runs(cell, pols, [override_item("fleet.kv_tiers.host_gib", host)])
 
 
-def openings_moved(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[str, Any]:
+def openings_moved(rows: Rows) -> dict[str, Any]:
     """Over the near_tie runs: requests placed as openings (their receipt carries the band),
     the band's median and 90th percentile (s), those sent off the best score to an instance
     with fewer open sessions, the median of their score above the best (s), and, against the
@@ -102,7 +88,7 @@ def openings_moved(rows: list[tuple[str, Any, list[dict[str, Any]]]]) -> dict[st
     }
 
 
-def table(report: dict[str, Any]) -> str:
+def table(units: dict[str, Any]) -> str:
     """Per cell and host: near_tie against today's predicted_ttft, and near_tie's and today's
     against the best peer (the peer with the lowest TTFT p90 against today's); the openings
     near_tie sent off the best score, of all it placed as openings, the band, and what the
@@ -112,51 +98,39 @@ def table(report: dict[str, Any]) -> str:
         "openings moved | band p50 / p90 (s) | moved: TTFT / E2E change (s) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for key, r in report.items():
+    for key, r in units.items():
         best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
         o = r["openings"]
         rows.append(
-            f"| {key} | {_cell(r['near_tie_vs_today'])} | {best} | "
-            f"{_cell(r[f'near_tie_vs_{best}'])} | {_cell(r[f'today_vs_{best}'])} | "
+            f"| {key} | {ci_cell(r['near_tie_vs_today'])} | {best} | "
+            f"{ci_cell(r[f'near_tie_vs_{best}'])} | {ci_cell(r[f'today_vs_{best}'])} | "
             f"{o['moved']} of {o['openings']} | {o['band_s_p50']} / {o['band_s_p90']} | "
             f"{o['moved_d_ttft_s_mean']} / {o['moved_d_e2e_s_mean']} |"
         )
     return "\n".join(rows)
 
 
+def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
+    """One cell and host: the openings near_tie moved, near_tie against today's, and both
+    against each of the cell's peers."""
+    n = unit.instances
+    res: dict[str, Any] = {"openings": openings_moved(rows)}
+    res["near_tie_vs_today"] = compare(rows, "today", "near_tie", n)
+    for peer in unit.cell["peers"]:
+        for ours in ("near_tie", "today"):
+            res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
+    return res
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", type=Path, default=Path("/tmp/akvc_k9_results"))
-    ap.add_argument("--out", type=Path, default=REPO / "results/bench/tiers_opening_near_tie.json")
-    ap.add_argument("--only", default="", help="only cells whose name contains this")
-    ap.add_argument("--table", action="store_true", help="print --out as a markdown table")
-    args = ap.parse_args()
-    if args.table:
-        print(table(json.loads(args.out.read_text())))
-        return 0
-    report: dict[str, Any] = {}
-    if args.out.exists():
-        report = json.loads(args.out.read_text())
-    for cell in cells():
-        if args.only not in cell["name"]:
-            continue
-        for host in cell["hosts"]:
-            runs = specs(cell, host)
-            rows, wall, _cpu = run_specs(args.results, cell["base"], runs)
-            n = int(cell["set"].get("fleet.instances", 8))
-            # this invocation's batch time: runs already in the results folder are skipped
-            res: dict[str, Any] = {"runs": len(runs), "batch_wall_s": round(wall, 1)}
-            res["openings"] = openings_moved(rows)
-            res["near_tie_vs_today"] = compare(rows, "today", "near_tie", n)
-            for peer in cell["peers"]:
-                for ours in ("near_tie", "today"):
-                    res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
-            key = f"{cell['name']}/host_{host:g}"
-            report[key] = res
-            print(key, json.dumps(res), flush=True)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    return 0
+    return sweep(
+        "tiers_opening_near_tie",
+        __doc__,
+        Path("/tmp/akvc_k9_results"),
+        lambda: per_host(cells(), specs),
+        analyse,
+        table,
+    )
 
 
 if __name__ == "__main__":

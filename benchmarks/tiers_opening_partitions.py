@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ from agentic_kvc.policy.registry import list_policies, register
 from agentic_kvc.sim.run_backend import prepare_sim, profile_for
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from tiers_sweep import stamp  # noqa: E402
+
 PROBE = "predicted_ttft_planned_open"
 
 
@@ -210,13 +214,13 @@ def main() -> int:
     args = ap.parse_args()
     if PROBE not in list_policies():
         register(PlannedOpenings)
-    report = {
+    cells = {
         cell: cell_report(cell, range(args.seeds), args.random, args.host_gib)
         for cell in args.cells.split(",")
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    for cell, r in report.items():
+    args.out.write_text(json.dumps({**stamp("tiers_opening_partitions"), **cells}, indent=1) + "\n")
+    for cell, r in cells.items():
         t, s = r["today_vs_random_median"], r["sticky_vs_random_median"]
         print(
             f"{cell}: today {100 * t['mean']:+.1f}% [{100 * t['ci'][0]:+.1f}, "

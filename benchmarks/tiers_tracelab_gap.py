@@ -64,6 +64,9 @@ from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+from tiers_sweep import stamp  # noqa: E402
+
 PEER, OURS, PROBE = "sticky_least_loaded", "predicted_ttft", "predicted_ttft_sticky_open"
 CELLS = {  # study cell -> its rate_scale and the realisations around it
     "tiers_tracelab_lo": (1.0, [round(0.95 + 0.01 * i, 2) for i in range(11)]),
@@ -329,7 +332,7 @@ def main() -> int:
     if PROBE not in list_policies():
         register(PredictedTTFTStickyOpen)
     t0 = time.perf_counter()
-    out: dict[str, Any] = {"benchmark": "tiers_tracelab_gap", "host_gib": a.host_gib, "cells": {}}
+    out: dict[str, Any] = {**stamp("tiers_tracelab_gap"), "host_gib": a.host_gib, "cells": {}}
     for cell, (rate, rates) in CELLS.items():
         c: dict[str, Any] = {"rate_scale": rate}
         # 1. the study's replicates: seeds 0-2 at the cell's own rate
