@@ -162,7 +162,8 @@ class ProxyApp:
         self._api_key = settings.api_key.encode() if settings.api_key else None
         # Request ids without one from the client: 32 hex digits like a uuid4's, a random
         # half per proxy process and a counter (uuid4() per request cost a getrandom() system
-        # call and a UUID object, ~4% of the proxy's CPU per request; benchmarks/proxy_cpu.py).
+        # call and a UUID object, 2-3% of the proxy's CPU samples per request on a real engine;
+        # benchmarks/proxy_cpu.py).
         self._id_prefix = uuid.uuid4().hex[:16]
         self._id_counter = itertools.count()
 
