@@ -86,3 +86,50 @@ def test_the_run_restores_an_enabled_collector() -> None:
     assert gc.isenabled()
     fleet.run()
     assert gc.isenabled()
+
+
+# In a fresh process: the young generation's count and the frozen objects are the process's.
+SURVIVORS = """
+import gc, json, sys
+from agentic_kvc.config import load_config
+from agentic_kvc.sim.run_backend import profile_for
+from agentic_kvc.sim.fleet import SimFleet
+from agentic_kvc.workload import load_workload
+
+config = load_config(sys.argv[1], ["workload.generator.sessions=20"])
+out = {}
+for frozen in (False, True):
+    fleet = SimFleet(config, load_workload(config.workload, config.seed), profile_for(config))
+    gc.collect()
+    if frozen:
+        gc.freeze()
+    before = gc.get_freeze_count()
+    young = []
+    gc.callbacks.append(lambda phase, info: young.append(info["generation"]))
+    fleet.run()
+    fleet.records.append(object())  # an allocation, which would start a pending collection
+    out[str(frozen)] = {"count": gc.get_count()[0], "before": before,
+                        "after": gc.get_freeze_count(), "collections": len(young),
+                        "enabled": gc.isenabled()}
+    gc.callbacks.clear()
+print(json.dumps(out))
+"""
+
+
+def test_the_run_hands_its_survivors_to_the_oldest_generation_without_a_pass() -> None:
+    """Re-enabled, the collector does not start with a pass over everything the run made (it
+    would find nothing), and a caller's frozen objects stay frozen."""
+    out = subprocess.run(
+        [sys.executable, "-c", SURVIVORS, str(RUNS / "sim_agentic.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    plain, frozen = got["False"], got["True"]
+    assert plain["enabled"] and frozen["enabled"]
+    assert plain["collections"] == 0 and plain["count"] < 100 and plain["after"] == 0
+    # With objects frozen by the caller the run leaves them so (no freeze/unfreeze of its
+    # own, which would unfreeze them all; a few may have died meanwhile).
+    assert frozen["before"] > 1000 and frozen["after"] > frozen["before"] // 2

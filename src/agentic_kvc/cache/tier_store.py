@@ -22,7 +22,7 @@ reads. Without a sink nothing is built.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from typing import Any
 
@@ -53,6 +53,10 @@ class Link:
         self.busy_s += dt
         return self.free_at
 
+
+# Runs an iterator to its end, keeping nothing (a deque's `extend` at maxlen 0: a C loop, and no
+# keyword to parse per call as `deque(it, maxlen=0)` has).
+_consume = deque(maxlen=0).extend
 
 MARK = 16  # every run's blocks at chain positions divisible by this are indexed (and its head)
 
@@ -102,7 +106,7 @@ class TierStore:
         "medium",
         "n",
         "name",
-        "offmark",
+        "offb",
         "read",
         "retention",
         "write",
@@ -126,11 +130,12 @@ class TierStore:
         self.retention = retention
         self.below = below
         self.index: dict[int, Run] = {}
-        # The index's keys at chain positions not divisible by MARK (run heads there) ->
-        # their position: with chained hashes an indexed block at a MARK position can only be
-        # hashes[j] of a prompt at that position, so whether a prompt holds an indexed block
-        # takes the prompt's MARK positions (one in MARK) and these heads, not every block.
-        self.offmark: dict[int, int] = {}
+        # The index's keys at chain positions not divisible by MARK (run heads there), by
+        # position // MARK: {hash: position}. With chained hashes an indexed block can only
+        # be hashes[j] of a prompt at its own position, so whether a prompt holds an indexed
+        # block takes the prompt's MARK positions (one in MARK) and the heads in the buckets
+        # its span covers (`_no_head`), not every block: a block hash read is a cache miss.
+        self.offb: dict[int, dict[int, int]] = {}
         self.lru: OrderedDict[Run, None] = OrderedDict()
         self.held: OrderedDict[Run, None] = OrderedDict()
         self.held_until: dict[int, float] = {}
@@ -189,6 +194,37 @@ class TierStore:
 
     def __len__(self) -> int:
         return self.n
+
+    @property
+    def offmark(self) -> dict[int, int]:
+        """The index's keys at chain positions not divisible by MARK -> their position."""
+        return {h: p for d in self.offb.values() for h, p in d.items()}
+
+    def _unhead(self, h: int, lo: int) -> None:
+        """Run head `h` at off-MARK chain position `lo` left the index."""
+        d = self.offb.get(lo // MARK)
+        if d is not None:
+            d.pop(h, None)
+            if not d:
+                del self.offb[lo // MARK]
+
+    def _no_head(self, hashes: Sequence[int], lo: int, hi: int) -> bool:
+        """Whether no off-MARK head is among hashes[0 : hi - lo] (chain positions lo .. hi-1):
+        the heads of the buckets the span covers, each compared with the prompt's block at
+        its position."""
+        offb = self.offb
+        if not offb or hi <= lo:
+            return True
+        b0, b1 = lo // MARK, (hi - 1) // MARK
+        if b1 - b0 < 2 * len(offb):
+            found: Iterable[dict[int, int]] = filter(None, map(offb.get, range(b0, b1 + 1)))
+        else:
+            found = [d for b, d in offb.items() if b0 <= b <= b1]
+        for d in found:
+            for h, p in d.items():
+                if lo <= p < hi and hashes[p - lo] == h:
+                    return False
+        return True
 
     @property
     def usage(self) -> float:
@@ -285,19 +321,10 @@ class TierStore:
     def _disjoint(self, hashes: Sequence[int], lo: int) -> bool:
         """Whether no block of `hashes` (chain positions lo, lo + 1, ...) is an index key:
         `index.keys().isdisjoint(hashes)`, checking the prompt's MARK positions and the
-        off-MARK heads (`offmark`) that fall in its span, or, when those heads outnumber an
-        eighth of the blocks, every block."""
+        off-MARK heads that fall in its span (`_no_head`)."""
         if not self.index.keys().isdisjoint(hashes[-lo % MARK :: MARK]):
             return False
-        off = self.offmark
-        n = len(hashes)
-        if 8 * len(off) >= n:
-            return off.keys().isdisjoint(hashes)
-        hi = lo + n
-        for h, p in off.items():  # noqa: SIM110 (a plain loop: no generator frame per head)
-            if lo <= p < hi and hashes[p - lo] == h:
-                return False
-        return True
+        return self._no_head(hashes, lo, lo + len(hashes))
 
     def _first_key(self, hashes: Sequence[int], m: int) -> int:
         """The first j >= m with hashes[j] an index key (the caller knows there is one)."""
@@ -307,7 +334,11 @@ class TierStore:
         index, hs = self.index, r.hashes
         index[hs[0]] = r
         if r.lo % MARK:
-            self.offmark[hs[0]] = r.lo
+            d = self.offb.get(r.lo // MARK)
+            if d is None:
+                self.offb[r.lo // MARK] = {hs[0]: r.lo}
+            else:
+                d[hs[0]] = r.lo
         first = -r.lo % MARK  # index in hs of the first chain position divisible by MARK
         index.update(zip(hs[first::MARK], repeat(r)))
 
@@ -325,30 +356,47 @@ class TierStore:
         `sampled[i]`: run i is checked for stored blocks at its first block and its indexed
         positions only, not block by block (the caller knows it was not loaded from here; see
         `InstanceTiers.offload`)."""
-        offmark, lru = self.offmark, self.lru
-        keys = self.index.keys()
+        lru, offb, index = self.lru, self.offb, self.index
+        keys = index.keys()
         fresh: list[Run] = []
         new = 0
         for i, (lo, hashes) in enumerate(runs):
             if not hashes:
                 continue
-            first = -lo % MARK  # index in hashes of the first chain position divisible by MARK
-            marks = hashes[first::MARK]
-            if (
-                keys.isdisjoint(marks)
+            if sampled is not None and sampled[i]:
+                first = -lo % MARK  # index in hashes of the first chain position % MARK == 0
+                none = keys.isdisjoint(hashes[first::MARK])
                 # `_find(hashes, 0, lo)` probes hashes up to the next MARK position: past the
-                # MARK ones, only an off-MARK head can be found there.
-                and (offmark.keys().isdisjoint(hashes[:first]) or self._find(hashes, 0, lo) is None)
-                if sampled is not None and sampled[i]
-                else self._disjoint(hashes, lo)
-            ):
+                # MARK ones, only an off-MARK head can be found there, one of the bucket
+                # lo // MARK's (`_no_head`, inlined: most runs' bucket has none).
+                if none and first and offb:
+                    d = offb.get(lo // MARK)
+                    if d is not None:
+                        top = lo + min(first, len(hashes))
+                        for h, p in d.items():
+                            if lo <= p < top and hashes[p - lo] == h:
+                                none = self._find(hashes, 0, lo) is None
+                                break
+            else:
+                none = self._disjoint(hashes, lo)
+            if none:
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
+                # A new run, indexed (`_index`, inlined) and most recent (`use`).
                 r = Run(lo, hashes)
-                self._index(r)
+                index[hashes[0]] = r
+                first = lo % MARK
+                if first:
+                    d = offb.get(lo // MARK)
+                    if d is None:
+                        offb[lo // MARK] = {hashes[0]: lo}
+                    else:
+                        d[hashes[0]] = lo
+                    first = MARK - first
+                index.update(zip(hashes[first::MARK], repeat(r)))
                 fresh.append(r)
                 new += len(hashes)
-                lru[r] = None  # a new run: most recent (`use`)
+                lru[r] = None
                 continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
@@ -401,18 +449,23 @@ class TierStore:
         if not held and not until and removed is None:
             # The common case (LRU, no KV events), with what the loop below does for it:
             # runs leave from the LRU's front, the last one cut from its tail.
-            pop, offmark = index.pop, self.offmark
+            pop, offb = index.pop, self.offb
             while n > 0 and lru:
                 r = next(iter(lru))
                 hs = r.hashes
                 k = len(hs)
                 lo = r.lo
                 if n >= k:  # the whole run
-                    deque(map(pop, hs[-lo % MARK :: MARK], repeat(None)), maxlen=0)
-                    pop(hs[0], None)  # the head
-                    if lo % MARK:
-                        offmark.pop(hs[0], None)
-                    lru.popitem(last=False)
+                    _consume(map(pop, hs[-lo % MARK :: MARK], repeat(None)))
+                    h = hs[0]
+                    pop(h, None)  # the head
+                    if lo % MARK:  # (`_unhead`, inlined)
+                        d = offb.get(lo // MARK)
+                        if d is not None:
+                            d.pop(h, None)
+                            if not d:
+                                del offb[lo // MARK]
+                    lru.popitem(False)
                     if below is not None:  # handed down as it is: the run is gone
                         out.append((lo, hs))
                         r.hashes = []
@@ -422,7 +475,7 @@ class TierStore:
                     k = n
                     cut = len(hs) - k
                     lo += cut
-                    deque(map(pop, hs[cut + (-lo % MARK) :: MARK], repeat(None)), maxlen=0)
+                    _consume(map(pop, hs[cut + (-lo % MARK) :: MARK], repeat(None)))
                     if below is not None:
                         out.append((lo, hs[cut:]))
                     del hs[cut:]
@@ -450,16 +503,16 @@ class TierStore:
             cut = len(hs) - k
             lo = r.lo + cut
             first = cut + (-lo % MARK)
-            deque(map(index.pop, hs[first::MARK], repeat(None)), maxlen=0)
+            _consume(map(index.pop, hs[first::MARK], repeat(None)))
             if removed is not None:
                 removed += hs[cut:]
             if cut == 0:
                 index.pop(hs[0], None)  # the head
                 if r.lo % MARK:
-                    self.offmark.pop(hs[0], None)
+                    self._unhead(hs[0], r.lo)
                 del src[r]
             if until:
-                deque(map(until.pop, hs[cut:], repeat(None)), maxlen=0)
+                _consume(map(until.pop, hs[cut:], repeat(None)))
             if below is not None:  # (else no copy: each one touches every block)
                 out.append((lo, hs[cut:]))
             del hs[cut:]

@@ -57,6 +57,15 @@ def no_cycle_collection() -> Iterator[None]:
     for the collector), so the collector's passes over the live objects find nothing. They
     took about a fifth of a 128-instance long-context run with the default thresholds, and
     a tenth with the young generation 20,000 allocations deep (issue 16).
+
+    On the way out the run's survivors join the oldest generation without a pass
+    (`gc.freeze` then `gc.unfreeze`, which also zeroes the young generation's count): else
+    the first allocation after `gc.enable` collects the young generation, i.e. everything the
+    run allocated, visiting every hash in every list still held (agentic-long, dynamo_kv,
+    seed 1, in benchmarks/sim_tiers_overhead.py: 0.02 s of 0.65 s HBM only, 0.045 s of
+    1.2 s with a 128 GiB host tier, whose stores hold millions). They are still collected by
+    the next full collection. Skipped when objects are frozen already (a caller's
+    `gc.freeze`, which `unfreeze` would undo).
     """
     was = gc.isenabled()
     gc.disable()
@@ -64,6 +73,9 @@ def no_cycle_collection() -> Iterator[None]:
         yield
     finally:
         if was:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
