@@ -363,13 +363,14 @@ class TierStore:
         for i, (lo, hashes) in enumerate(runs):
             if not hashes:
                 continue
-            if sampled is not None and sampled[i]:
-                first = -lo % MARK  # index in hashes of the first chain position % MARK == 0
-                none = keys.isdisjoint(hashes[first::MARK])
+            first = -lo % MARK  # index in hashes of the first chain position % MARK == 0
+            marks = hashes[first::MARK]
+            none = keys.isdisjoint(marks)
+            if none and sampled is not None and sampled[i]:
                 # `_find(hashes, 0, lo)` probes hashes up to the next MARK position: past the
                 # MARK ones, only an off-MARK head can be found there, one of the bucket
                 # lo // MARK's (`_no_head`, inlined: most runs' bucket has none).
-                if none and first and offb:
+                if first and offb:
                     d = offb.get(lo // MARK)
                     if d is not None:
                         top = lo + min(first, len(hashes))
@@ -377,23 +378,22 @@ class TierStore:
                             if lo <= p < top and hashes[p - lo] == h:
                                 none = self._find(hashes, 0, lo) is None
                                 break
-            else:
-                none = self._disjoint(hashes, lo)
+            elif none:  # the rest of `_disjoint`
+                none = self._no_head(hashes, lo, lo + len(hashes))
             if none:
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
-                # A new run, indexed (`_index`, inlined) and most recent (`use`).
+                # A new run, indexed (`_index`, inlined, with the marks above) and most
+                # recent (`use`).
                 r = Run(lo, hashes)
                 index[hashes[0]] = r
-                first = lo % MARK
                 if first:
                     d = offb.get(lo // MARK)
                     if d is None:
                         offb[lo // MARK] = {hashes[0]: lo}
                     else:
                         d[hashes[0]] = lo
-                    first = MARK - first
-                index.update(zip(hashes[first::MARK], repeat(r)))
+                index.update(zip(marks, repeat(r)))
                 fresh.append(r)
                 new += len(hashes)
                 lru[r] = None
