@@ -25,13 +25,16 @@ Per target and mode, from `/proc`:
 
 `--baseline-src DIR` adds the proxy run from another checkout's `src/` (a `git worktree` of the
 commit before a change) as `akvc@base:POLICY`, and reports this code's CPU minus the base's,
-paired by round, with a bootstrap 95% interval. `--ablate PARTS` adds a proxy with parts of
-its request path switched off (development only: what each part costs by its absence).
-`--pyspy PATH/py-spy` samples each akvc proxy's stacks (`py-spy record --native --format
-raw`, which pauses the process per sample, so shares are indicative) and splits the active
-samples by the innermost frame's owner (uvicorn, app, upstream client, hashing, policy, ...)
-and by the system call at the leaf. py-spy is not a dependency: install it anywhere
-(`python -m venv /tmp/spy && /tmp/spy/bin/pip install py-spy`).
+paired by round, with a bootstrap 95% interval. The interval covers round-to-round noise, not
+an offset of a process as a whole (where its memory landed, its files' paths): the same code
+on both sides differed by 10-21 us per request with intervals excluding zero (docs/proxy.md),
+so a difference of that size is not a finding whatever its interval. `--ablate PARTS` adds a
+proxy with parts of its request path switched off (development only: what each part costs
+by its absence). `--pyspy PATH/py-spy` samples each akvc proxy's stacks (`py-spy record
+--native --format raw`, which pauses the process per sample, so shares are indicative) and
+splits the active samples by the innermost frame's owner (uvicorn, app, upstream client,
+hashing, policy, ...) and by the system call at the leaf. py-spy is not a dependency: install
+it anywhere (`python -m venv /tmp/spy && /tmp/spy/bin/pip install py-spy`).
 
 The JSON records what a real run must: versions (vLLM, vllm-router, this package's
 dependencies, Python), the processor, the git commit (and the baseline's), the load average

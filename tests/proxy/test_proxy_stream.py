@@ -67,3 +67,47 @@ def test_partial_event_is_held_back_until_complete() -> None:
     assert out == b"" and not first
     out, first = tracker.feed(TOKENS[0][10:])
     assert out == TOKENS[0] and first
+
+
+ERROR = _ev({"error": {"message": "boom", "type": "InternalServerError"}})
+USAGE_SPACED = b'data: {"choices": [], "usage": {"completion_tokens": 2}}\n\n'
+TOKEN_WITH_USAGE = _ev({"choices": [{"index": 0, "text": "x"}], "usage": {"completion_tokens": 1}})
+TOKEN_NULL_USAGE = b'data: {"choices":[{"index":0,"text":"y"}],"usage":null}\n\n'
+COMMENT = b": ping\n\n"
+EVENTS = [ROLE, *TOKENS, USAGE, USAGE_SPACED, TOKEN_WITH_USAGE, TOKEN_NULL_USAGE, ERROR, COMMENT]
+
+
+def _state(t: StreamTracker) -> tuple[object, ...]:
+    return (t.first_token_seen, t.content_events, t.usage, t.error, t.done, t.buffer)
+
+
+@given(
+    st.lists(st.sampled_from(EVENTS), max_size=10),
+    st.booleans(),
+    st.sampled_from([b"", b"data: [DONE]\n\n", b'data: {"choi']),
+)
+def test_one_event_per_read_matches_one_read_for_all(
+    events: list[bytes], drop_usage: bool, tail: bytes
+) -> None:
+    """Event by event (as an engine's socket reads usually come) and all in one read: the
+    same bytes forwarded, the same first token, counts, usage, error and end state. Guards
+    any shortcut for the common one-token-event read."""
+    whole, apart = StreamTracker(drop_usage), StreamTracker(drop_usage)
+    out_whole, first_whole = whole.feed(b"".join(events) + tail)
+    out_apart, firsts = b"", 0
+    for ev in [*events, tail]:
+        out, first = apart.feed(ev)
+        out_apart += out
+        firsts += first
+    assert out_apart == out_whole
+    assert firsts == int(first_whole)
+    assert _state(apart) == _state(whole)
+
+
+def test_token_events_after_the_first_are_counted_and_forwarded() -> None:
+    tracker = StreamTracker()
+    tracker.feed(ROLE)
+    for tok in TOKENS:
+        assert tracker.feed(tok) == (tok, False)
+    assert tracker.content_events == 1 + len(TOKENS)
+    assert not tracker.done and tracker.usage is None
