@@ -27,11 +27,20 @@ CONFIG = {"backend": "sim", "workload": {"generator": {"sessions": 150}}}
 AKVC = [sys.executable, "-m", "agentic_kvc.cli"]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_run(cfg: Path, results: Path) -> subprocess.Popen[bytes]:
+    # pytest started in the background (`make test-all &`, nohup, a batch job) has SIGINT
+    # ignored, and an ignored signal stays ignored across exec: the run would finish instead
+    # of being interrupted (it passed only when something in this process had installed a
+    # SIGINT handler first). A terminal's Ctrl-C reaches a default handler; restore it.
     return subprocess.Popen(
         [*AKVC, "run", str(cfg), "--results", str(results)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=_default_sigint,
     )
 
 
