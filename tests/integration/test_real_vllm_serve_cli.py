@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -50,6 +51,7 @@ def test_serve_cli_ctrl_c_stops_every_process(tiny_model: Path, tmp_path: Path) 
         text=True,
         preexec_fn=_default_sigint,
     )
+    ports: list[str] = []
     try:
         lines: list[str] = []
         deadline = time.monotonic() + 400
@@ -73,9 +75,25 @@ def test_serve_cli_ctrl_c_stops_every_process(tiny_model: Path, tmp_path: Path) 
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         proc.wait(timeout=60)
         assert proc.returncode == 0
+        assert _pids_mentioning([f"--port {p}" for p in ports]) == []
     finally:
         if proc.poll() is None:
             proc.kill()
+        _stop_leftovers(ports)
     assert (logs / "vllm-0.log").is_file() and (logs / "proxy.log").is_file()
     assert (logs / "serve.json").is_file()
-    assert _pids_mentioning([f"--port {p}" for p in ports]) == []
+
+
+def _stop_leftovers(ports: list[str]) -> None:
+    """After a failure above, the engine and proxy `akvc serve` started must not outlive the
+    test (they would hold the cores for the tests after it): SIGTERM lets the engine stop its
+    own workers, SIGKILL what is still there after 30 s."""
+    needles = [f"--port {p}" for p in ports]
+    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 0.0)):
+        pids = _pids_mentioning(needles) if needles else []
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while pids and time.monotonic() < deadline and _pids_mentioning(needles):
+            time.sleep(0.5)
