@@ -330,7 +330,9 @@ class TierStore:
         """The first j >= m with hashes[j] an index key (the caller knows there is one)."""
         return next(compress(count(m), map(self.index.__contains__, hashes[m:])))
 
-    def _index(self, r: Run) -> None:
+    def _index(self, r: Run, marks: list[int] | None = None) -> None:
+        """Index run `r`: its head, and its blocks at MARK positions (`marks`, when the
+        caller has sliced them already)."""
         index, hs = self.index, r.hashes
         index[hs[0]] = r
         if r.lo % MARK:
@@ -339,8 +341,9 @@ class TierStore:
                 self.offb[r.lo // MARK] = {hs[0]: r.lo}
             else:
                 d[hs[0]] = r.lo
-        first = -r.lo % MARK  # index in hs of the first chain position divisible by MARK
-        index.update(zip(hs[first::MARK], repeat(r)))
+        if marks is None:
+            marks = hs[-r.lo % MARK :: MARK]  # from the first chain position divisible by MARK
+        index.update(zip(marks, repeat(r)))
 
     def put(
         self,
@@ -356,8 +359,8 @@ class TierStore:
         `sampled[i]`: run i is checked for stored blocks at its first block and its indexed
         positions only, not block by block (the caller knows it was not loaded from here; see
         `InstanceTiers.offload`)."""
-        lru, offb, index = self.lru, self.offb, self.index
-        keys = index.keys()
+        lru = self.lru
+        keys = self.index.keys()
         fresh: list[Run] = []
         new = 0
         for i, (lo, hashes) in enumerate(runs):
@@ -368,35 +371,19 @@ class TierStore:
             none = keys.isdisjoint(marks)
             if none and sampled is not None and sampled[i]:
                 # `_find(hashes, 0, lo)` probes hashes up to the next MARK position: past the
-                # MARK ones, only an off-MARK head can be found there, one of the bucket
-                # lo // MARK's (`_no_head`, inlined: most runs' bucket has none).
-                if first and offb:
-                    d = offb.get(lo // MARK)
-                    if d is not None:
-                        top = lo + min(first, len(hashes))
-                        for h, p in d.items():
-                            if lo <= p < top and hashes[p - lo] == h:
-                                none = self._find(hashes, 0, lo) is None
-                                break
+                # MARK ones, only an off-MARK head can be found there (bucket lo // MARK's).
+                if first and not self._no_head(hashes, lo, lo + min(first, len(hashes))):
+                    none = self._find(hashes, 0, lo) is None
             elif none:  # the rest of `_disjoint`
                 none = self._no_head(hashes, lo, lo + len(hashes))
             if none:
                 # No indexed block among them: the walk below would find none (it probes no
                 # block before hashes[0]), so none is stored (but the rare case in `_find`).
-                # A new run, indexed (`_index`, inlined, with the marks above) and most
-                # recent (`use`).
                 r = Run(lo, hashes)
-                index[hashes[0]] = r
-                if first:
-                    d = offb.get(lo // MARK)
-                    if d is None:
-                        offb[lo // MARK] = {hashes[0]: lo}
-                    else:
-                        d[hashes[0]] = lo
-                index.update(zip(marks, repeat(r)))
+                self._index(r, marks)
                 fresh.append(r)
                 new += len(hashes)
-                lru[r] = None
+                lru[r] = None  # a new run: most recent (`use`)
                 continue
             # The stored stretch from the run's start; after it, any stored block belongs to a
             # run that starts after it (one covering its end would have extended it), whose
@@ -449,7 +436,7 @@ class TierStore:
         if not held and not until and removed is None:
             # The common case (LRU, no KV events), with what the loop below does for it:
             # runs leave from the LRU's front, the last one cut from its tail.
-            pop, offb = index.pop, self.offb
+            pop = index.pop
             while n > 0 and lru:
                 r = next(iter(lru))
                 hs = r.hashes
@@ -457,14 +444,9 @@ class TierStore:
                 lo = r.lo
                 if n >= k:  # the whole run
                     _consume(map(pop, hs[-lo % MARK :: MARK], repeat(None)))
-                    h = hs[0]
-                    pop(h, None)  # the head
-                    if lo % MARK:  # (`_unhead`, inlined)
-                        d = offb.get(lo // MARK)
-                        if d is not None:
-                            d.pop(h, None)
-                            if not d:
-                                del offb[lo // MARK]
+                    pop(hs[0], None)  # the head
+                    if lo % MARK:
+                        self._unhead(hs[0], lo)
                     lru.popitem(False)
                     if below is not None:  # handed down as it is: the run is gone
                         out.append((lo, hs))
