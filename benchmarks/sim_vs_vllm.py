@@ -47,7 +47,6 @@ from agentic_kvc.analysis.envelope import (
     envelope,
     perfect_model_passes,
 )
-from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.calibrate.serving_fit import (
     SERVING_SEED,
     fit_and_store,
@@ -60,7 +59,7 @@ from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.profiles import CPU_TINY_FILE, load_cpu_profile
 from agentic_kvc.profiles.cost import EngineProfile
-from agentic_kvc.runs import execute, hardware_info
+from agentic_kvc.runs import execute, hardware_info, timing_conditions
 from agentic_kvc.serve.neighbours import busy_neighbours
 from agentic_kvc.sim.run_backend import profile_for, run_sim
 
@@ -440,7 +439,7 @@ def main() -> None:
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
         "started_at": started,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {**hardware_info(), **machine_facts()},
+        "machine": {**hardware_info(), **timing_conditions()},
         "profile": {
             "source": prof.source,
             "coefficients": getattr(prof.cost, "as_dict", lambda: {})(),

@@ -42,8 +42,8 @@ from typing import Any, Literal
 import yaml
 
 from agentic_kvc.analysis.experiments import override_item
-from agentic_kvc.calibrate.engine import machine_facts
 from agentic_kvc.config import load_config
+from agentic_kvc.runs import timing_conditions
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOWS = [[0, 600], [600, 1200], [1200, 1800]]  # the Mooncake cells' three 600 s windows
@@ -86,7 +86,7 @@ def ci_cell(r: Mapping[str, Any]) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """Where a benchmark ran: the host's facts (calibrate.engine.machine_facts), the
+    """Where a benchmark ran: the host's facts (runs.timing_conditions), the
     checkout's commit, and whether the code and configs that decide the numbers (src/,
     benchmarks/, config/) had uncommitted changes then (the commit alone would not say it)."""
 
@@ -97,7 +97,7 @@ def machine() -> dict[str, Any]:
         "status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks", "config"
     )
     return {
-        **machine_facts(),
+        **timing_conditions(),
         "git": git("rev-parse", "--short", "HEAD").strip(),
         "git_dirty": bool(dirty.strip()),
     }

@@ -33,7 +33,7 @@ from agentic_kvc.processor import processor_info
 from agentic_kvc.run_backend import Backend
 from agentic_kvc.run_backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.security import redact, within_root
-from agentic_kvc.serve.device import visible_gpus
+from agentic_kvc.serve.device import allowed_cores, visible_gpus
 
 RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
 TRACKED_PACKAGES = (
@@ -89,6 +89,9 @@ def cpu_model() -> str | None:
 
 
 def hardware_info() -> dict[str, Any]:
+    """Which machine this ran on (a run manifest's `hardware`, a benchmark's `machine`): the
+    host's name, CPU, processor, core count, GPUs, Python and OS. Facts of the host that do
+    not change between two runs on it; `timing_conditions` says how busy it was."""
     cpu = cpu_model() or platform.processor() or platform.machine()
     return {
         "hostname": socket.gethostname(),
@@ -98,6 +101,24 @@ def hardware_info() -> dict[str, Any]:
         "gpus": visible_gpus(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+    }
+
+
+def timing_conditions() -> dict[str, Any]:
+    """What a timing depends on, taken when it starts (a calibration profile's `machine`, a
+    timed benchmark's): the OS, CPU, processor and Python as `hardware_info` names them, the
+    cores this process may run on (taskset/cgroup, not the host's count) and the load average.
+
+    Not `hardware_info`: two timings on one host compare only with the same cores and a quiet
+    machine, and a committed profile needs no host name or GPU list. `cpu` is "" where
+    /proc/cpuinfo names no model (`hardware_info` falls back to `platform`'s guess)."""
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model() or "",
+        "processor": processor_info(),
+        "cores_visible": len(allowed_cores()),
+        "python": platform.python_version(),
+        "load_avg_at_start": list(os.getloadavg()),
     }
 
 

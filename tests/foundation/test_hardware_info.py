@@ -1,4 +1,4 @@
-"""A run manifest's hardware: the GPU names come from nvidia-smi when there is one."""
+"""A run manifest's hardware (GPU names from nvidia-smi) and a timing's conditions."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentic_kvc import runs
 from agentic_kvc.runs import hardware_info
 
 
@@ -28,3 +29,22 @@ def test_gpus_are_nvidia_smis_names_without_blank_lines(
 def test_no_gpus_without_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no nvidia-smi
     assert hardware_info()["gpus"] == []
+
+
+def test_timing_conditions_count_the_cores_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A profile's `machine` names the cores a timing had (taskset), not the host's count."""
+    monkeypatch.setattr(runs, "allowed_cores", lambda: [3])
+    facts = runs.timing_conditions()
+    assert list(facts) == [
+        "platform",
+        "cpu",
+        "processor",
+        "cores_visible",
+        "python",
+        "load_avg_at_start",
+    ]
+    assert facts["cores_visible"] == 1
+    assert len(facts["load_avg_at_start"]) == 3
+    assert "hostname" not in facts and "gpus" not in facts

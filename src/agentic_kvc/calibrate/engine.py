@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
-import platform
 import random
 import statistics
 import sys
@@ -32,10 +30,9 @@ import httpx
 import numpy as np
 
 from agentic_kvc.portable import round_significant
-from agentic_kvc.processor import processor_info
 from agentic_kvc.profiles.linear import FEATURES, LinearStepCost, step_features
 from agentic_kvc.profiles.models import get_model
-from agentic_kvc.runs import cpu_model
+from agentic_kvc.runs import timing_conditions
 
 OUTLIER_REL_ERROR = 0.6  # a probe this far off the first fit is treated as disturbed
 # Token ids for prompts: above the tiny tokenizer's special tokens, inside its vocabulary.
@@ -266,17 +263,6 @@ async def decode_time_totals(client: httpx.AsyncClient, url: str) -> tuple[float
     return total, count
 
 
-def machine_facts() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu_model() or "",
-        "processor": processor_info(),
-        "cores_visible": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "load_avg_at_start": list(os.getloadavg()),
-    }
-
-
 def measurements_from_doc(doc: dict[str, Any], where: str) -> list[Measurement]:
     """The probes stored in a profile file's residuals (to refit without an engine)."""
     try:
@@ -358,7 +344,7 @@ def calibrate(
         "seed": seed,
         "vllm_version": vllm.get("version"),
         "vllm_distribution": vllm.get("distribution"),
-        "machine": machine_facts(),
+        "machine": timing_conditions(),
         "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1),
         "command": " ".join(["akvc", "calibrate", *sys.argv[1:]])
