@@ -258,7 +258,7 @@ def analyse(
             + ("" if beyond else "; within the repeats' spread")
         )
     for v, c, spread in against_unified:
-        where = "beyond" if c.significant and abs(c.rel_diff) > spread else "within"
+        where = "beyond" if beyond_spread(c, spread) else "within"
         parts.append(
             f"{v} vs unified ({diff_cell(c)}) is {where} the repeats' spread "
             f"({spread * 100:.0f}% of the mean)"
@@ -269,7 +269,7 @@ def analyse(
         c = compare(real, repin, pinning, "ttft_p50")
         if c is not None:
             spread = max(spread_of[repin], spread_of[pinning])
-            beyond = c.significant and abs(c.rel_diff) > spread
+            beyond = beyond_spread(c, spread)
             parts.append(
                 f"in the archived campaign, vLLM's own NIXL pinning against the re-pin moves "
                 f"adaptive v2's TTFT p50 by {diff_cell(c)}, "
