@@ -320,3 +320,28 @@ def test_bad_urls() -> None:
         UpstreamPool("ftp://x:1")
     assert UpstreamPool("https://example.org").port == 443
     assert UpstreamPool("http://[::1]:8080").host == "::1"
+
+
+def test_large_body_read_whole_does_not_stall_at_the_pause() -> None:
+    """`read()` waits for the end of a body larger than the pause threshold: reading must go
+    on, or the answer only ends at the deadline (a non-streamed response over 1 MB did)."""
+    payload = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MB
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(payload))
+        for i in range(0, len(payload), 65536):  # in pieces, as a server writes a big body
+            w.write(payload[i : i + 65536])
+            await w.drain()
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.5)
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            pool = UpstreamPool(srv.url)
+            resp = await pool.request("GET", "/big", timeout_s=5)
+            assert await resp.read() == payload
+            resp.release()
+            pool.close()
+
+    asyncio.run(main())

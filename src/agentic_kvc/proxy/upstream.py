@@ -68,6 +68,7 @@ class UpstreamResponse:
         "_headers_done",
         "_loop",
         "_waiter",
+        "_whole",
         "complete",
         "headers",
         "status",
@@ -85,6 +86,7 @@ class UpstreamResponse:
         self._waiter: asyncio.Future[None] | None = None
         self._headers_done = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._whole = False  # read(): wake the reader only at the body's end (or an error)
 
     # ---- reading -----------------------------------------------------------------------
 
@@ -123,7 +125,13 @@ class UpstreamResponse:
         return self._take()
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body. Reading is not paused at `_PAUSE_BYTES` for it (it takes nothing
+        before the end, so a larger body used to stall until the deadline), and its task is
+        woken at the end, not at every socket read."""
+        self._whole = True
+        conn = self._conn
+        if conn is not None and conn.paused:
+            conn.resume()
         while not self.complete:
             await self._wait()
         return self._take() if self._buf else b""
@@ -209,6 +217,10 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             resp._fail(UpstreamDropped(f"{self.pool.url}: malformed HTTP response: {exc}"))
             self.close()
+            return
+        if resp._whole:
+            if resp.complete:
+                resp._wake()
             return
         if resp._buffered > _PAUSE_BYTES and self.transport is not None and not self.paused:
             self.paused = True
