@@ -93,7 +93,7 @@ def count_run(
         rel = log_release.pop(id(log), [-1] * len(log))
         c["offloads"] += 1
         c["runs"] += len(log)
-        merged = len(log)
+        joins = [False] * len(log)  # entry k continues entry k - 1 and may merge with it
         for k, (lo, hs, below) in enumerate(log):
             c["blocks"] += len(hs)
             sizes[min(len(hs) // 16, 8)] += 1
@@ -101,12 +101,11 @@ def count_run(
                 plo, _phs, pbelow = log[k - 1]
                 if lo + len(hs) == plo:
                     c["adjacent"] += 1
-                    if below == pbelow and rel[k] == rel[k - 1] != -1:
-                        c["mergeable"] += 1
-                        merged -= 1
-        c["runs_if_merged"] += merged
+                    joins[k] = below == pbelow and rel[k] == rel[k - 1] != -1
+        c["mergeable"] += sum(joins)
+        c["runs_if_merged"] += len(log) - sum(joins)
         if merge:
-            log = merged_log(log, rel)
+            log = merged_log(log, joins)
         orig_offload(self, log, now)
 
     pool.release, pool.release_first, pool._uncache = release, release_first, uncache  # type: ignore[method-assign]
@@ -139,19 +138,16 @@ def count_run(
     return row, cpu, float(np.percentile(ttft, 90))
 
 
-def merged_log(log: list[Any], rel: list[int]) -> list[Any]:
-    """The eviction log with each mergeable pair (module docstring) as one run."""
+def merged_log(log: list[Any], joins: list[bool]) -> list[Any]:
+    """The eviction log with each entry that `joins` the one before it (module docstring)
+    handed down as one run with it."""
     out: list[Any] = []
-    out_rel: list[int] = []
-    for k, (lo, hs, below) in enumerate(log):
-        if out:
-            plo, phs, pbelow = out[-1]
-            if lo + len(hs) == plo and below == pbelow and rel[k] == out_rel[-1] != -1:
-                hs.extend(phs)  # this piece's list is the pool's no more (handed down)
-                out[-1] = (lo, hs, below)
-                continue
-        out.append((lo, hs, below))
-        out_rel.append(rel[k])
+    for (lo, hs, below), join in zip(log, joins, strict=True):
+        if join:
+            hs.extend(out[-1][1])  # this piece's list is the pool's no more (handed down)
+            out[-1] = (lo, hs, below)
+        else:
+            out.append((lo, hs, below))
     return out
 
 

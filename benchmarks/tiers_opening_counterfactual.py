@@ -79,9 +79,9 @@ class OpeningsBySticky(PredictedTTFT):
         return chosen, "opening_by_sticky", out[2]
 
 
-def run(sets: list[str], counterfactual: bool) -> list[dict[str, Any]]:
-    """One run's request records (`counterfactual`: predicted_ttft's openings by sticky)."""
-    cell = study("tiers_agentic_lo")
+def run(cell: dict[str, Any], sets: list[str], counterfactual: bool) -> list[dict[str, Any]]:
+    """One run of the cell (`study`) with `sets`, its request records (`counterfactual`:
+    predicted_ttft's openings by sticky)."""
     base_sets = [f"{k}={v}" for k, v in cell["set"].items()]
     config = load_config(REPO / cell["base"], [*base_sets, *sets])
     fleet = SimFleet(config, load_workload(config.workload, config.seed), profile_for(config))
@@ -100,6 +100,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=0.05, help="sessions per second")
     ap.add_argument("--host-gib", type=float, default=128)
     args = ap.parse_args()
+    cell = study("tiers_agentic_lo")
     frames = []
     for seed in range(args.seeds):
         for label, policy, cf in VARIANTS:
@@ -110,10 +111,10 @@ def main() -> int:
                 f"seed={seed}",
             ]
             frames.append(
-                request_frame(run(sets, cf)).with_columns(
+                request_frame(run(cell, sets, cf)).with_columns(
                     pl.lit(label).alias("variant"),
                     pl.lit(seed).alias("seed"),
-                    pl.lit(study("tiers_agentic_lo")["set"]["fleet.instances"]).alias("instances"),
+                    pl.lit(cell["set"]["fleet.instances"]).alias("instances"),
                 )
             )
     df = pl.concat(frames)
