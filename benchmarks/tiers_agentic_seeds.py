@@ -52,6 +52,7 @@ import yaml
 from agentic_kvc.analysis.experiments import Plan, expand
 from agentic_kvc.analysis.studies import run_study, tiers
 from agentic_kvc.analysis.studies.base import compare, diff_cell, load_study
+from agentic_kvc.paired import PairedResult
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -140,16 +141,43 @@ def run_batch(plan: Plan, results: Path, seeds: set[int] | None) -> dict[str, fl
     }
 
 
-def summary(rows: list[tiers.Row]) -> list[dict[str, str]]:
+def paired(r: PairedResult | None) -> dict[str, Any] | None:
+    """A paired comparison as numbers (the report's summariser reads these; the formatted
+    cells beside them are what docs/kv_tiers.md's tables print)."""
+    if r is None:
+        return None
+    return {
+        "baseline": r.baseline,
+        "candidate": r.candidate,
+        "rel_diff": r.rel_diff,
+        "ci_low": r.ci_low,
+        "ci_high": r.ci_high,
+        "n_pairs": r.n_pairs,
+        "significant": r.significant,
+    }
+
+
+def summary(rows: list[tiers.Row]) -> list[dict[str, Any]]:
     """Per cell: the best HBM-only peer's rows (its gain from each host setup), each setup's
     best peer's and predicted_ttft's rows (ours against that peer), as the study's table
-    prints them (`tiers.Row.cells`)."""
+    prints them (`tiers.Row.cells`), and those comparisons as numbers (`paired`)."""
     keep = []
     for r in rows:
         best = r.best_hbm_only_peer or ""
         wanted = r.router in (best, tiers.OURS) or r.router == r.best_peer
         if r.tier != tiers.CEILING and wanted:
-            keep.append({"cell": r.cell, **r.cells(), "best_hbm_only_peer": best})
+            keep.append(
+                {
+                    "cell": r.cell,
+                    **r.cells(),
+                    "best_hbm_only_peer": best,
+                    "paired": {
+                        "vs_hbm_only": paired(r.vs_hbm),
+                        "vs_best_peer": paired(r.vs_peer),
+                        "vs_best_peer_e2e": paired(r.vs_peer_e2e),
+                    },
+                }
+            )
     return keep
 
 
@@ -190,6 +218,7 @@ def best_vs_best(df: pl.DataFrame, rows: list[tiers.Row]) -> list[dict[str, Any]
                     "hbm_only_best": base,
                     "tier_best": cand,
                     "ttft_p90_vs_hbm_only": diff_cell(r),
+                    "paired": paired(r),
                     "per_seed_p90_s": {
                         arm: [round(v, 2) for v in per_seed.filter(pl.col("arm") == arm)["p90"]]
                         for arm in (tiers.HBM_ONLY, tier)
