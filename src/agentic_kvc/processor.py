@@ -35,16 +35,48 @@ VECTOR_FLAGS = (
 )
 
 
-def parse_cpuinfo(text: str) -> dict[str, Any]:
-    """The first processor's fields of a /proc/cpuinfo text (x86 or Arm)."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """The first processor's `key: value` fields of a /proc/cpuinfo text (all are alike here);
+    a line above the first block, as older Arm kernels write, counts as part of it."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
             if fields:
-                break  # the first processor's block is enough: all are alike here
+                break  # the first processor's block is enough
             continue
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def read_cpuinfo(cpuinfo: Path = CPUINFO) -> dict[str, str] | None:
+    """`cpuinfo_fields` of this machine's /proc/cpuinfo; None where there is none (not Linux).
+
+    The one place that reads the file: a run's `cpu` (`cpu_model`) and its `processor`
+    (`processor_info`) both come from here."""
+    try:
+        return cpuinfo_fields(cpuinfo.read_text())
+    except OSError:
+        return None
+
+
+def cpu_model(cpuinfo: Path = CPUINFO) -> str | None:
+    """The "model name" line of /proc/cpuinfo, as a run's `cpu` records it: None where it has
+    none (aarch64; no file). Unlike `parse_cpuinfo`'s `model_name`, no fall back to Arm's
+    "Processor" line: recorded `cpu` values stay what they were."""
+    fields = read_cpuinfo(cpuinfo)
+    return None if fields is None else fields.get("model name")
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The first processor's fields of a /proc/cpuinfo text (x86 or Arm)."""
+    return _processor_fields(cpuinfo_fields(text))
+
+
+def _processor_fields(fields: dict[str, str]) -> dict[str, Any]:
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     return {
         "model_name": fields.get("model name") or fields.get("Processor") or None,
@@ -56,11 +88,12 @@ def parse_cpuinfo(text: str) -> dict[str, Any]:
     }
 
 
-def processor_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+def processor_info(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
     """This machine's processor: `parse_cpuinfo` plus the architecture and a short label."""
-    try:
-        info = parse_cpuinfo(cpuinfo.read_text())
-    except OSError:
+    fields = read_cpuinfo(cpuinfo)
+    if fields is not None:
+        info = _processor_fields(fields)
+    else:
         info = {"model_name": platform.processor() or None, "vector_extensions": []}
     info["arch"] = platform.machine()
     info["label"] = processor_label(info)

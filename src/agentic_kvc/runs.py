@@ -29,7 +29,7 @@ from typing import Any
 from agentic_kvc.config import RunConfig
 from agentic_kvc.io import atomic_write_json, atomic_write_jsonl, read_jsonl
 from agentic_kvc.metrics.summary import summarize
-from agentic_kvc.processor import processor_info
+from agentic_kvc.processor import cpu_model, processor_info
 from agentic_kvc.run_backend import Backend
 from agentic_kvc.run_backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.security import redact, within_root
@@ -75,17 +75,6 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return out
-
-
-def cpu_model() -> str | None:
-    """The CPU's model name from /proc/cpuinfo (None where it is not Linux or has none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def hardware_info() -> dict[str, Any]:

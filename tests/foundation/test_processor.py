@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
+import pytest
+
+from agentic_kvc import runs
 from agentic_kvc.analysis.studies.real import RECALIBRATE, processor_note
-from agentic_kvc.processor import parse_cpuinfo, processor_label, same_processor
+from agentic_kvc.processor import parse_cpuinfo, processor_info, processor_label, same_processor
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -85,3 +89,67 @@ def test_study_note_says_when_the_profile_is_from_another_processor(tmp_path: Pa
     # A profile that recorded only a model name that matches nothing is not called the same.
     unknown = processor_note(runs, _profile(tmp_path, {"cpu": "Intel(R) Xeon(R) Processor"}))
     assert RECALIBRATE in unknown
+
+
+# Two other Arm layouts: a 32-bit Raspberry Pi names its model on each processor, and kernels
+# before 3.8 put a "Processor" line above the blocks instead.
+ARM_PI = """processor\t: 0
+model name\t: ARMv7 Processor rev 4 (v7l)
+BogoMIPS\t: 38.40
+Features\t: half thumb fastmult vfp edsp neon vfpv3 tls vfpv4 idiva idivt vfpd32 lpae evtstrm
+CPU implementer\t: 0x41
+
+Hardware\t: BCM2835
+"""
+ARM_OLD = """Processor\t: ARMv7 Processor rev 0 (v7l)
+processor\t: 0
+BogoMIPS\t: 1581.05
+Features\t: swp half thumb fastmult vfp edsp neon vfpv3 tls
+CPU implementer\t: 0x41
+CPU architecture: 7
+CPU part\t: 0xc09
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "cpu", "timing_cpu", "model_name"),
+    [
+        (INTEL, *["Intel(R) Xeon(R) Platinum 8480+"] * 3),
+        (AMD, *["AMD EPYC 7B13"] * 3),
+        # No "model name" line: the run's `cpu` is `platform`'s guess (timings record ""),
+        # while the processor's name falls back to Arm's own "Processor" line where it has one.
+        (ARM, "aarch64", "", None),
+        (ARM_PI, *["ARMv7 Processor rev 4 (v7l)"] * 3),
+        (ARM_OLD, "aarch64", "", "ARMv7 Processor rev 0 (v7l)"),
+        (None, "aarch64", "", None),  # no /proc/cpuinfo at all
+    ],
+    ids=["intel", "amd", "arm", "arm-pi", "arm-old", "none"],
+)
+def test_cpu_and_processor_name_from_one_cpuinfo(
+    monkeypatch: pytest.MonkeyPatch,
+    text: str | None,
+    cpu: str,
+    timing_cpu: str,
+    model_name: str | None,
+) -> None:
+    """A run's `cpu` and its processor's `model_name` both come from /proc/cpuinfo: each
+    reader's answer on x86 and Arm texts (pinned when the two readers became one)."""
+    read_text = Path.read_text
+
+    def fake_read_text(self: Path, *args: object, **kw: object) -> str:
+        if str(self) == "/proc/cpuinfo":
+            if text is None:
+                raise FileNotFoundError(self)
+            return text
+        return read_text(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", fake_read_text)
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(runs, "visible_gpus", lambda: [])
+    assert runs.hardware_info()["cpu"] == cpu
+    assert runs.timing_conditions()["cpu"] == timing_cpu
+    info = processor_info()
+    assert info["model_name"] == model_name
+    assert runs.hardware_info()["processor"] == info == runs.timing_conditions()["processor"]
+    assert info["label"].startswith(model_name or "aarch64")
