@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.proxy.server import HOLD_HEADERS, ServerThread, _http_impl, holding_supported
+from agentic_kvc.proxy.server import (
+    HOLD_HEADERS,
+    ServerThread,
+    _http_impl,
+    holding_supported,
+    run_lifespan,
+)
 
 pytestmark = pytest.mark.skipif(
     _http_impl() != "httptools" or not holding_supported(),
@@ -23,11 +29,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """`/hold`, `/plain`: head, a pause, then the body. `/stream-hold`: held head, a pause,
     an empty body message, a pause, then an event. `/head-only`: held head, empty body."""
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            await send({"type": msg["type"] + ".complete"})
-            if msg["type"] == "lifespan.shutdown":
-                return
+        await run_lifespan(receive, send)
+        return
     path = scope["path"]
     await receive()
     if path == "/stream-hold":

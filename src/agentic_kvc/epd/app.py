@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from agentic_kvc.epd.proxy import EncodeError, EPDRouter, forward, forward_stream
+from agentic_kvc.proxy.server import run_lifespan
 
 log = logging.getLogger(__name__)
 GENERATE = ("/v1/completions", "/v1/chat/completions")
@@ -64,15 +65,14 @@ class EPDApp:
             self.client = httpx.AsyncClient(limits=limits, **self._client_kw)
         return self.client
 
+    async def _close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.shutdown" and self.client is not None:
-                    await self.client.aclose()
-                await send({"type": msg["type"] + ".complete"})
-                if msg["type"] == "lifespan.shutdown":
-                    return
+            await run_lifespan(receive, send, shutdown=self._close)
+            return
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]

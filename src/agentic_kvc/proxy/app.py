@@ -270,26 +270,13 @@ class ProxyApp:
                 msg = f"no route for {method} {path}"
                 await _respond(send, 404, error_body(msg, "not_found_error", 404))
         elif kind == "lifespan":
-            await self._lifespan(receive, send)
+            from agentic_kvc.proxy.server import run_lifespan  # server.py imports this module
+
+            await run_lifespan(receive, send, self.startup, self.shutdown)
 
     def _authorized(self, scope: Scope) -> bool:
         got = _header(scope["headers"], b"authorization") or b""
         return hmac.compare_digest(got, b"Bearer " + self._api_key)  # type: ignore[operator]
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _health(self, send: Send) -> None:
         engines = [{"url": e.url, "healthy": e.healthy} for e in self.engines]

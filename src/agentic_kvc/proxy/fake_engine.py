@@ -18,6 +18,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from agentic_kvc.proxy.server import run_lifespan
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -47,11 +49,8 @@ class FakeVLLM:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                await send({"type": msg["type"] + ".complete"})
-                if msg["type"] == "lifespan.shutdown":
-                    return
+            await run_lifespan(receive, send)
+            return
         path = scope["path"]
         if path == "/health":
             await _reply(send, 200, b"", b"text/plain")
