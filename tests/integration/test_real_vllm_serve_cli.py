@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.process_helpers import default_sigint
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,24 +34,18 @@ def _pids_mentioning(needles: list[str]) -> list[int]:
     return found
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_serve_cli_ctrl_c_stops_every_process(tiny_model: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     cmd = [sys.executable, "-m", "agentic_kvc.cli", "serve", "vllm", "-n", "1"]
     cmd += ["--model", str(tiny_model), "--device", "cpu", "--proxy", "--log-dir", str(logs)]
-    # A shell starting pytest in the background (`make test-all &`, nohup, a batch job) leaves
-    # SIGINT ignored, and an ignored signal stays ignored across exec: the CLI would never see
-    # the Ctrl-C this test sends. A terminal's Ctrl-C reaches a default handler, so restore it.
+    # SIGINT as a terminal's Ctrl-C finds it, even when pytest runs in the background.
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     ports: list[str] = []
     try:

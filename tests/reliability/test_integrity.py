@@ -21,26 +21,20 @@ from agentic_kvc.proxy.server import ServerThread
 from agentic_kvc.runs import RUN_FILES, complete_runs, execute, is_complete
 from agentic_kvc.security import PathEscape
 from agentic_kvc.serve.services import ProxyProcess
+from tests.process_helpers import default_sigint
 
 # A simulated run of a few seconds: long enough to be interrupted in the middle.
 CONFIG = {"backend": "sim", "workload": {"generator": {"sessions": 150}}}
 AKVC = [sys.executable, "-m", "agentic_kvc.cli"]
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start_run(cfg: Path, results: Path) -> subprocess.Popen[bytes]:
-    # pytest started in the background (`make test-all &`, nohup, a batch job) has SIGINT
-    # ignored, and an ignored signal stays ignored across exec: the run would finish instead
-    # of being interrupted (it passed only when something in this process had installed a
-    # SIGINT handler first). A terminal's Ctrl-C reaches a default handler; restore it.
+    # SIGINT as a terminal's Ctrl-C finds it, even when pytest runs in the background.
     return subprocess.Popen(
         [*AKVC, "run", str(cfg), "--results", str(results)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
 
 
