@@ -246,3 +246,68 @@ def test_the_online_cost_clause_alone_names_its_tiered_setup(tmp_path: Path) -> 
     doc["moon"]["today_vs_dynamo_kv"]["ttft_p90"] = _cmp(-0.05, -0.1, 0.01)
     (tmp_path / "tiers_online_cost.json").write_text(json.dumps(doc))
     assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]
+
+
+def test_the_tiers_headline_adds_the_many_seeds_run_when_its_file_is_there(
+    tmp_path: Path,
+) -> None:
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    gain, ours, worst = h.sources
+    findings = {
+        "tiers": [
+            f"{gain} -41.1% [-68.1, -2.8] (5 paired replicates)",
+            f"{ours} sticky_least_loaded, TTFT p90: -8.8% [-17.6, +3.5] n.s. (5)",
+            f"{worst} (trace x2 vs sticky_least_loaded), TTFT p90: +16.4% [+2.2, +34.2] (11)",
+        ]
+    }
+    (alone,) = [r.text for r in render_headlines(findings, [tmp_path])]
+    assert "seeds" not in alone
+    cell = "agentic-long, heavy-tailed pauses, 0.1 sessions/s"
+
+    def p(rel: float, lo: float, hi: float) -> dict:
+        return {"rel_diff": rel, "ci_low": lo, "ci_high": hi}
+
+    def ours_row(tiers: str, vs: dict | None) -> dict:
+        return {
+            "cell": cell,
+            "tiers": tiers,
+            "router": "predicted_ttft",
+            "paired": {"vs_hbm_only": None, "vs_best_peer": vs, "vs_best_peer_e2e": vs},
+        }
+
+    doc = {
+        "seeds": list(range(31)),
+        "best_vs_best": [
+            {
+                "cell": cell,
+                "tier": "host 128 GiB",
+                "hbm_only_best": "sglang_cache_aware",
+                "tier_best": "sticky_least_loaded",
+                "paired": p(-0.617, -0.738, -0.436),
+            }
+        ],
+        "rows": [
+            {
+                "cell": cell,
+                "tiers": "host 128 GiB",
+                "router": "sglang_cache_aware",
+                "paired": {
+                    "vs_hbm_only": p(-0.511, -0.634, -0.336),
+                    "vs_best_peer": None,
+                    "vs_best_peer_e2e": None,
+                },
+            },
+            ours_row("HBM only", p(0.5, 0.1, 0.9)),  # not a tiered setup: not counted
+            ours_row("host 128 GiB", p(0.037, 0.003, 0.071)),
+            ours_row("host 16 GiB", p(-0.05, -0.1, 0.01)),
+        ],
+    }
+    (tmp_path / "tiers_agentic_seeds.json").write_text(json.dumps(doc))
+    (text,) = [r.text for r in render_headlines(findings, [tmp_path])]
+    assert text.startswith(alone)
+    assert (
+        "Over 31 seeds (tiers_agentic_seeds) the fleet with that tier and its best router "
+        "(sticky_least_loaded) against the HBM-only fleet with its best: -61.7% [-73.8, -43.6]; "
+        "the same router with and without: -51.1% [-63.4, -33.6]; predicted_ttft significantly "
+        "worse than the best peer in 1 of 2 tiered setups there." in text
+    )

@@ -350,6 +350,47 @@ def online_cost_clause(doc: Mapping[str, Any], there: str | None = None) -> str 
     )
 
 
+def _paired_value(p: Mapping[str, Any]) -> Value:
+    """A benchmark's numeric comparison ({rel_diff, ci_low, ci_high}) as a Value in %."""
+    return Value(
+        float(p["rel_diff"]) * 100, float(p["ci_low"]) * 100, float(p["ci_high"]) * 100, ""
+    )
+
+
+def seeds_clause(doc: Mapping[str, Any], cell: str = TIERS_CELL) -> str | None:
+    """The tiers finding over more seeds, from benchmarks/tiers_agentic_seeds.py's file: on
+    `cell` with a 128 GiB host tier, the fleet with the tier and its best router against the
+    HBM-only fleet with its best, and the same router with and without; how many tiered setups
+    predicted_ttft is significantly worse than the best peer in. None if the file lacks them."""
+    try:
+        n = len(doc["seeds"])
+        (bvb,) = [
+            b for b in doc["best_vs_best"] if b["cell"] == cell and b["tier"] == "host 128 GiB"
+        ]
+        (same,) = [
+            r
+            for r in doc["rows"]
+            if r["cell"] == cell
+            and r["tiers"] == "host 128 GiB"
+            and str(r["router"]).split()[0] == bvb["hbm_only_best"]
+        ]
+        best, plain = _paired_value(bvb["paired"]), _paired_value(same["paired"]["vs_hbm_only"])
+        ours = [
+            _paired_value(r["paired"]["vs_best_peer"])
+            for r in doc["rows"]
+            if r["tiers"] != "HBM only" and r["paired"]["vs_best_peer"] is not None
+        ]
+    except (KeyError, TypeError, ValueError):
+        return None
+    worse = sum(v.significant and v.value > 0 for v in ours)
+    return (
+        f"Over {n} seeds (tiers_agentic_seeds) the fleet with that tier and its best router "
+        f"({bvb['tier_best']}) against the HBM-only fleet with its best: {best.interval()}; "
+        f"the same router with and without: {plain.interval()}; predicted_ttft significantly "
+        f"worse than the best peer in {worse} of {len(ours)} tiered setups there."
+    )
+
+
 def tier_needs_headline(
     links: Mapping[str, Any] | None, online: Mapping[str, Any] | None
 ) -> str | None:
@@ -406,7 +447,10 @@ def render_headlines(
         lines = [_line(findings.get(h.study, ()), src) for src in h.sources]
         values = [parse(x, h.unit) if x else None for x in lines]
         if all(v is not None for v in values):
-            out.append(Rendered(h.label, h.study, h.words(*values)))
+            words = h.words(*values)
+            seeds = _bench(bench_dirs, "tiers_agentic_seeds") if h.study == "tiers" else None
+            more = seeds_clause(seeds) if seeds else None
+            out.append(Rendered(h.label, h.study, f"{words} {more}" if more else words))
             if h.study == "tiers":  # what the tiers finding's lead needs, right after it
                 links = _bench(bench_dirs, "tiers_link_misspec")
                 online = _bench(bench_dirs, "tiers_online_cost")
