@@ -9,13 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.proxy.server import (
-    HOLD_HEADERS,
-    ServerThread,
-    _http_impl,
-    holding_supported,
-    run_lifespan,
-)
+from agentic_kvc.proxy.asgi import run_lifespan
+from agentic_kvc.proxy.server import HOLD_HEADERS, ServerThread, _http_impl, holding_supported
 
 pytestmark = pytest.mark.skipif(
     _http_impl() != "httptools" or not holding_supported(),

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.proxy.server import ServerThread, run_lifespan
+from agentic_kvc.proxy.asgi import run_lifespan
+from agentic_kvc.proxy.server import ServerThread
 
 
 def _handshake(startup: Any = None, shutdown: Any = None) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from agentic_kvc.epd.proxy import EncodeError, EPDRouter, forward, forward_stream
-from agentic_kvc.proxy.server import run_lifespan
+from agentic_kvc.proxy.asgi import run_lifespan
 
 log = logging.getLogger(__name__)
 GENERATE = ("/v1/completions", "/v1/chat/completions")

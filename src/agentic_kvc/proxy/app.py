@@ -26,7 +26,6 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import msgspec
@@ -38,6 +37,7 @@ from agentic_kvc.policy.base import Decision, NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
+from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
 from agentic_kvc.proxy.metrics import ProxyMetrics
@@ -50,11 +50,6 @@ from agentic_kvc.proxy.stream import StreamTracker
 from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, UpstreamResponse
 
 log = logging.getLogger("agentic_kvc.proxy")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on GPUs; replaced by the engine's cache_config_info
 GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions"])
@@ -270,8 +265,6 @@ class ProxyApp:
                 msg = f"no route for {method} {path}"
                 await _respond(send, 404, error_body(msg, "not_found_error", 404))
         elif kind == "lifespan":
-            from agentic_kvc.proxy.server import run_lifespan  # server.py imports this module
-
             await run_lifespan(receive, send, self.startup, self.shutdown)
 
     def _authorized(self, scope: Scope) -> bool:

@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from agentic_kvc.proxy.server import run_lifespan
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+from agentic_kvc.proxy.asgi import Receive, Scope, Send, run_lifespan
 
 
 class FakeDrop(Exception):

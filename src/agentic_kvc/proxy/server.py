@@ -19,12 +19,12 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
-from agentic_kvc.proxy.app import HOLD_HEADERS, ProxyApp, Receive, Send, create_app
+from agentic_kvc.proxy.app import HOLD_HEADERS, ProxyApp, create_app
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.security import warn_if_exposed
 
@@ -54,41 +54,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-__all__ = [
-    "HOLD_HEADERS",
-    "ProxyThread",
-    "ServerThread",
-    "proxy_running",
-    "run_lifespan",
-    "run_proxy",
-]
-
-
-async def run_lifespan(
-    receive: Receive,
-    send: Send,
-    startup: Callable[[], Awaitable[None]] | None = None,
-    shutdown: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """An ASGI app's side of a `lifespan` scope, for every app served here (the proxy, the EPD
-    proxy, the fake engine, test apps): startup and shutdown are each answered once their hook,
-    if any, has run. A startup hook that raises answers `lifespan.startup.failed` with its
-    message, and uvicorn then does not serve."""
-    while True:
-        msg = await receive()
-        if msg["type"] == "lifespan.startup":
-            if startup is not None:
-                try:
-                    await startup()
-                except Exception as exc:
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-            await send({"type": "lifespan.startup.complete"})
-        elif msg["type"] == "lifespan.shutdown":
-            if shutdown is not None:
-                await shutdown()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+__all__ = ["HOLD_HEADERS", "ProxyThread", "ServerThread", "proxy_running", "run_proxy"]
 
 
 class _HeldHead:
