@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from agentic_kvc.config import FleetConfig
+from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.replay.client import completion_body
@@ -63,9 +64,20 @@ def _post_to(client: httpx.Client, body: dict, instance: int) -> httpx.Response:
     raise AssertionError(f"instance {instance} never answered")
 
 
+def _generated(url: str) -> float:
+    """The engine's generation tokens so far (its /metrics counter)."""
+    m = parse_vllm_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
+    assert m.generation_tokens is not None, "no vllm:generation_tokens_total"
+    return m.generation_tokens
+
+
+STREAM_TOKENS = 2_000
+CUT_ATTEMPTS = 15  # under two busy loops beside it one run needed 7
+
+
 def test_kill_mid_stream_then_restart(fleet: VllmFleet, tmp_path: Path) -> None:
     short = completion_body(fleet.model_name, list(range(200, 264)), 4, None, stream=False)
-    long_stream = completion_body(fleet.model_name, list(range(300, 364)), 2_000, None)
+    long_stream = completion_body(fleet.model_name, list(range(300, 364)), STREAM_TOKENS, None)
     # `watching`: scrapes and probes, so it sees the kill and the return. `idle`: scraping off
     # and no traffic during the fault, so it knows nothing of the restart and still holds the
     # keep-alive connections it pooled before: the first request after the restart must not
@@ -80,23 +92,38 @@ def test_kill_mid_stream_then_restart(fleet: VllmFleet, tmp_path: Path) -> None:
             # next pick is instance 1 (requests are sequential, so the order is fixed).
             _post_to(c, short, 1)
             _post_to(c, short, 0)
-        # 1. A stream on instance 1 is cut by a SIGKILL: an error event, then the end.
-        with cw.stream("POST", "/v1/completions", json=long_stream) as r:
-            if r.headers["x-akvc-decode"] != "1":
-                r.read()
-                raise AssertionError("round robin did not send the stream to instance 1")
-            lines = r.iter_lines()
-            got = [next(lines) for _ in range(10)]
-            assert any(g.startswith("data: {") for g in got)
-            t_kill = time.monotonic()
-            fleet.kill(1)
-            rest = list(lines)  # must end: no hang
+        # 1. A stream on instance 1 is cut by a SIGKILL: an error event, then the end. The
+        # kill must land while the engine is still generating: vLLM's CPU engine on a 2-core
+        # host sometimes holds a whole stream (its API server starved by the busy engine
+        # cores) and sends it in one burst at the end, and then no client-side moment is
+        # "mid-stream". So the engine's own /metrics must answer with the stream's tokens
+        # not all generated; else the stream runs out and another one is tried (instance 0
+        # takes round robin's turn between them). Only the kill is retried, never a check.
+        for _attempt in range(CUT_ATTEMPTS):
+            before = _generated(fleet.urls[1])
+            with cw.stream("POST", "/v1/completions", json=long_stream) as r:
+                if r.headers["x-akvc-decode"] != "1":
+                    r.read()
+                    raise AssertionError("round robin did not send the stream to instance 1")
+                lines = r.iter_lines()
+                got = [next(lines) for _ in range(10)]
+                assert any(g.startswith("data: {") for g in got)
+                if _generated(fleet.urls[1]) - before >= STREAM_TOKENS:
+                    list(lines)  # generated already: it would arrive whole; drain it
+                    _post_to(cw, short, 0)
+                    continue
+                t_kill = time.monotonic()
+                fleet.kill(1)
+                rest = list(lines)  # must end: no hang
+            break
+        else:
+            raise AssertionError(f"no stream of {CUT_ATTEMPTS} was still generating at the kill")
         assert time.monotonic() - t_kill < 30
         events = [e for e in got + rest if e.startswith("data: ")]
         assert events[-1] == "data: [DONE]"
         err = json.loads(events[-2].removeprefix("data: "))["error"]
         assert err["code"] == 502 and err["type"] == "upstream_error"
-        assert sum(e.startswith('data: {"id"') for e in events) < 2_000
+        assert sum(e.startswith('data: {"id"') for e in events) < STREAM_TOKENS
         # 2. Excluded: the watching proxy sends everything to instance 0, without errors.
         _wait_for(lambda: not watching.app.state.instances[1].healthy, 10, "marked unhealthy")
         assert cw.get("/health").json()["engines"][1]["healthy"] is False
