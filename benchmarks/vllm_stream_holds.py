@@ -5,8 +5,9 @@ when generation ends: the response head itself comes only then (found by the rel
 of a kill mid-stream, docs/serving.md "Streams held whole"). A client's TTFT then measures the
 whole generation. This benchmark streams `--tokens` tokens from each engine of a fleet of
 `--instances`, all engines at once, `--rounds` times, and counts the streams whose head came
-after `--hold-s`; with `--worker-nice N` every `VLLM::Worker` process of the fleet (the model's
-compute) is reniced to N first, which on one instance made the holds disappear.
+after `--hold-s`; with `--worker-nice N` / `--engine-core-nice N` the fleet's `VLLM::Worker`
+(the model's compute) / `VLLM::EngineCore` (the scheduler) processes are reniced to N first
+(on one instance a worker at nice 10 made the holds disappear).
 
     flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/vllm_stream_holds.py \\
         --instances 1 --out results/bench/vllm_stream_holds_1.json
@@ -34,11 +35,13 @@ from agentic_kvc.serve.launcher import VllmFleet
 REPO = Path(__file__).resolve().parents[1]
 
 
-def renice_workers(nice: int) -> list[int]:
-    """Renice every thread of this process tree's `VLLM::Worker` processes; their pids."""
+def renice(prefix: str, nice: int) -> list[int]:
+    """Renice every thread of this process tree's processes named `prefix`... (vLLM names
+    them: `VLLM::Worker`, the model's compute; `VLLM::EngineCore`, the scheduler); their pids.
+    A negative value needs root."""
     done = []
     for ch in psutil.Process().children(recursive=True):
-        if ch.name().startswith("VLLM::Worker"):
+        if ch.name().startswith(prefix):
             for th in ch.threads():
                 os.setpriority(os.PRIO_PROCESS, th.id, nice)
             done.append(ch.pid)
@@ -65,6 +68,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--hold-s", type=float, default=1.0, help="a head later than this is a hold")
     ap.add_argument("--worker-nice", type=int, default=None)
+    ap.add_argument("--engine-core-nice", type=int, default=None)
     ap.add_argument("--model", default=str(REPO / "models" / "tiny-qwen2"))
     ap.add_argument("--logs", type=Path, default=Path("/tmp/akvc_stream_holds"))
     ap.add_argument("--out", type=Path, required=True)
@@ -73,7 +77,14 @@ def main() -> int:
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     with VllmFleet.from_config(cfg, args.logs, device="cpu", startup_timeout_s=400) as fleet:
-        reniced = renice_workers(args.worker_nice) if args.worker_nice is not None else []
+        reniced = {
+            name: renice(name, value)
+            for name, value in (
+                ("VLLM::Worker", args.worker_nice),
+                ("VLLM::EngineCore", args.engine_core_nice),
+            )
+            if value is not None
+        }
         for rnd in range(args.rounds):
             threads = []
             for i, url in enumerate(fleet.urls):
@@ -104,13 +115,17 @@ def main() -> int:
         "load_avg_before": load_before,
         "load_avg_after": os.getloadavg(),
         "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "reniced_worker_pids": reniced,
+        "reniced_pids": reniced,
         "streams": sorted(rows, key=lambda r: (r["round"], r["instance"])),
         "held": len(holds),
         "of": len(rows),
     }
     atomic_write_json(args.out, out)
-    print(f"held whole: {len(holds)} of {len(rows)} (worker nice {args.worker_nice})")
+    last = [round(r["last_s"], 1) for r in out["streams"]]
+    print(
+        f"held whole: {len(holds)} of {len(rows)} (worker nice {args.worker_nice}, engine core "
+        f"nice {args.engine_core_nice}); last token per round and instance: {last}"
+    )
     return 0
 
 
