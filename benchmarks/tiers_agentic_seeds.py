@@ -57,6 +57,7 @@ from agentic_kvc.paired import PairedResult
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 from tiers_sweep import stamp  # noqa: E402
+from tiers_tracelab_gap import as_json  # noqa: E402
 
 AGENTIC = (
     "tiers_agentic_lo",
@@ -142,19 +143,8 @@ def run_batch(plan: Plan, results: Path, seeds: set[int] | None) -> dict[str, fl
 
 
 def paired(r: PairedResult | None) -> dict[str, Any] | None:
-    """A paired comparison as numbers (the report's summariser reads these; the formatted
-    cells beside them are what docs/kv_tiers.md's tables print)."""
-    if r is None:
-        return None
-    return {
-        "baseline": r.baseline,
-        "candidate": r.candidate,
-        "rel_diff": r.rel_diff,
-        "ci_low": r.ci_low,
-        "ci_high": r.ci_high,
-        "n_pairs": r.n_pairs,
-        "significant": r.significant,
-    }
+    """A comparison in the tiers benchmarks' form (`tiers_tracelab_gap.as_json`), None kept."""
+    return None if r is None else as_json(r)
 
 
 def summary(rows: list[tiers.Row]) -> list[dict[str, Any]]:

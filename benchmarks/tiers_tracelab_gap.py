@@ -54,7 +54,7 @@ import yaml
 from agentic_kvc.analysis.experiments import expand_experiment, override_item
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
-from agentic_kvc.paired import REQUEST_SCHEMA, paired_compare
+from agentic_kvc.paired import REQUEST_SCHEMA, PairedResult, paired_compare
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.common import argmin
 from agentic_kvc.policy.predicted_ttft import PredictedTTFT, _Parts
@@ -237,19 +237,24 @@ def frame(rows: list[tuple[str, Any, list[dict[str, Any]]]], instances: int = 2)
     ).with_columns(pl.col("error").cast(pl.Utf8))
 
 
+def as_json(r: PairedResult) -> dict[str, Any]:
+    """A paired comparison as the tiers benchmarks' files hold it ({rel, ci, pairs}, fractions;
+    analysis/bench_summary.py and analysis/headlines.py read this form)."""
+    return {
+        "rel": round(r.rel_diff, 4),
+        "ci": [round(r.ci_low, 4), round(r.ci_high, 4)],
+        "pairs": r.n_pairs,
+    }
+
+
 def compare(
     rows: list[tuple[str, Any, list[dict[str, Any]]]], base: str, cand: str, instances: int = 2
 ) -> dict[str, Any]:
     df = frame(rows, instances)
-    out = {}
-    for m in ("ttft_p90", "e2e_p90"):
-        r = paired_compare(df, base, cand, m, pair_on=("seed",))
-        out[m] = {
-            "rel": round(r.rel_diff, 4),
-            "ci": [round(r.ci_low, 4), round(r.ci_high, 4)],
-            "pairs": r.n_pairs,
-        }
-    return out
+    return {
+        m: as_json(paired_compare(df, base, cand, m, pair_on=("seed",)))
+        for m in ("ttft_p90", "e2e_p90")
+    }
 
 
 OTHER_CELLS = ("tiers_mooncake_lo", "tiers_mooncake_hi", "tiers_agentic_lo", "tiers_agentic_hi")
