@@ -239,10 +239,11 @@ def frame(rows: list[tuple[str, Any, list[dict[str, Any]]]], instances: int = 2)
 
 def as_json(r: PairedResult) -> dict[str, Any]:
     """A paired comparison as the tiers benchmarks' files hold it ({rel, ci, pairs}, fractions;
-    analysis/bench_summary.py and analysis/headlines.py read this form)."""
+    analysis/bench_summary.py and analysis/headlines.py read this form). Six digits: a
+    percentage printed to 0.1 from it is the one the study prints from the unrounded value."""
     return {
-        "rel": round(r.rel_diff, 4),
-        "ci": [round(r.ci_low, 4), round(r.ci_high, 4)],
+        "rel": round(r.rel_diff, 6),
+        "ci": [round(r.ci_low, 6), round(r.ci_high, 6)],
         "pairs": r.n_pairs,
     }
 
