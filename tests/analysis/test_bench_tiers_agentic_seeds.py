@@ -16,16 +16,8 @@ from agentic_kvc.analysis.bench_summary import MET, NOT_MET, UNREADABLE, BenchRo
 CELL = "agentic-long, heavy-tailed pauses, 0.1 sessions/s"
 
 
-def _p(rel: float, lo: float, hi: float, base: str = "x", cand: str = "y") -> dict[str, Any]:
-    return {
-        "baseline": base,
-        "candidate": cand,
-        "rel_diff": rel,
-        "ci_low": lo,
-        "ci_high": hi,
-        "n_pairs": 31,
-        "significant": not lo <= 0 <= hi,
-    }
+def _p(rel: float, lo: float, hi: float) -> dict[str, Any]:
+    return {"rel": rel, "ci": [lo, hi], "pairs": 31}
 
 
 def _row(tiers: str, router: str, **paired: dict[str, Any] | None) -> dict[str, Any]:
@@ -48,7 +40,7 @@ def _doc(best_vs_best: float, same: float, ours_tiered: float, ours_hbm: float) 
             _row(
                 "HBM only",
                 "predicted_ttft",
-                vs_best_peer=_p(ours_hbm, ours_hbm - 0.05, ours_hbm + 0.05, "sglang_cache_aware"),
+                vs_best_peer=_p(ours_hbm, ours_hbm - 0.05, ours_hbm + 0.05),
                 vs_best_peer_e2e=_p(0.0, -0.02, 0.02),
             ),
             _row(
@@ -56,12 +48,11 @@ def _doc(best_vs_best: float, same: float, ours_tiered: float, ours_hbm: float) 
                 "sglang_cache_aware",
                 vs_hbm_only=_p(same, same - 0.1, same + 0.1),
             ),
+            _row("host 128 GiB", "sticky_least_loaded (best peer)"),
             _row(
                 "host 128 GiB",
                 "predicted_ttft",
-                vs_best_peer=_p(
-                    ours_tiered, ours_tiered - 0.03, ours_tiered + 0.03, "sticky_least_loaded"
-                ),
+                vs_best_peer=_p(ours_tiered, ours_tiered - 0.03, ours_tiered + 0.03),
                 vs_best_peer_e2e=_p(0.0, -0.02, 0.02),
             ),
         ],
@@ -133,7 +124,7 @@ def test_goal_two_counts_tiered_setups_only_and_names_each_loss(summarise: Any) 
 def test_a_file_without_numeric_comparisons_is_reported_not_fatal(summarise: Any) -> None:
     doc = _doc(best_vs_best=-0.6, same=-0.6, ours_tiered=0.0, ours_hbm=0.0)
     for b in doc["best_vs_best"]:
-        del b["paired"]
+        del b["paired"]  # an older file: formatted cells only
     rows = summarise(doc)
     assert rows[0].verdict == UNREADABLE
     assert "best_vs_best" in rows[0].value or "paired" in rows[0].value

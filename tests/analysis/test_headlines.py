@@ -69,18 +69,21 @@ def test_the_policy_evidence_comes_first_and_the_list_stays_short(tmp_path: Path
     )
 
 
+def _tiers_findings(gain: str, ours: str, worst: str) -> dict[str, list[str]]:
+    """The tiers study's three finding lines the tiers headline reads, with these tails."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    tails = (gain, ours, worst)
+    return {"tiers": [f"{src} {tail}" for src, tail in zip(h.sources, tails, strict=True)]}
+
+
 def test_the_tiers_headline_names_ours_worst_setup(tmp_path: Path) -> None:
     """A loss elsewhere in the tiers study reaches the ranked findings, not only its tables."""
-    h = next(h for h in HEADLINES if h.study == "tiers")
-    gain, ours, worst = h.sources
-    findings = {
-        "tiers": [
-            f"{gain} -58.5% [-68.8, -4.5] (3 paired replicates)",
-            f"{ours} sticky_least_loaded, TTFT p90: -9.8% [-20.6, +4.7] n.s. (3 paired replicates)",
-            f"{worst} (trace x2, host 16 GiB / host 128 GiB vs sticky_least_loaded (identical "
-            "results)), TTFT p90: +16.4% [+2.2, +34.2] (11 paired replicates)",
-        ]
-    }
+    findings = _tiers_findings(
+        "-58.5% [-68.8, -4.5] (3 paired replicates)",
+        "sticky_least_loaded, TTFT p90: -9.8% [-20.6, +4.7] n.s. (3 paired replicates)",
+        "(trace x2, host 16 GiB / host 128 GiB vs sticky_least_loaded (identical "
+        "results)), TTFT p90: +16.4% [+2.2, +34.2] (11 paired replicates)",
+    )
     (text,) = [r.text for r in render_headlines(findings, [tmp_path])]
     assert "(sticky_least_loaded): -9.8% [-20.6, +4.7], not significant;" in text
     assert (
@@ -251,21 +254,17 @@ def test_the_online_cost_clause_alone_names_its_tiered_setup(tmp_path: Path) -> 
 def test_the_tiers_headline_adds_the_many_seeds_run_when_its_file_is_there(
     tmp_path: Path,
 ) -> None:
-    h = next(h for h in HEADLINES if h.study == "tiers")
-    gain, ours, worst = h.sources
-    findings = {
-        "tiers": [
-            f"{gain} -41.1% [-68.1, -2.8] (5 paired replicates)",
-            f"{ours} sticky_least_loaded, TTFT p90: -8.8% [-17.6, +3.5] n.s. (5)",
-            f"{worst} (trace x2 vs sticky_least_loaded), TTFT p90: +16.4% [+2.2, +34.2] (11)",
-        ]
-    }
+    findings = _tiers_findings(
+        "-41.1% [-68.1, -2.8] (5 paired replicates)",
+        "sticky_least_loaded, TTFT p90: -8.8% [-17.6, +3.5] n.s. (5)",
+        "(trace x2 vs sticky_least_loaded), TTFT p90: +16.4% [+2.2, +34.2] (11)",
+    )
     (alone,) = [r.text for r in render_headlines(findings, [tmp_path])]
     assert "seeds" not in alone
     cell = "agentic-long, heavy-tailed pauses, 0.1 sessions/s"
 
     def p(rel: float, lo: float, hi: float) -> dict:
-        return {"rel_diff": rel, "ci_low": lo, "ci_high": hi}
+        return {"rel": rel, "ci": [lo, hi], "pairs": 31}
 
     def ours_row(tiers: str, vs: dict | None) -> dict:
         return {
@@ -296,6 +295,12 @@ def test_the_tiers_headline_adds_the_many_seeds_run_when_its_file_is_there(
                     "vs_best_peer": None,
                     "vs_best_peer_e2e": None,
                 },
+            },
+            {
+                "cell": cell,
+                "tiers": "host 128 GiB",
+                "router": "sticky_least_loaded (best peer)",
+                "paired": {"vs_hbm_only": None, "vs_best_peer": None, "vs_best_peer_e2e": None},
             },
             ours_row("HBM only", p(0.5, 0.1, 0.9)),  # not a tiered setup: not counted
             ours_row("host 128 GiB", p(0.037, 0.003, 0.071)),

@@ -36,7 +36,9 @@ from agentic_kvc.analysis.bench_summary import (
     online_best_peer,
     online_cells,
     online_vs,
+    ours_vs_peers,
     summarize_file,
+    tier_gains,
 )
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
@@ -350,42 +352,25 @@ def online_cost_clause(doc: Mapping[str, Any], there: str | None = None) -> str 
     )
 
 
-def _paired_value(p: Mapping[str, Any]) -> Value:
-    """A benchmark's numeric comparison ({rel_diff, ci_low, ci_high}) as a Value in %."""
-    return Value(
-        float(p["rel_diff"]) * 100, float(p["ci_low"]) * 100, float(p["ci_high"]) * 100, ""
-    )
-
-
 def seeds_clause(doc: Mapping[str, Any], cell: str = TIERS_CELL) -> str | None:
-    """The tiers finding over more seeds, from benchmarks/tiers_agentic_seeds.py's file: on
-    `cell` with a 128 GiB host tier, the fleet with the tier and its best router against the
-    HBM-only fleet with its best, and the same router with and without; how many tiered setups
-    predicted_ttft is significantly worse than the best peer in. None if the file lacks them."""
+    """The tiers finding over more seeds, from benchmarks/tiers_agentic_seeds.py's file (read
+    as its summariser reads it: `tier_gains`, `ours_vs_peers`): on `cell` with a 128 GiB host
+    tier, the fleet with the tier and its best router against the HBM-only fleet with its best,
+    and the same router with and without; in how many tiered setups predicted_ttft is
+    significantly worse than the best peer. None if the file lacks them."""
     try:
+        (gain,) = [g for g in tier_gains(doc) if g.cell == cell]
+        if gain.same_router is None:
+            return None
+        best, plain = _value(gain.best_vs_best), _value(gain.same_router)
+        ours = ours_vs_peers(doc)
         n = len(doc["seeds"])
-        (bvb,) = [
-            b for b in doc["best_vs_best"] if b["cell"] == cell and b["tier"] == "host 128 GiB"
-        ]
-        (same,) = [
-            r
-            for r in doc["rows"]
-            if r["cell"] == cell
-            and r["tiers"] == "host 128 GiB"
-            and str(r["router"]).split()[0] == bvb["hbm_only_best"]
-        ]
-        best, plain = _paired_value(bvb["paired"]), _paired_value(same["paired"]["vs_hbm_only"])
-        ours = [
-            _paired_value(r["paired"]["vs_best_peer"])
-            for r in doc["rows"]
-            if r["tiers"] != "HBM only" and r["paired"]["vs_best_peer"] is not None
-        ]
-    except (KeyError, TypeError, ValueError):
+    except (LayoutError, KeyError, TypeError, ValueError):
         return None
-    worse = sum(v.significant and v.value > 0 for v in ours)
+    worse = sum(bool(o.worse()) for o in ours)
     return (
         f"Over {n} seeds (tiers_agentic_seeds) the fleet with that tier and its best router "
-        f"({bvb['tier_best']}) against the HBM-only fleet with its best: {best.interval()}; "
+        f"({gain.tier_best}) against the HBM-only fleet with its best: {best.interval()}; "
         f"the same router with and without: {plain.interval()}; predicted_ttft significantly "
         f"worse than the best peer in {worse} of {len(ours)} tiered setups there."
     )
