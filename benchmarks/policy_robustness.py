@@ -54,7 +54,17 @@ PEERS = (
     "least_loaded",
     "conditional_disagg",
 )
-OURS = ("unified", "predicted_ttft")
+# Our policies and variants (`name:key=value,...`). predicted_ttft's default is given the
+# fleet's own profile (the simulator's physics, a near-oracle); `cost_model=online,
+# online_prior=generic` fits its step cost from the streams it relays, from a generic prior,
+# which is what a fleet without a profile has. The other two are its earlier versions.
+OURS = (
+    "unified",
+    "predicted_ttft",
+    "predicted_ttft:recompute_stall=false",
+    "predicted_ttft:decode_term=always,recompute_stall=false",
+    "predicted_ttft:cost_model=online,online_prior=generic",
+)
 SEEDS = (0, 1, 2, 3, 4)
 # A trace without windows replays the same requests whatever the seed: one replicate.
 REPLICATES = {"tracelab": 1}
@@ -396,8 +406,8 @@ def main() -> int:
     )
     ap.add_argument(
         "--ours",
-        default=",".join(OURS),
-        help="our policies, comma list; 'name:key=value;...' sets parameters",
+        default=None,
+        help="our policies, comma list; 'name:key=value;...' sets parameters (default: OURS)",
     )
     ap.add_argument("--seeds", type=int, default=len(SEEDS), help="replicates per policy")
     ap.add_argument("--work", type=Path, default=REPO / "results" / "robustness")
@@ -414,7 +424,7 @@ def main() -> int:
         names = [k for k, v in SCENARIOS.items() if a.scenarios in ("all", v[0])]
     else:
         names = a.scenarios.split(",")
-    ours = [o.replace(";", ",") for o in a.ours.split(",")]
+    ours = list(OURS) if a.ours is None else [o.replace(";", ",") for o in a.ours.split(",")]
     results = []
     for sc in names:
         if a.analyse_only and not (a.work / sc).exists():
