@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentic_kvc.serve import procs
 from agentic_kvc.serve.procs import ManagedProcess, live_processes, related_pids
 
 
@@ -64,3 +65,40 @@ def test_cpus_pin_the_process_and_its_children(tmp_path: Path) -> None:
         assert all(os.sched_getaffinity(pid) == {core} for pid in related_pids(proc.pid))
     finally:
         proc.stop(grace_s=2.0)
+
+
+def test_a_pid_seen_earlier_is_not_signalled_once_another_process_has_it(tmp_path: Path) -> None:
+    # A stranger (not of the tree) stands in for a process that got a tracked pid after the
+    # tree's own process died: same pid, another start time.
+    import subprocess
+
+    stranger = subprocess.Popen(["sleep", "300"])
+    proc = ManagedProcess("t", ["sleep", "300"], tmp_path / "t.log").start()
+    try:
+        assert proc.pid is not None and stranger.pid not in proc.remaining()
+        proc._tracked[stranger.pid] = -1  # seen earlier, at another start time
+        assert stranger.pid not in proc.remaining()
+        proc.stop(grace_s=1.0)
+        assert stranger.poll() is None  # left alone
+        # With the start time it had when seen, a pid is still this tree's (reparented child).
+        proc._tracked[stranger.pid] = procs._start_time(stranger.pid)  # type: ignore[assignment]
+        assert stranger.pid in proc.remaining()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_reused_root_pid_and_its_group_are_not_the_tree(tmp_path: Path) -> None:
+    script = "sleep 300 & wait"
+    proc = ManagedProcess("r", ["sh", "-c", script], tmp_path / "r.log").start()
+    try:
+        assert _wait_for(lambda: len(proc.remaining()) >= 2)
+        root_start = proc._root_start
+        proc._root_start = -1  # as if the pid now named a process started at another time
+        proc._tracked.clear()
+        assert proc.remaining() == set()
+        proc._root_start = root_start
+        assert len(proc.remaining()) >= 2
+    finally:
+        proc.stop(grace_s=2.0)
+    assert proc.remaining() == set()

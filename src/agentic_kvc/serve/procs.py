@@ -8,6 +8,10 @@ that left it, waits, then SIGKILLs what is left and checks /proc that nothing su
 Every started process is registered; `atexit` and a SIGTERM/SIGHUP handler stop whatever a
 crash or an interrupted run left behind (SIGINT already unwinds context managers through
 KeyboardInterrupt).
+
+A pid alone does not name a process: once a process is reaped the kernel may hand its pid to
+another (pid_max is often 32768). So a process is known by its pid and its start time (field
+22 of /proc/PID/stat), and a pid seen earlier is signalled only while both still match.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ class ProcessError(RuntimeError):
     """A server that could not start or died; the message carries its log tail."""
 
 
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgid) of a live pid from /proc, or None if it is gone or a zombie."""
+def _proc_stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, pgid, start time in clock ticks after boot) of a live pid from /proc, or None
+    if it is gone or a zombie."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -45,30 +50,45 @@ def _proc_stat(pid: int) -> tuple[int, int] | None:
     fields = raw[raw.rfind(")") + 2 :].split()
     if fields[0] == "Z":
         return None
-    return int(fields[1]), int(fields[2])
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _start_time(pid: int) -> int | None:
+    """When live process `pid` started (clock ticks after boot); None if it is gone."""
+    st = _proc_stat(pid)
+    return None if st is None else st[2]
 
 
 def _all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def related_pids(root: int) -> set[int]:
-    """Live processes in root's process group plus all of root's descendants."""
-    table: dict[int, tuple[int, int]] = {}
+def _related(root: int, root_start: int | None = None) -> dict[int, int]:
+    """`related_pids` with each pid's start time. With `root_start`, a live `root` that
+    started at another time is a stranger that was given the pid: then neither it nor its
+    group is ours (while any member of our group lived, the kernel would not reuse the pid)."""
+    table: dict[int, tuple[int, int, int]] = {}
     for pid in _all_pids():
         st = _proc_stat(pid)
         if st is not None:
             table[pid] = st
-    found = {pid for pid, (_pp, pg) in table.items() if pg == root}
+    if root_start is not None and root in table and table[root][2] != root_start:
+        return {}
+    found = {pid for pid, (_pp, pg, _t) in table.items() if pg == root}
     if root in table:
         found.add(root)
     # Descendants that called setsid() left the group; walk the parent links as well.
     frontier = set(found)
     while frontier:
-        children = {pid for pid, (pp, _pg) in table.items() if pp in frontier} - found
+        children = {pid for pid, (pp, _pg, _t) in table.items() if pp in frontier} - found
         found |= children
         frontier = children
-    return found
+    return {pid: table[pid][2] for pid in found}
+
+
+def related_pids(root: int) -> set[int]:
+    """Live processes in root's process group plus all of root's descendants."""
+    return set(_related(root))
 
 
 def _signal_all(pids: set[int], sig: int) -> None:
@@ -97,7 +117,10 @@ class ManagedProcess:
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.popen: subprocess.Popen[bytes] | None = None
-        self._tracked: set[int] = set()
+        self._root_start: int | None = None  # the launched process's start time
+        # Processes of the tree seen so far (pid -> start time), kept after their parent dies
+        # (reparented to init, they leave the parent links).
+        self._tracked: dict[int, int] = {}
 
     @property
     def pid(self) -> int | None:
@@ -125,6 +148,8 @@ class ManagedProcess:
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: stop() reaches every child
             )
+        # Our unreaped child: its pid cannot have been reused yet.
+        self._root_start = _start_time(self.popen.pid)
         if self.cpus and not taskset:
             # No taskset (util-linux): pin right after the start; a child the program starts
             # within microseconds could escape, which a server's slow start-up makes unlikely.
@@ -153,29 +178,32 @@ class ManagedProcess:
 
     def remaining(self) -> set[int]:
         """Pids of this server's tree that are still alive (empty when fully stopped)."""
-        if self.popen is None:
-            return set()
-        live = related_pids(self.popen.pid)
-        # Children seen earlier may have been reparented to init once their parent died.
-        live |= {p for p in self._tracked if _proc_stat(p) is not None}
+        return set(self._live()) if self.popen is not None else set()
+
+    def _live(self) -> dict[int, int]:
+        """This tree's live processes (pid -> start time), remembered for later calls: the
+        launched process's group and descendants, and those seen earlier (reparented to init
+        once their parent died) that still have the start time they had then."""
+        assert self.popen is not None
+        live = _related(self.popen.pid, self._root_start)
+        for pid, start in self._tracked.items():
+            if pid not in live and _start_time(pid) == start:
+                live[pid] = start
+        self._tracked.update(live)
         return live
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the whole tree at once (tests use this to simulate a crash)."""
         if self.popen is None:
             return
-        pids = self.remaining()
-        self._tracked |= pids
-        _signal_all(pids, sig)
+        _signal_all(self.remaining(), sig)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the tree, wait up to grace_s, SIGKILL the rest, verify none is left."""
         if self.popen is None:
             return
         try:
-            pids = self.remaining()
-            self._tracked |= pids
-            _signal_all(pids, signal.SIGTERM)
+            _signal_all(self.remaining(), signal.SIGTERM)
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline:
                 self.popen.poll()  # reap our direct child so it does not linger as a zombie
