@@ -3,12 +3,14 @@
 Each scenario is a base run config plus overrides (generator preset and parameters, fleet size,
 hardware profile, public traces); every policy runs it with the same seeds (for traces, the same
 windows), in the simulator, in this process. Per scenario the best peer is the one with the
-lowest TTFT p90 (replicates pooled), and `unified` and `predicted_ttft` are paired against it
-(`agentic_kvc.paired`, 95% two-level bootstrap) on TTFT p90 and E2E p90.
+lowest TTFT p90 (replicates pooled), and our policies (OURS: `unified`, `predicted_ttft` and
+variants of it) are paired against it (`agentic_kvc.paired`, 95% two-level bootstrap) on TTFT
+p90 and E2E p90; each variant is also paired against its policy's default form (`vs_default`).
 
 Scenarios are split in two: `tune` (the two workloads the studies name, on which the policy's
 design was looked at) and `held_out` (everything else: the result that counts). The policy's
-coefficients come from the engine profile alone (policy/predicted_ttft.py), never a workload.
+coefficients come from the engine profile alone (policy/predicted_ttft.py), never a workload;
+in its `cost_model=online,online_prior=generic` variant, from the streams it relays instead.
 
 Runs are cached per (scenario, policy, seed) under --work, so the sweep can go in chunks:
 
@@ -68,6 +70,7 @@ OURS = (
 SEEDS = (0, 1, 2, 3, 4)
 # A trace without windows replays the same requests whatever the seed: one replicate.
 REPLICATES = {"tracelab": 1}
+METRICS = ("ttft_p90", "e2e_p90")  # what each pair compares (replicates' p90s)
 WINDOWS = ([0, 300], [600, 900], [1200, 1500], [1800, 2100], [2400, 2700])
 
 # name -> (group, base config, overrides). `tune`: the studies' own workloads.
@@ -349,9 +352,17 @@ def analyse(scenario: str, df: pl.DataFrame, ours: list[str]) -> dict:
     for o in ours:
         if o not in ttft:
             continue
-        out[o] = {
-            m: paired_compare(df, best, o, m, by="policy").to_row() for m in ("ttft_p90", "e2e_p90")
-        }
+        out[o] = {m: paired_compare(df, best, o, m, by="policy").to_row() for m in METRICS}
+    # A variant (`name:k=v,...`) against its policy's default form, when both ran: what the
+    # variant's change alone does (e.g. the cost model fitted online instead of the profile's).
+    variants = {o: o.partition(":")[0] for o in ours if ":" in o}
+    vs_default = {
+        o: {m: paired_compare(df, base, o, m, by="policy").to_row() for m in METRICS}
+        for o, base in variants.items()
+        if o in ttft and base in ttft
+    }
+    if vs_default:
+        out["vs_default"] = vs_default
     return out
 
 
