@@ -1,6 +1,7 @@
 """The tiers study's agentic-long cells with more seeds, and two held-out agentic workloads.
 
-docs/kv_tiers.md, "The agentic-long cells over 11 seeds, and two held-out agentic workloads".
+docs/kv_tiers/study_followups.md, "The agentic-long cells over 11 seeds, and two held-out agentic
+workloads".
 Issue 29's goal 1 (a realistic host tier cuts the best HBM-only peer's TTFT p90 on the
 long-context agentic workload by >= 40%) and goal 2 (predicted_ttft never significantly worse
 than the best peer with tiers, >= 15% better somewhere, E2E p90 not worse) are judged in
@@ -223,10 +224,10 @@ def _cells(rows: list[dict[str, str]]) -> list[tuple[str, str]]:
 
 
 def table(summaries: list[dict[str, Any]]) -> str:
-    """docs/kv_tiers.md's two tables from summaries of the same cells over different seed
-    counts (the last one's goal-2 columns): goal 1, the best HBM-only peer with each host
-    setup against HBM only, and the best peer with the setup against the best HBM-only peer;
-    goal 2, predicted_ttft against each setup's best peer, TTFT p90 / E2E p90."""
+    """docs/kv_tiers/study_followups.md's two tables from summaries of the same cells over different
+    seed counts (the last one's goal-2 columns): goal 1, the best HBM-only peer with each host setup
+    against HBM only, and the best peer with the setup against the best HBM-only peer; goal 2,
+    predicted_ttft against each setup's best peer, TTFT p90 / E2E p90."""
     last = summaries[-1]
     ns = [len(s["seeds"]) for s in summaries]
     head = " | ".join(f"{n} seeds" for n in ns)

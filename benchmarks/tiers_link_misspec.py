@@ -1,15 +1,15 @@
 """How wrong may predicted_ttft's link numbers be (issue 29 item 4, goal 2)?
 
-docs/kv_tiers.md, "How wrong may the router's link numbers be". predicted_ttft prices each
-candidate's reload below HBM by time: bytes over the host->device link (and the disk read),
-plus the link's queue (policy/tier_pricing.py). Its link numbers (`tier_host_h2d_gbps`,
+docs/kv_tiers/study_followups.md, "How wrong may the router's link numbers be". predicted_ttft
+prices each candidate's reload below HBM by time: bytes over the host->device link (and the disk
+read), plus the link's queue (policy/tier_pricing.py). Its link numbers (`tier_host_h2d_gbps`,
 `tier_host_latency_s`, `tier_disk_read_gbps`, `tier_disk_latency_s`) default to the hardware
-profile's (profiles/hardware.py `tier_links`), which are exactly the simulated engine's links:
-in every simulated comparison the router holds the simulator's own physics. This runs it with
-link numbers wrong in known ways, beside today's predicted_ttft (exact links) and the cell's
-best peer, on cells of the tiers study and one held-out cell, through `akvc run-batch` into a
-scratch results folder (one process, one cell at a time), and pairs TTFT p90 / E2E p90 over
-the replicates (agentic_kvc.paired's two-level bootstrap, through tiers_tracelab_gap's `compare`).
+profile's (profiles/hardware.py `tier_links`), which are exactly the simulated engine's links: in
+every simulated comparison the router holds the simulator's own physics. This runs it with link
+numbers wrong in known ways, beside today's predicted_ttft (exact links) and the cell's best peer,
+on cells of the tiers study and one held-out cell, through `akvc run-batch` into a scratch results
+folder (one process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
+(agentic_kvc.paired's two-level bootstrap, through tiers_tracelab_gap's `compare`).
 
 The grid, fixed before any run (nothing here was tuned to a result):
 
@@ -42,8 +42,9 @@ a replicate, placed on another instance; the replicates whose placements are all
     nice -n 10 .venv/bin/python benchmarks/tiers_link_misspec.py \\
         --results /tmp/akvc_k8_results --out results/bench/tiers_link_misspec.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table; CLI, loop, JSON: benchmarks/tiers_sweep.py
-(a rerun's batch seconds count only the runs the results folder did not hold).
+`--table` prints the JSON as docs/kv_tiers/study_followups.md's table; CLI, loop, JSON:
+benchmarks/tiers_sweep.py (a rerun's batch seconds count only the runs the results folder did not
+hold).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """How fragmented the simulated engine's offloads are: runs per offload, and how many merge.
 
-docs/kv_tiers.md, "Cost and effect". The tier store's CPU time (issue 29, goal 3: tiers on at
-most 1.5x the run without) is spent per call and per run, not per block (cProfile: `put`,
-`walk`, `_no_head`, `_evict`, `_index` each called once or more per run). This counts what the
-engine hands its top tier per HBM eviction pass (`InstanceTiers.offload`): the runs, their
-sizes, and how many of them continue the run logged just before them, chain-adjacent pieces of
-one request that HBM evicted together.
+docs/kv_tiers/simulator_cost.md, "Cost and effect". The tier store's CPU time (issue 29, goal 3:
+tiers on at most 1.5x the run without) is spent per call and per run, not per block (cProfile:
+`put`, `walk`, `_no_head`, `_evict`, `_index` each called once or more per run). This counts what
+the engine hands its top tier per HBM eviction pass (`InstanceTiers.offload`): the runs, their
+sizes, and how many of them continue the run logged just before them, chain-adjacent pieces of one
+request that HBM evicted together.
 
 A run continues the previous one when its positions end where the previous one's start (HBM
 evicts a request's pieces tail first), both have the same `below` flag, and both were queued

@@ -2,7 +2,7 @@
 
 Goal 2 of issue 29 asks whether our tier-aware routing leads the best peer's.
 
-docs/kv_tiers.md, "Goal 2 with a cost model fitted online". The tiers study runs
+docs/kv_tiers/study_followups.md, "Goal 2 with a cost model fitted online". The tiers study runs
 predicted_ttft with `cost_model: profile`: its step-cost coefficients are the simulated
 engine's own profile, a near-oracle no real fleet hands a router. `cost_model: online` fits
 them from the streams the router relays (profiles/online.py), from a generic prior
@@ -22,7 +22,8 @@ Per cell it also keeps the online fit's state from the decision receipts
     nice -n 10 .venv/bin/python benchmarks/tiers_online_cost.py \\
         --results /tmp/akvc_k11_results --out results/bench/tiers_online_cost.json
 
-`--table` prints the JSON as docs/kv_tiers.md's tables; CLI, loop, JSON: benchmarks/tiers_sweep.py.
+`--table` prints the JSON as docs/kv_tiers/study_followups.md's tables; CLI, loop, JSON:
+benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations

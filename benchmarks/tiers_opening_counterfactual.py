@@ -1,10 +1,11 @@
 """Is predicted_ttft's gap to sticky_least_loaded on agentic-long with tiers where sessions open?
 
-docs/kv_tiers.md, "Thirty-one seeds". Over 31 seeds, predicted_ttft's TTFT p90 is +3.7%
-[+0.3, +7.1] against sticky_least_loaded on agentic-long at 0.05 sessions/s with a 128 GiB host
-tier (issue 29, goal 2). On TraceLab the whole gap was the session openings (docs/kv_tiers.md,
-section 4 of "Why predicted_ttft trails stickiness on TraceLab"). This asks the same here: three
-variants per seed, on the tiers study's cell settings (`tiers_agentic_lo` of config/config.yaml):
+docs/kv_tiers/study_followups.md, "Thirty-one seeds". Over 31 seeds, predicted_ttft's TTFT p90 is
++3.7% [+0.3, +7.1] against sticky_least_loaded on agentic-long at 0.05 sessions/s with a 128 GiB
+host tier (issue 29, goal 2). On TraceLab the whole gap was the session openings
+(docs/kv_tiers/study_followups.md, section 4 of "Why predicted_ttft trails stickiness on TraceLab").
+This asks the same here: three variants per seed, on the tiers study's cell settings
+(`tiers_agentic_lo` of config/config.yaml):
 
 - `sticky`: sticky_least_loaded;
 - `ptt`: predicted_ttft as configured;

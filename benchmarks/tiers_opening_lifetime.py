@@ -1,13 +1,13 @@
 """predicted_ttft with `opening: lifetime` against today's and the best peer (issue 29 goal 2).
 
-docs/kv_tiers.md, TraceLab part, section 7. A request that opens a session fixes where its
-later turns run; `opening: lifetime` (policy/session_load.py) prices such a request's wait and
-decode on each candidate by the stationary load the sessions homed there bring back (M/G/1
-wait, Little's-law decode concurrency) instead of the instance's state at this instant. This
-runs it on every cell of the tiers study and on workloads no issue names, beside today's
-predicted_ttft and the best peer, through `akvc run-batch` into a scratch results folder (one
-process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
-(agentic_kvc.paired's two-level bootstrap, as the study does):
+docs/kv_tiers/study_followups.md, TraceLab part, section 7. A request that opens a session fixes
+where its later turns run; `opening: lifetime` (policy/session_load.py) prices such a request's wait
+and decode on each candidate by the stationary load the sessions homed there bring back (M/G/1 wait,
+Little's-law decode concurrency) instead of the instance's state at this instant. This runs it on
+every cell of the tiers study and on workloads no issue names, beside today's predicted_ttft and the
+best peer, through `akvc run-batch` into a scratch results folder (one process, one cell at a time),
+and pairs TTFT p90 / E2E p90 over the replicates (agentic_kvc.paired's two-level bootstrap, as the
+study does):
 
 - TraceLab x1 / x2 (2 x H20, 64k-token HBM): seeds 0-10 of the study's session jitter, HBM
   only and host 16 GiB (16 and 128 GiB give the same records there);
@@ -21,8 +21,8 @@ process, one cell at a time), and pairs TTFT p90 / E2E p90 over the replicates
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_lifetime.py \\
         --results /tmp/akvc_k2_results --out results/bench/tiers_opening_lifetime.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table. The CLI (`--only`, `--table`), the loop
-and the JSON's fields besides the figures: benchmarks/tiers_sweep.py.
+`--table` prints the JSON as docs/kv_tiers/study_followups.md's table. The CLI (`--only`,
+`--table`), the loop and the JSON's fields besides the figures: benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """predicted_ttft with `opening: near_tie` against today's and the best peer (issue 29 goal 2).
 
-docs/kv_tiers.md, TraceLab part, section 9. With tiers neither predicted_ttft nor
+docs/kv_tiers/study_followups.md, TraceLab part, section 9. With tiers neither predicted_ttft nor
 sticky_least_loaded moves a session, so the TraceLab x2 gap between them is where the 48
 sessions open; `opening: near_tie` keeps today's score and, for a request that opens a session
 (no cache of its own), sends it among the near-ties (score within its own prefill on an idle
@@ -12,7 +12,8 @@ folder (one process, one cell at a time), TTFT p90 / E2E p90 paired over the rep
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_near_tie.py \\
         --results /tmp/akvc_k9_results --out results/bench/tiers_opening_near_tie.json
 
-`--table` prints the JSON as docs/kv_tiers.md's table; CLI, loop, JSON: benchmarks/tiers_sweep.py.
+`--table` prints the JSON as docs/kv_tiers/study_followups.md's table; CLI, loop, JSON:
+benchmarks/tiers_sweep.py.
 """
 
 from __future__ import annotations

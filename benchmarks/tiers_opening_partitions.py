@@ -1,12 +1,12 @@
 """How good are predicted_ttft's session openings on TraceLab, against random ones? (issue 29)
 
-docs/kv_tiers.md, TraceLab part, section 8. With a host tier neither predicted_ttft nor
-sticky_least_loaded ever moves a session after its first turn, so on the study's 2-instance
+docs/kv_tiers/study_followups.md, TraceLab part, section 8. With a host tier neither predicted_ttft
+nor sticky_least_loaded ever moves a session after its first turn, so on the study's 2-instance
 TraceLab cells a run is decided by one thing: which instance each of the 48 sessions opens on
-(section 4's counterfactual). Both routers end with 24 sessions on each instance; they differ
-in which. This benchmark places the openings by a given sequence (a probe policy, defined here:
-predicted_ttft for every later turn, the k-th session opening on `plan[k]`) and compares, per
-seed of the study's session jitter:
+(section 4's counterfactual). Both routers end with 24 sessions on each instance; they differ in
+which. This benchmark places the openings by a given sequence (a probe policy, defined here:
+predicted_ttft for every later turn, the k-th session opening on `plan[k]`) and compares, per seed
+of the study's session jitter:
 
 - today's predicted_ttft and sticky_least_loaded (which alternates: 0, 1, 0, 1, ...);
 - `--random` balanced random partitions (24 openings on each instance in a random order, seeded

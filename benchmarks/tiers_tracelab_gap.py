@@ -116,9 +116,9 @@ def _config(cell: str, sets: Sequence[str]) -> RunConfig:
         for e in yaml.safe_load((REPO / "config/config.yaml").read_text())["experiments"]
     }
     exp = exps[cell]
-    # The cells' own settings as they were when this was measured: without the session jitter
-    # the study's replicates have used since (docs/kv_tiers.md, "Why predicted_ttft trails
-    # stickiness on TraceLab", item 6), so item 1 still shows what the seeds were, and the
+    # The cells' own settings as they were when this was measured: without the session jitter the
+    # study's replicates have used since (docs/kv_tiers/study_followups.md, "Why predicted_ttft
+    # trails stickiness on TraceLab", item 6), so item 1 still shows what the seeds were, and the
     # realisations vary the rate alone.
     fixed = [
         override_item(k, v)

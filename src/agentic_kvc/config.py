@@ -133,7 +133,7 @@ class SimConfig(_Strict):
     # KV retention across tool pauses: a session's KV stays held this long after its turn
     # ends (sim/engine.py). 0 (default) is vLLM's plain LRU; left out of the run id then.
     kv_retention_ttl_s: float = Field(0.0, ge=0)
-    # Pause-aware KV placement (docs/kv_tiers.md, policy/pause.py): per turn the router
+    # Pause-aware KV placement (docs/kv_tiers/pause_aware.md, policy/pause.py): per turn the router
     # predicts the session's next tool pause from its pauses so far and tells the engine to
     # hold its KV in HBM that long, or (a predicted pause over `pause_keep_max_s`) to demote
     # it at the turn's end: written below HBM, its blocks first to be reused. Off (default):

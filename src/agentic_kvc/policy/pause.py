@@ -1,10 +1,10 @@
 """A router's estimate of a session's next tool pause, and the KV placement hint it gives.
 
-Pause-aware KV placement (issue 29 item 4; docs/kv_tiers.md). A router sees every turn end
-(the response's finish) and the session's next arrival, so it knows each pause a session has
-taken. Tool latencies are heavy-tailed and a session's own pauses say something about its next
-one (a session whose tools took minutes runs slow tools), so per turn the router predicts the
-pause that will follow it and tells the engine what to do with the turn's KV when it ends:
+Pause-aware KV placement (issue 29 item 4; docs/kv_tiers/pause_aware.md). A router sees every turn
+end (the response's finish) and the session's next arrival, so it knows each pause a session has
+taken. Tool latencies are heavy-tailed and a session's own pauses say something about its next one
+(a session whose tools took minutes runs slow tools), so per turn the router predicts the pause that
+will follow it and tells the engine what to do with the turn's KV when it ends:
 
 - keep: hold it in HBM (retention) for about as long as the pause is likely to last;
 - demote: the pause is predicted too long for HBM to wait on it: write the KV below HBM and

@@ -97,22 +97,22 @@ candidates through P's score. The receipt's hit stays the HBM hit; the host and 
 are the decision's reloads.
 
 Session openings (`opening`, default `turn`: today's). A request with no cache of its own fixes
-where its session's later turns run, and the score above prices only this turn, with the
-instance's state at this instant (a queued prefill that drains within one prefill weighs as
-much as a lasting load). `lifetime` floors an opening's wait on each candidate at the
-stationary M/G/1 wait of the sessions homed there, and its decode term at their Little's-law
-decode load (policy/session_load.py: per session, observed later-turn work over observed turn
-period); `lifetime_replace` uses the stationary terms instead of the instant's. Measured on
-every tiers cell (docs/kv_tiers.md, TraceLab part, section 7): neither closes the TraceLab gap
-to sticky_least_loaded, and `lifetime_replace` is several times worse on Mooncake, whose
-openings the current queue places well; both stay opt-in. `near_tie` keeps the instant's
-score and balances sessions only among near-ties: with best the lowest score and band this
-opening's own prefill on an idle instance (its uncached tokens on the best candidate, no
-queue, no decodes), the candidates scoring at most best + band are near-ties, and the opening
-goes to the one with the fewest open sessions homed there (`session_load.OpenSessions`: last
-routed turn there, no finish signal yet), ties to the lower score. A queue that drains within
-one prefill is no reason to stack one more session; a queue longer than that still decides
-(docs/kv_tiers.md, TraceLab part, section 9).
+where its session's later turns run, and the score above prices only this turn, with the instance's
+state at this instant (a queued prefill that drains within one prefill weighs as much as a lasting
+load). `lifetime` floors an opening's wait on each candidate at the stationary M/G/1 wait of the
+sessions homed there, and its decode term at their Little's-law decode load (policy/session_load.py:
+per session, observed later-turn work over observed turn period); `lifetime_replace` uses the
+stationary terms instead of the instant's. Measured on every tiers cell
+(docs/kv_tiers/study_followups.md, TraceLab part, section 7): neither closes the TraceLab gap to
+sticky_least_loaded, and `lifetime_replace` is several times worse on Mooncake, whose openings the
+current queue places well; both stay opt-in. `near_tie` keeps the instant's score and balances
+sessions only among near-ties: with best the lowest score and band this opening's own prefill on an
+idle instance (its uncached tokens on the best candidate, no queue, no decodes), the candidates
+scoring at most best + band are near-ties, and the opening goes to the one with the fewest open
+sessions homed there (`session_load.OpenSessions`: last routed turn there, no finish signal yet),
+ties to the lower score. A queue that drains within one prefill is no reason to stack one more
+session; a queue longer than that still decides (docs/kv_tiers/study_followups.md, TraceLab part,
+section 9).
 """
 
 from __future__ import annotations

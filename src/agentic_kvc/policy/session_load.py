@@ -1,11 +1,11 @@
 """The load a session brings back to its instance, for pricing where a session opens.
 
-A request that opens a session (no cache of its own anywhere) fixes where the session's later
-turns run: with KV tiers a router never moves a session afterwards (docs/kv_tiers.md, "Why
-predicted_ttft trails stickiness on TraceLab"). Today's score prices only the opening turn, so
-it may trade a transient (the previous opening's prefill still queued) for one more session on
-an instance for the rest of the run. This module measures, per instance, the work that the
-sessions homed there bring back per second, from what the router observes:
+A request that opens a session (no cache of its own anywhere) fixes where the session's later turns
+run: with KV tiers a router never moves a session afterwards (docs/kv_tiers/study_followups.md, "Why
+predicted_ttft trails stickiness on TraceLab"). Today's score prices only the opening turn, so it
+may trade a transient (the previous opening's prefill still queued) for one more session on an
+instance for the rest of the run. This module measures, per instance, the work that the sessions
+homed there bring back per second, from what the router observes:
 
 - a session's turn period T_j: the mean gap between its turns' arrivals (its own once it has
   one; until then the fleet's mean gap over every session; before the fleet has seen any gap,
@@ -35,7 +35,8 @@ fitted: the periods and works are observed, the work is priced by the policy's c
 the prior pause is the pause estimator's own, and the 99th percentile only decides when a
 silent session stops counting. predicted_ttft's `opening: lifetime` floors an opening's wait
 and decode term at these; `lifetime_replace` uses them instead of the instant's (measured on
-every tiers cell in docs/kv_tiers.md, TraceLab part, section 7: neither is kept in the study).
+every tiers cell in docs/kv_tiers/study_followups.md, TraceLab part, section 7: neither is kept
+in the study).
 """
 
 from __future__ import annotations
