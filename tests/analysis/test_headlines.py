@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentic_kvc.analysis.bench_summary import ROBUST_ONLINE
 from agentic_kvc.analysis.headlines import (
     HEADLINES,
     MAX_HEADLINES,
@@ -97,6 +98,45 @@ def test_the_tiers_headline_names_ours_worst_setup(tmp_path: Path) -> None:
 def test_policy_headline_with_no_lead_says_so() -> None:
     doc = {"seeds": 5, "scenarios": [_row("b", (-0.05, -0.10, 0.01), -0.03)]}
     assert policy_headline(doc).endswith("and leads it significantly on none.")
+
+
+def _with_online(row: dict, ttft: tuple[float, float, float], e2e_lo: float) -> dict:
+    """`row` (predicted_ttft against the peer) with the fitted-online form beside it."""
+    online = _row(row["scenario"], ttft, e2e_lo)["predicted_ttft"]
+    return {**row, ROBUST_ONLINE: online}
+
+
+def test_policy_headline_says_both_cost_models() -> None:
+    """With the online-fitted form in the sweep, the finding names the profile form's count as
+    the simulator's own costs and the fitted form's count, losses and lead beside it."""
+    doc = {
+        "seeds": 5,
+        "scenarios": [
+            _with_online(_row("a", (-0.36, -0.41, -0.30), -0.02), (-0.25, -0.3, -0.2), -0.02),
+            _with_online(_row("b", (-0.05, -0.10, 0.01), -0.03), (0.08, 0.02, 0.15), 0.01),
+            _with_online(_row("c", (0.01, -0.1, 0.1), -0.03), (0.03, 0.01, 0.05), -0.02),
+        ],
+    }
+    text = policy_headline(doc)
+    assert text is not None and "\n" not in text
+    assert (
+        "predicted_ttft, with the simulator's own step costs, is significantly worse than the "
+        "best peer on 0 of 3 simulated workloads (TTFT or E2E p90, 5 paired seeds each); with "
+        "them fitted online from a generic prior, on 2 of 3 (b TTFT p90 +8.0% [+2.0, +15.0], "
+        "E2E p90 +0.0% [+1.0, +5.0]; c TTFT p90 +3.0% [+1.0, +5.0]);" in text
+    )
+    assert text.endswith(
+        "its largest lead is -36.0% [-41.0, -30.0] TTFT p90 on a (against dynamo_kv; fitted "
+        "online, -25.0% [-30.0, -20.0] on a)."
+    )
+    # No loss fitted online: the count is 0 and nothing is listed.
+    for r in doc["scenarios"]:
+        r[ROBUST_ONLINE] = r["predicted_ttft"]
+    text = policy_headline(doc)
+    assert text is not None
+    assert "with them fitted online from a generic prior, on 0 of 3; its largest lead" in text
+    # Another policy's finding does not borrow predicted_ttft's online form.
+    assert "fitted online" not in (policy_headline(doc, ROBUST_ONLINE) or "")
 
 
 def test_parse_reads_percent_and_ms() -> None:

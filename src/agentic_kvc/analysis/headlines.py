@@ -27,6 +27,7 @@ from typing import Any
 from agentic_kvc.analysis.bench_summary import (
     ONLINE_GENERIC,
     ONLINE_TODAY,
+    ROBUST_ONLINE,
     TIERS_UNSEEN,
     LayoutError,
     against_exact_links,
@@ -37,6 +38,10 @@ from agentic_kvc.analysis.bench_summary import (
     online_cells,
     online_vs,
     ours_vs_peers,
+    robust_cell,
+    robust_lead,
+    robust_metric,
+    robust_worse,
     summarize_file,
     tier_gains,
 )
@@ -222,35 +227,50 @@ def _bench(paths: Sequence[Path], name: str) -> dict[str, Any] | None:
 
 def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> str | None:
     """The recommended policy against the best peer on every workload of the robustness
-    sweep: how many it is significantly worse on, and its largest significant lead."""
-    rows = [r for r in doc.get("scenarios", []) if policy in r]
+    sweep: how many it is significantly worse on, and its largest significant lead; when the
+    sweep also ran it with its step costs fitted online from a generic prior (ROBUST_ONLINE,
+    the form a fleet without a profile runs), the same for that form beside it, the first
+    being with the simulator's own step costs."""
+    scenarios = doc.get("scenarios", [])
+    rows = [r for r in scenarios if policy in r]
     if not rows:
         return None
-    worse = [
-        r["scenario"]
-        for r in rows
-        if any(float(r[policy][m]["ci_low"]) > 0 for m in ("ttft_p90", "e2e_p90"))
-    ]
-    leads = [
-        r
-        for r in rows
-        if float(r[policy]["ttft_p90"]["ci_high"]) < 0
-        and float(r[policy]["e2e_p90"]["ci_low"]) <= 0
-    ]
-    best = min(leads, key=lambda r: float(r[policy]["ttft_p90"]["rel_diff"]), default=None)
+    fitted = [r for r in scenarios if ROBUST_ONLINE in r] if policy == "predicted_ttft" else []
+    worse = [n for n, _ in robust_worse(rows, policy)]
     head = (
-        f"The recommended policy, {policy}, is significantly worse than the best peer on "
-        f"{len(worse)} of {len(rows)} simulated workloads (TTFT or E2E p90, "
-        f"{doc.get('seeds', '?')} paired seeds each)"
-        + (f": {', '.join(sorted(worse))}" if worse else "")
+        f"The recommended policy, {policy}, "
+        + ("with the simulator's own step costs, " if fitted else "")
+        + f"is significantly worse than the best peer on {len(worse)} of {len(rows)} "
+        f"simulated workloads (TTFT or E2E p90, {doc.get('seeds', '?')} paired seeds each)"
+        + (f": {', '.join(worse)}" if worse else "")
     )
+    if fitted:
+        losses = robust_worse(fitted, ROBUST_ONLINE)
+        cells = {r["scenario"]: r[ROBUST_ONLINE] for r in fitted}
+        listed = "; ".join(
+            f"{n} {', '.join(f'{robust_metric(m)} {robust_cell(cells[n][m])}' for m in ms)}"
+            for n, ms in losses
+        )
+        head += (
+            f"; with them fitted online from a generic prior, on {len(losses)} of {len(fitted)}"
+            + (f" ({listed})" if losses else "")
+        )
+    best = robust_lead(rows, policy)
     if best is None:
         return head + ", and leads it significantly on none."
     t = best[policy]["ttft_p90"]
     lead = Value(t["rel_diff"] * 100, t["ci_low"] * 100, t["ci_high"] * 100, "")
+    also = ""
+    if fitted:
+        other = robust_lead(fitted, ROBUST_ONLINE)
+        also = "; fitted online, " + (
+            "none"
+            if other is None
+            else f"{robust_cell(other[ROBUST_ONLINE]['ttft_p90'])} on {other['scenario']}"
+        )
     return (
         f"{head}; its largest lead is {lead.interval()} TTFT p90 on {best['scenario']} "
-        f"(against {best.get('best_peer', 'the best peer')})."
+        f"(against {best.get('best_peer', 'the best peer')}{also})."
     )
 
 
