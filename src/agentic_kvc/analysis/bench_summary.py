@@ -39,7 +39,7 @@ Goals and where they are stated:
   significantly worse than a setup's best peer (goal 2's half these cells can judge).
 - tiers_link_misspec, tiers_online_cost: none (what predicted_ttft's lead over the best peer
   with KV tiers needs: exact link numbers, seeing the tiers, the simulator's own step costs;
-  issue 29's goal 2, docs/kv_tiers.md). The ranked findings read them too.
+  issue 29's goal 2, docs/kv_tiers/study_followups.md). The ranked findings read them too.
 """
 
 from __future__ import annotations
