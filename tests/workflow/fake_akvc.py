@@ -2,7 +2,7 @@
 
 Every backend call appends the run_id to $FAKE_AKVC_CALLS (if set), so a test can tell which
 runs were really executed and which were no-ops. With $FAKE_AKVC_SLEEP a call lasts that many
-seconds and appends "run_id start end" to $FAKE_AKVC_SPANS, so a test can see jobs overlap.
+seconds and appends "run_id start end backend" to $FAKE_AKVC_SPANS, so a test can see jobs overlap.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _counting_backend(config, run_dir):  # type: ignore[no-untyped-def]
     spans = os.environ.get("FAKE_AKVC_SPANS")
     if spans:
         with open(spans, "a") as fh:
-            fh.write(f"{config.run_id()} {start} {time.time()}\n")
+            fh.write(f"{config.run_id()} {start} {time.time()} {config.backend}\n")
     return _fake(config, run_dir)
 
 

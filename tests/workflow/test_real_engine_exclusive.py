@@ -35,9 +35,11 @@ CONFIG = {
 }
 
 
-def _spans(pipeline: Path, *extra: str) -> list[tuple[float, float]]:
-    (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
+def _run_spans(pipeline: Path, config: dict, *extra: str) -> list[tuple[str, float, float]]:
+    """(backend, start, end) of every run the fake akvc made, by start."""
+    (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     spans = pipeline / f"spans{len(extra)}.txt"
+    spans.unlink(missing_ok=True)
     akvc = f"akvc={sys.executable} {FAKE_AKVC}"
     out = subprocess.run(
         [
@@ -61,7 +63,45 @@ def _spans(pipeline: Path, *extra: str) -> list[tuple[float, float]]:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = [line.split() for line in spans.read_text().splitlines()]
-    return sorted((float(start), float(end)) for _, start, end in rows)
+    return sorted(((backend, float(a), float(b)) for _, a, b, backend in rows), key=lambda r: r[1])
+
+
+def _spans(pipeline: Path, *extra: str) -> list[tuple[float, float]]:
+    return [(a, b) for _, a, b in _run_spans(pipeline, CONFIG, *extra)]
+
+
+SIM_AND_REAL = {
+    **CONFIG,
+    "sim_batch": 1,  # one simulated run per job: two jobs that may run side by side
+    "experiments": [
+        *CONFIG["experiments"],
+        {
+            "name": "two_sim",
+            "base": "config/runs/sim_agentic.yaml",
+            "set": {"workload.generator.sessions": 2},
+            "matrix": {"policy.name": ["unified", "round_robin"]},
+        },
+    ],
+}
+
+
+def test_simulated_jobs_share_the_cores_but_never_run_beside_real_engines(
+    pipeline: Path,
+) -> None:
+    spans = _run_spans(pipeline, SIM_AND_REAL)
+    real = [s for kind, *s in spans if kind == "vllm"]
+    sim = [s for kind, *s in spans if kind == "sim"]
+    assert len(real) == 2 and len(sim) == 2
+    overlaps = lambda a, b: a[0] < b[1] and b[0] < a[1]  # noqa: E731
+    assert not any(overlaps(r, s) for r in real for s in sim), spans
+    # The two simulated jobs did run at once (two cores are used).
+    assert overlaps(sim[0], sim[1]), spans
+    # Control: with room for a real job and a simulated one in `machine`, one real engine job
+    # (real_engine allows one) runs beside a simulated one: the check above can fail.
+    spans = _run_spans(pipeline, SIM_AND_REAL, "--resources", "machine=2000", "real_engine=1")
+    real = [s for kind, *s in spans if kind == "vllm"]
+    sim = [s for kind, *s in spans if kind == "sim"]
+    assert any(overlaps(r, s) for r in real for s in sim), spans
 
 
 def test_real_engine_jobs_do_not_overlap(pipeline: Path) -> None:

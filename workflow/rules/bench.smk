@@ -31,6 +31,8 @@ rule bench_script:
         bench="|".join(BENCH) or "(?!)",
     params:
         args=lambda wildcards: shlex.join(BENCH[wildcards.bench]["args"]),
+    resources:
+        machine=WHOLE_MACHINE,  # a benchmark times itself: nothing runs beside it
     log:
         f"{RESULTS}/logs/bench/{{bench}}.log",
     conda:

@@ -29,6 +29,7 @@ rule epd_real:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
         real_engine=1,
+        machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/epd_real.log",
     conda:

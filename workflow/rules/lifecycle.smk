@@ -12,6 +12,7 @@ rule lifecycle_default:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
         real_engine=1,
+        machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/lifecycle_default.log",
     conda:
@@ -28,6 +29,7 @@ rule lifecycle_cpu_grid:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
         real_engine=1,
+        machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/lifecycle_cpu.log",
     conda:

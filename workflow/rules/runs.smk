@@ -47,6 +47,7 @@ rule akvc_run:
     resources:
         gpu=run_resource("gpu", 0),
         real_engine=real_engine,
+        machine=machine_share,
         runtime=run_resource("runtime", 60),
         mem_mb=run_resource("mem_mb", 4000),
     # Wall time per job: `akvc artifact timing` checks the claims' declared compute minutes.
@@ -114,6 +115,7 @@ for _batch, _runs in REAL_BATCHES.items():
         resources:
             gpu=max(r.resources.get("gpu", 0) for r in _runs),
             real_engine=1,
+            machine=WHOLE_MACHINE,
             runtime=sum(r.resources.get("runtime", 60) for r in _runs),
             mem_mb=max(r.resources.get("mem_mb", 4000) for r in _runs),
         benchmark:

@@ -148,6 +148,7 @@ rule lifecycle_gpu_part:
     resources:
         gpu=2,
         real_engine=1,
+        machine=WHOLE_MACHINE,
         cpus_per_task=8,
         mem_mb=128000,
         runtime=180,
