@@ -36,7 +36,7 @@ from agentic_kvc.config import load_config
 from agentic_kvc.paired import paired_compare
 from agentic_kvc.policy.calibrated_split import params_from_sim
 from agentic_kvc.sim.fleet import SimFleet
-from agentic_kvc.sim.run_backend import profile_for
+from agentic_kvc.sim.run_backend import free_dropped_fleets, profile_for
 from agentic_kvc.workload import load_workload
 from agentic_kvc.workload.generator import synthesize
 from agentic_kvc.workload.model import Block, Request, Session, Workload
@@ -307,6 +307,8 @@ def run_one(
     fleet = SimFleet(config, workload, profile_for(config))
     fleet.run()
     rows = [r.to_dict() for r in fleet.records]
+    del fleet
+    free_dropped_fleets()  # else a sweep's process grows by every run's stores
     df = pl.DataFrame(
         {
             "request_id": [r["request_id"] for r in rows],
