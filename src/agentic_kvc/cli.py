@@ -149,6 +149,10 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
         for i, cfg in enumerate(configs):
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
             click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
+            if cfg.backend == "sim":
+                from agentic_kvc.sim.run_backend import free_dropped_fleets
+
+                free_dropped_fleets()  # else the batch grows by every run's stores
 
 
 if __name__ == "__main__":

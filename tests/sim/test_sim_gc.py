@@ -135,40 +135,39 @@ def test_the_run_hands_its_survivors_to_the_oldest_generation_without_a_pass() -
     assert frozen["before"] > 1000 and frozen["after"] > frozen["before"] // 2
 
 
-# In a fresh process, as above. `run_sim` (what `akvc run` and `akvc run-batch` call) frees the
-# fleet it ran: a fleet holds reference cycles, so without a collection each run's stores
-# would stay in the process until a rare full collection.
-RUN_SIM = """
+# In a fresh process, as above. `akvc run-batch` frees each simulated fleet it ran: a fleet
+# holds reference cycles, so without a collection each run's stores would stay in the process
+# until a rare full collection.
+RUN_BATCH = """
 import gc, json, sys, tempfile
-from pathlib import Path
+from click.testing import CliRunner
+from agentic_kvc.cli import main
 from agentic_kvc.config import load_config
-from agentic_kvc.sim.fleet import SimFleet
-from agentic_kvc.sim.run_backend import profile_for, run_sim
-from agentic_kvc.workload import load_workload
+from agentic_kvc.sim.run_backend import run_sim
 
-config = load_config(sys.argv[1], json.loads(sys.argv[2]))
+spec = json.dumps([sys.argv[1], *json.loads(sys.argv[2])])
+results = tempfile.mkdtemp()
 gc.collect()
 gc.disable()  # nothing collects but what the code under test asks for
-run_sim(config, Path(tempfile.mkdtemp()))
+res = CliRunner().invoke(main, ["run-batch", spec, "--results", results])
+assert res.exit_code == 0, res.output
+after_batch = gc.collect()
+run_sim(load_config(sys.argv[1], json.loads(sys.argv[2])), tempfile.mkdtemp())
 after_run_sim = gc.collect()
-fleet = SimFleet(config, load_workload(config.workload, config.seed), profile_for(config))
-fleet.run()
-del fleet
-dropped_fleet = gc.collect()
-print(json.dumps({"after_run_sim": after_run_sim, "dropped_fleet": dropped_fleet}))
+print(json.dumps({"after_batch": after_batch, "after_run_sim": after_run_sim}))
 """
 
 
-def test_run_sim_frees_the_fleet_it_ran() -> None:
+def test_run_batch_frees_each_simulated_fleet() -> None:
     sets = [*SMALL, "policy.name=dynamo_kv", "fleet.kv_tiers.host_gib=1"]
     out = subprocess.run(
-        [sys.executable, "-c", RUN_SIM, str(RUNS / "sim_agentic.yaml"), json.dumps(sets)],
+        [sys.executable, "-c", RUN_BATCH, str(RUNS / "sim_agentic.yaml"), json.dumps(sets)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.splitlines()[-1])
-    assert got["after_run_sim"] == 0
-    # Control: a fleet dropped without it leaves cycles for the collector.
-    assert got["dropped_fleet"] > 100
+    assert got["after_batch"] < 50  # the CLI's own leftovers at most, no fleet
+    # Control: a fleet run without the batch's collection leaves its cycles.
+    assert got["after_run_sim"] > 100

@@ -43,11 +43,13 @@ def seed_uses(config: RunConfig) -> list[str]:
 
 
 def free_dropped_fleets() -> None:
-    """Free the fleets the caller has dropped. A fleet's structures hold reference cycles
-    (the KV pools' doubly linked pieces, the router's eviction callback), which only the cyclic
+    """Free the fleets the caller has dropped: call it between runs in a process that runs
+    many (`akvc run-batch`, a sweep). A fleet's structures hold reference cycles (the KV
+    pools' doubly linked pieces, the router's eviction callback), which only the cyclic
     collector frees, and a run's survivors sit in its oldest generation, rarely collected:
-    without this a process that runs many fleets (`akvc run-batch`, a sweep) grows by each
-    one's stores (about 30 MiB per agentic-long run with a host tier)."""
+    without this such a process grows by each run's stores (about 30 MiB per agentic-long run
+    with a host tier). A full collection costs in proportion to everything the process holds:
+    cheap in a batch process, not in a test session, so `run_sim` does not call it itself."""
     gc.collect()
 
 
@@ -59,10 +61,7 @@ def prepare_sim(config: RunConfig) -> Callable[..., list[dict[str, Any]]]:
     def simulate(profile: EngineProfile, variant: RunConfig = config) -> list[dict[str, Any]]:
         fleet = SimFleet(variant, workload, profile)
         fleet.run()
-        rows = [r.to_dict() for r in fleet.records]
-        del fleet
-        free_dropped_fleets()
-        return rows
+        return [r.to_dict() for r in fleet.records]
 
     return simulate
 
@@ -108,9 +107,6 @@ def run_sim(
             stats.reload_s / stats.reloads if stats.reloads else None
         )
         extra["simulator"]["kv_tier_links"] = fleet.tiers.links
-    result = BackendResult(
+    return BackendResult(
         [r.to_dict() for r in records], [s.to_dict() for s in fleet.samples], extra
     )
-    del records, fleet
-    free_dropped_fleets()
-    return result
