@@ -1,6 +1,6 @@
-"""Jobs that start real engines run one at a time, even with spare cores: the default profile
-(which the Makefile names) limits the `real_engine` resource to 1 (two CPU fleets side by side
-would time each other)."""
+"""Jobs that start real engines run alone, even with spare cores: each takes the whole
+`machine` resource of the default profile (which the Makefile names), so two CPU fleets, or a
+fleet and a simulated batch, never time each other."""
 
 from __future__ import annotations
 
@@ -96,9 +96,9 @@ def test_simulated_jobs_share_the_cores_but_never_run_beside_real_engines(
     assert not any(overlaps(r, s) for r in real for s in sim), spans
     # The two simulated jobs did run at once (two cores are used).
     assert overlaps(sim[0], sim[1]), spans
-    # Control: with room for a real job and a simulated one in `machine`, one real engine job
-    # (real_engine allows one) runs beside a simulated one: the check above can fail.
-    spans = _run_spans(pipeline, SIM_AND_REAL, "--resources", "machine=2000", "real_engine=1")
+    # Control: with room in `machine` for one real job and one simulated job (not two real
+    # ones), a real job runs beside a simulated one: the check above can fail.
+    spans = _run_spans(pipeline, SIM_AND_REAL, "--resources", "machine=1001")
     real = [s for kind, *s in spans if kind == "vllm"]
     sim = [s for kind, *s in spans if kind == "sim"]
     assert any(overlaps(r, s) for r in real for s in sim), spans
@@ -108,5 +108,5 @@ def test_real_engine_jobs_do_not_overlap(pipeline: Path) -> None:
     (first, second) = _spans(pipeline)
     assert second[0] >= first[1], "two real-engine jobs ran at the same time"
     # Control: the same jobs with the limit lifted do overlap, so the check above can fail.
-    (first, second) = _spans(pipeline, "--resources", "real_engine=2")
+    (first, second) = _spans(pipeline, "--resources", "machine=2000")
     assert second[0] < first[1]

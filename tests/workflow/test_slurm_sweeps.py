@@ -87,7 +87,7 @@ def test_sweeps_plan_one_slurm_job_per_batch(pipeline: Path) -> None:
     parts = {int(w["c"]): res for r, w, res in jobs if r == "lifecycle_gpu_part"}
     assert sorted(parts) == GRIDS["gpu"].cs
     for res in parts.values():
-        assert res["gpu"] == "2" and res["real_engine"] == "1"
+        assert res["gpu"] == "2" and res["machine"] == "1000"
         assert int(res["runtime"]) >= 60 and int(res["mem_mb"]) >= 64000
     assert [r for r, _, _ in jobs].count("lifecycle_gpu_grid") == 1
 

@@ -87,18 +87,14 @@ def run_resource(name, default):
 
 # Real CPU engines time themselves against the machine's cores: two fleets side by side would
 # measure each other, and so would a simulated batch or a notebook beside one. Every job that
-# starts real engines takes one `real_engine` (the default profile allows one at a time) and
-# the whole `machine`; every other job takes one unit of it (the profile's default-resources),
-# so with `--cores 2` simulated jobs and notebooks run two at a time, never beside real engines.
+# starts real engines (or times itself: a benchmark) takes the whole `machine`; every other job
+# takes one unit of it (the default profile's default-resources), so with `--cores 2` simulated
+# jobs and notebooks run two at a time, and a real-engine job runs alone.
 WHOLE_MACHINE = 1000  # the default profile's `machine` total
 
 
-def real_engine(wildcards):
-    return 0 if PLAN.first(wildcards.run_id).backend == "sim" else 1
-
-
 def machine_share(wildcards):
-    return WHOLE_MACHINE if real_engine(wildcards) else 1
+    return 1 if PLAN.first(wildcards.run_id).backend == "sim" else WHOLE_MACHINE
 
 
 # The simulator's measured profile data are not part of a run's config, so run_id does not

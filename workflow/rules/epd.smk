@@ -28,7 +28,6 @@ rule epd_real:
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
-        real_engine=1,
         machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/epd_real.log",

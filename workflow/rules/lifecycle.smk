@@ -11,7 +11,6 @@ rule lifecycle_default:
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
-        real_engine=1,
         machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/lifecycle_default.log",
@@ -28,7 +27,6 @@ rule lifecycle_cpu_grid:
     params:
         out=lambda wildcards, output: Path(output[0]).parent,
     resources:
-        real_engine=1,
         machine=WHOLE_MACHINE,
     log:
         f"{RESULTS}/logs/lifecycle_cpu.log",

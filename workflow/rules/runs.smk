@@ -46,7 +46,6 @@ rule akvc_run:
     priority: run_priority
     resources:
         gpu=run_resource("gpu", 0),
-        real_engine=real_engine,
         machine=machine_share,
         runtime=run_resource("runtime", 60),
         mem_mb=run_resource("mem_mb", 4000),
@@ -114,7 +113,6 @@ for _batch, _runs in REAL_BATCHES.items():
         priority: batch_priority(_runs)
         resources:
             gpu=max(r.resources.get("gpu", 0) for r in _runs),
-            real_engine=1,
             machine=WHOLE_MACHINE,
             runtime=sum(r.resources.get("runtime", 60) for r in _runs),
             mem_mb=max(r.resources.get("mem_mb", 4000) for r in _runs),

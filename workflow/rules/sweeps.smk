@@ -147,7 +147,6 @@ rule lifecycle_gpu_part:
     # per job, then 140 measured requests. The plugin turns `gpu` into sbatch --gpus.
     resources:
         gpu=2,
-        real_engine=1,
         machine=WHOLE_MACHINE,
         cpus_per_task=8,
         mem_mb=128000,
