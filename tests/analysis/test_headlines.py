@@ -123,7 +123,7 @@ def test_policy_headline_says_both_cost_models() -> None:
         "predicted_ttft, with the simulator's own step costs, is significantly worse than the "
         "best peer on 0 of 3 simulated workloads (TTFT or E2E p90, 5 paired seeds each); with "
         "them fitted online from a generic prior, on 2 of 3 (b TTFT p90 +8.0% [+2.0, +15.0], "
-        "E2E p90 +0.0% [+1.0, +5.0]; c TTFT p90 +3.0% [+1.0, +5.0]);" in text
+        "E2E p90 0.0% [+1.0, +5.0]; c TTFT p90 +3.0% [+1.0, +5.0]);" in text
     )
     assert text.endswith(
         "its largest lead is -36.0% [-41.0, -30.0] TTFT p90 on a (against dynamo_kv; fitted "

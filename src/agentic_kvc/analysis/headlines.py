@@ -38,7 +38,6 @@ from agentic_kvc.analysis.bench_summary import (
     online_cells,
     online_vs,
     ours_vs_peers,
-    robust_cell,
     robust_lead,
     robust_metric,
     robust_worse,
@@ -225,6 +224,11 @@ def _bench(paths: Sequence[Path], name: str) -> dict[str, Any] | None:
     return None
 
 
+def _sweep_value(c: Mapping[str, Any]) -> Value:
+    """A paired row of the robustness sweep ({rel_diff, ci_low, ci_high}, fractions) in %."""
+    return Value(c["rel_diff"] * 100, c["ci_low"] * 100, c["ci_high"] * 100, "")
+
+
 def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> str | None:
     """The recommended policy against the best peer on every workload of the robustness
     sweep: how many it is significantly worse on, and its largest significant lead; when the
@@ -248,7 +252,9 @@ def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> s
         losses = robust_worse(fitted, ROBUST_ONLINE)
         cells = {r["scenario"]: r[ROBUST_ONLINE] for r in fitted}
         listed = "; ".join(
-            f"{n} {', '.join(f'{robust_metric(m)} {robust_cell(cells[n][m])}' for m in ms)}"
+            n
+            + " "
+            + ", ".join(f"{robust_metric(m)} {_sweep_value(cells[n][m]).interval()}" for m in ms)
             for n, ms in losses
         )
         head += (
@@ -258,15 +264,15 @@ def policy_headline(doc: Mapping[str, Any], policy: str = "predicted_ttft") -> s
     best = robust_lead(rows, policy)
     if best is None:
         return head + ", and leads it significantly on none."
-    t = best[policy]["ttft_p90"]
-    lead = Value(t["rel_diff"] * 100, t["ci_low"] * 100, t["ci_high"] * 100, "")
+    lead = _sweep_value(best[policy]["ttft_p90"])
     also = ""
     if fitted:
         other = robust_lead(fitted, ROBUST_ONLINE)
         also = "; fitted online, " + (
             "none"
             if other is None
-            else f"{robust_cell(other[ROBUST_ONLINE]['ttft_p90'])} on {other['scenario']}"
+            else _sweep_value(other[ROBUST_ONLINE]["ttft_p90"]).interval()
+            + f" on {other['scenario']}"
         )
     return (
         f"{head}; its largest lead is {lead.interval()} TTFT p90 on {best['scenario']} "
