@@ -23,6 +23,8 @@ import polars as pl
 import pytest
 import yaml
 
+from agentic_kvc.bench_scripts import load_benchmark
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "workflow" / "slurm" / "local_cluster.sh"
 
@@ -56,8 +58,8 @@ EXPERIMENTS = {
     "bench": {"scripts": {}},
 }
 # A sweep batch: seed 0 of the robustness sweep's smallest scenario (2 instances, 60 sessions),
-# its 8 policies in one job. (Each job costs a Python start and a Snakefile parse, 15-50 s on a
-# busy 2-core machine: the test keeps to four jobs.)
+# every policy of the sweep (its peers and ours) in one job. (Each job costs a Python start and
+# a Snakefile parse, 15-50 s on a busy 2-core machine: the test keeps to four jobs.)
 SWEEP_TARGET = "results/sweeps/robustness/fleet2/seed0.json"
 # What a user of this local cluster sets (docs/cluster.md): the account and partition the script
 # made, and jobs small enough for the node (the profile's defaults ask for 2 CPUs, 8 GB).
@@ -167,7 +169,8 @@ def test_report_and_sweep_through_slurm_equal_local(
     assert len(records) == 4
     assert records == ref_records  # byte for byte
     sweep, ref_sweep = _sweep_runs(pipeline), _sweep_runs(local)
-    assert len(sweep) == 8
+    rb = load_benchmark("policy_robustness")
+    assert len(sweep) == len(rb.PEERS) + len(rb.OURS)  # one run per policy of the sweep
     assert sweep.keys() == ref_sweep.keys()
     for name, df in sweep.items():
         assert df.equals(ref_sweep[name]), name

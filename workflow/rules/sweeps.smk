@@ -36,7 +36,7 @@ rule sweep_batch:
     params:
         work=SWEEP_WORK,
     # Simulated runs: one core each. The largest scenarios (16 instances, 400 sessions) peak at
-    # a few GB; a misspec batch is ~30 runs, a robustness batch 8.
+    # a few GB; a misspec batch is ~30 runs, a robustness batch 11.
     resources:
         cpus_per_task=1,
         mem_mb=lambda wildcards: 8000 if "fleet16" in wildcards.scenario else 4000,
