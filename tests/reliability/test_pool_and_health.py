@@ -12,10 +12,12 @@ upstream connections a burst left behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -155,17 +157,40 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _fds_on(ports: set[int]) -> int:
+    """This process's fds that are TCP sockets with an end on one of `ports`: a test's own
+    connections, not what other tests of the session left open or close meanwhile."""
+    inodes: set[int] = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                ends = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16))
+                if ports.intersection(ends):
+                    inodes.add(int(f[9]))
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # an fd closed since the listing
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            n += link.startswith("socket:[") and int(link[8:-1]) in inodes
+    return n
+
+
 _BODY = {"prompt": [1, 2, 3, 4], "max_tokens": 2}
 BURST = 300
 MAX_IDLE = 4
 
 
 def test_fds_return_near_baseline_after_a_burst_of_streams(proxy_over, faults) -> None:
-    """Proxy, fake engines and client all run in this process, so its fd count holds both
-    ends of every connection: after the burst only the capped idle pools may remain."""
+    """Proxy, fake engines and client all run in this process, so its fds hold both ends of
+    every connection: after the burst only the capped idle pools may remain. The end state
+    counts only sockets on the proxy's and the engines' ports (`_fds_on`): in a full test
+    session other tests' leftovers open and close fds of their own meanwhile."""
     proxy, client = proxy_over([s.url for _, s in faults], max_idle_connections=MAX_IDLE)
+    ports = {proxy.port, *(server.port for _, server in faults)}
     assert client.post("/v1/completions", json=_BODY).status_code == 200  # warm: pools exist
     baseline = _fds()
+    own_baseline = _fds_on(ports)
     body = {**_BODY, "max_tokens": 3, "stream": True, "fake_token_delay_s": 0.2}
 
     async def burst() -> tuple[int, int]:
@@ -188,8 +213,8 @@ def test_fds_return_near_baseline_after_a_burst_of_streams(proxy_over, faults) -
     assert ok == BURST
     assert peak > baseline + BURST  # the streams were open at once, upstream included
     # Per engine pool: at most MAX_IDLE idle connections, two fds each (proxy and engine).
-    bound = baseline + 2 * 2 * MAX_IDLE + 8
-    _wait_for(lambda: _fds() <= bound)
+    bound = own_baseline + 2 * 2 * MAX_IDLE + 8
+    _wait_for(lambda: _fds_on(ports) <= bound)
     pools = [e.pool for e in proxy.app.engines]
     assert all(p is not None and len(p._idle) <= MAX_IDLE for p in pools)
     assert idle(proxy) and all(r["error"] is None for r in records_of(proxy))
