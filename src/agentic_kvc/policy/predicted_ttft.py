@@ -218,15 +218,16 @@ class PredictedTTFTParams(StrictParams):
     tier_disk_latency_s: float | None = Field(
         None, ge=0, description="Per-reload disk latency (s); None: the profile's."
     )
-    opening: Literal["turn", "lifetime", "lifetime_replace", "near_tie"] = Field(
+    opening: Literal["turn", "lifetime", "lifetime_replace", "near_tie", "near_tie_ttft"] = Field(
         "turn",
         description="How a request that opens a session (no cache of its own) is priced. "
         "turn: by this turn alone. lifetime: its wait is at least the stationary M/G/1 wait "
         "that the sessions homed on the candidate bring back (policy/session_load.py), so a "
         "transient queue weighs less than a lasting load. lifetime_replace: that wait instead "
         "of the queue now. near_tie: among the candidates within this opening's own idle "
-        "prefill time of the best score, the one with the fewest open sessions. Colocated "
-        "candidates only.",
+        "prefill time of the best score, the one with the fewest open sessions. "
+        "near_tie_ttft: as near_tie, judged on the score less its decode term, among the "
+        "candidates whose decode term is no larger than the best's. Colocated candidates only.",
     )
     cost_model: Literal["profile", "online"] = Field(
         "profile",
@@ -366,7 +367,7 @@ class PredictedTTFT(ColocatingPolicy):
         )
         # opening: near_tie: the open sessions each instance is home to
         self.open_sessions: OpenSessions | None = (
-            OpenSessions() if p.opening == "near_tie" else None
+            OpenSessions() if p.opening in ("near_tie", "near_tie_ttft") else None
         )
 
     def cost(self) -> AffineStepCost:
@@ -400,9 +401,11 @@ class PredictedTTFT(ColocatingPolicy):
         parts = _Parts(p, request, fleet, candidates, self.cost())
         pred = parts.pre
         self.reload_tiers = parts.tiers  # the chosen instance's reloads, in the decision
+        dec: dict[int, float] = {}
         if parts.decode:
             for i in candidates:
-                pred[i.index] += parts.decode_s(i)
+                dec[i.index] = d = parts.decode_s(i)
+                pred[i.index] += d
         unc = parts.unc
         if self.session_load is not None:
             return self._choose_lifetime(request, fleet, candidates, parts)
@@ -415,7 +418,7 @@ class PredictedTTFT(ColocatingPolicy):
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
         reason = "min_predicted_ttft"
         if self.open_sessions is not None:
-            best, reason = self._near_tie(request, fleet, candidates, parts, best, scores)
+            best, reason = self._near_tie(request, fleet, candidates, parts, best, scores, dec)
         self._receipt_fit(scores)
         return best, reason, scores
 
@@ -427,12 +430,17 @@ class PredictedTTFT(ColocatingPolicy):
         parts: _Parts,
         best: InstanceView,
         scores: dict[Any, Any],
+        dec: dict[int, float],
     ) -> tuple[InstanceView, str]:
         """`opening: near_tie`, after the lowest score (`best`): an opening goes to the
         candidate with the fewest open sessions among those whose score is within `band` of
         the best, band being this opening's own prefill on the best candidate when idle; ties
         to the lower score. A later turn keeps `best`. Every routed turn updates the open
-        sessions; `scores` gains the band and the counts."""
+        sessions; `scores` gains the band and the counts.
+
+        `near_tie_ttft`: the band applies to the score less its decode term (`dec`), and a
+        near-tie's decode term must be no larger than the best's: the transient the band
+        forgives is a queue ahead of this prefill, not the decode load the session joins."""
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
         opened = self.open_sessions
         assert opened is not None
@@ -444,7 +452,16 @@ class PredictedTTFT(ColocatingPolicy):
             band = predict_ttft_s(
                 InstanceView(index=b), unc[b], held[b], 0.0, parts.cost, p.max_num_batched_tokens
             )
-            near = [i for i in candidates if pred[i.index] <= pred[b] + band]
+            if p.opening == "near_tie_ttft":
+                db = dec.get(b, 0.0)
+                lim = pred[b] - db + band
+                near = [
+                    i
+                    for i in candidates
+                    if dec.get(i.index, 0.0) <= db and pred[i.index] - dec.get(i.index, 0.0) <= lim
+                ]
+            else:
+                near = [i for i in candidates if pred[i.index] <= pred[b] + band]
             scores["band"] = round(band, 4)
             if len(near) > 1:
                 count = opened.per_instance(fleet.affinity, n, exclude=request.session_id)
