@@ -1,7 +1,8 @@
 """predicted_ttft `opening: lifetime`: a session's opening is priced by the load the sessions
 homed on each candidate bring back (policy/session_load.py), not by the queue at this instant;
 `opening: near_tie`: among candidates within the opening's own prefill of the best score, the
-one with the fewest open sessions."""
+one with the fewest open sessions; `near_tie_ttft`: the same on the score less its decode term,
+among candidates whose decode term is no larger than the best's."""
 
 from __future__ import annotations
 
@@ -99,9 +100,10 @@ def test_lifetime_opening_refuses_split() -> None:
         get_policy("predicted_ttft", {"split": True, "opening": "lifetime"})
 
 
-def _near_tie(sessions: dict[str, int]) -> PredictedTTFT:
-    """predicted_ttft with `opening: near_tie`, the given sessions open (routed, no finish)."""
-    policy = _policy("near_tie")
+def _near_tie(sessions: dict[str, int], opening: str = "near_tie") -> PredictedTTFT:
+    """predicted_ttft with `opening: near_tie` (or `near_tie_ttft`), the given sessions open
+    (routed, no finish)."""
+    policy = _policy(opening)
     assert policy.open_sessions is not None and policy.session_load is None
     for s in sessions:
         policy.open_sessions.observe(s, last_turn=False)
@@ -114,15 +116,45 @@ def _near_tie(sessions: dict[str, int]) -> PredictedTTFT:
 HOMES = {"a": 1, "b": 1, "d": 0}
 
 
-def test_near_tie_opening_goes_to_the_instance_with_fewer_open_sessions() -> None:
+@pytest.mark.parametrize("opening", ["near_tie", "near_tie_ttft"])
+def test_near_tie_opening_goes_to_the_instance_with_fewer_open_sessions(opening: str) -> None:
     view = fleet(2, affinity=HOMES, pending_prefill_tokens=[500, 0])
     today = get_policy("predicted_ttft").decide(req(2000, session="new"), view)
     assert today.prefill == 1
-    d = _near_tie(HOMES).decide(req(2000, session="new"), view)
+    d = _near_tie(HOMES, opening).decide(req(2000, session="new"), view)
     assert d.prefill == 0 and d.reason == "near_tie_fewer_sessions"
     assert d.scores["open_sessions"] == [1, 2]
     # instance 0 is worse by this turn, but by less than the band (its own idle prefill)
     assert today.scores[1] < today.scores[0] <= today.scores[1] + d.scores["band"]
+
+
+def test_near_tie_ttft_keeps_the_decode_load_out_of_the_band() -> None:
+    # As above, but instance 0 (fewer open sessions) is also decoding three requests: its whole
+    # score is still within the band of the best, so near_tie moves the opening there; its
+    # decode term is heavier than the best's, so near_tie_ttft does not.
+    view = fleet(
+        2,
+        affinity=HOMES,
+        pending_prefill_tokens=[500, 0],
+        decode_requests=[3, 0],
+        decode_tokens=[6000, 0],
+    )
+    r = req(2000, session="new", output_tokens=64)
+    loose = _near_tie(HOMES).decide(r, view)
+    assert loose.prefill == 0 and loose.reason == "near_tie_fewer_sessions"
+    d = _near_tie(HOMES, "near_tie_ttft").decide(r, view)
+    assert d.prefill == 1 and d.reason == "min_predicted_ttft"
+    assert d.scores[1] < d.scores[0] <= d.scores[1] + d.scores["band"]
+    # with as much decoding on the best instance, instance 0 is a near-tie again
+    view = fleet(
+        2,
+        affinity=HOMES,
+        pending_prefill_tokens=[500, 0],
+        decode_requests=[3, 3],
+        decode_tokens=[6000, 6000],
+    )
+    d = _near_tie(HOMES, "near_tie_ttft").decide(req(2000, session="new", output_tokens=64), view)
+    assert d.prefill == 0 and d.reason == "near_tie_fewer_sessions"
 
 
 def test_near_tie_keeps_the_best_score_outside_the_band() -> None:
@@ -161,9 +193,10 @@ def test_near_tie_a_finished_session_stops_counting() -> None:
     assert policy.open_sessions.per_instance(homes, 2, exclude="new") == [1, 0]
 
 
-def test_near_tie_opening_refuses_split() -> None:
+@pytest.mark.parametrize("opening", ["near_tie", "near_tie_ttft"])
+def test_near_tie_opening_refuses_split(opening: str) -> None:
     with pytest.raises(ValueError, match="colocated"):
-        get_policy("predicted_ttft", {"split": True, "opening": "near_tie"})
+        get_policy("predicted_ttft", {"split": True, "opening": opening})
 
 
 def predicted_prefill_s(uncached: int, cached: int) -> float:

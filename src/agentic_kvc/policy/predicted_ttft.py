@@ -112,7 +112,9 @@ scoring at most best + band are near-ties, and the opening goes to the one with 
 sessions homed there (`session_load.OpenSessions`: last routed turn there, no finish signal yet),
 ties to the lower score. A queue that drains within one prefill is no reason to stack one more
 session; a queue longer than that still decides (docs/kv_tiers/study_followups.md, TraceLab part,
-section 9).
+section 9). `near_tie_ttft` applies the band to the score less its decode term and admits only
+candidates whose decode term is no larger than the best's (section 10). Both close the TraceLab
+gap and lose TTFT or E2E p90 on held-out workloads with long prompts, so both stay opt-in.
 """
 
 from __future__ import annotations
