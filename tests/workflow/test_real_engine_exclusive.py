@@ -110,3 +110,31 @@ def test_real_engine_jobs_do_not_overlap(pipeline: Path) -> None:
     # Control: the same jobs with the limit lifted do overlap, so the check above can fail.
     (first, second) = _spans(pipeline, "--resources", "machine=2000")
     assert second[0] < first[1]
+
+
+def test_more_than_one_job_without_a_machine_limit_is_refused(pipeline: Path) -> None:
+    """Without a profile nothing limits `machine`, so two jobs at a time could put a real
+    fleet beside a simulated batch: the pipeline refuses that at parse time and says what to
+    use instead; one job at a time, or the limit given by hand, is accepted."""
+    (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(SIM_AND_REAL, sort_keys=False))
+
+    def dry(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", "runs", "-n", *args],
+            cwd=pipeline,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    for args in (["--cores=2"], ["--jobs=2"]):
+        out = dry(*args)
+        assert out.returncode != 0, args
+        assert "--workflow-profile workflow/profiles/default" in out.stdout + out.stderr
+    for args in (
+        ["--cores=1"],
+        ["--cores=2", "--workflow-profile", "workflow/profiles/default"],
+        ["--cores=2", "--resources", "machine=1000"],
+    ):
+        out = dry(*args)
+        assert out.returncode == 0, (args, out.stdout[-2000:] + out.stderr[-2000:])

@@ -92,6 +92,22 @@ def run_resource(name, default):
 # jobs and notebooks run two at a time, and a real-engine job runs alone.
 WHOLE_MACHINE = 1000  # the default profile's `machine` total
 
+# Without a profile nothing limits `machine`: `snakemake --cores 2 report` would start a real
+# fleet beside a simulated batch. One job at a time (--cores 1) is safe; more needs a profile
+# that says how much `machine` there is (default: this machine's; slurm: every node its own).
+_res = workflow.resource_settings
+if (
+    workflow.is_main_process
+    and "machine" not in workflow.global_resources
+    and max(_res.cores or 1, _res.nodes or 1) > 1
+):
+    raise WorkflowError(
+        "more than one job at a time without the `machine` resource: real-engine jobs could "
+        "run beside others and time each other. Use `make report`, add --workflow-profile "
+        "workflow/profiles/default (or --profile workflow/profiles/slurm), run with --cores 1, "
+        "or give --resources machine=1000 yourself."
+    )
+
 
 def machine_share(wildcards):
     return 1 if PLAN.first(wildcards.run_id).backend == "sim" else WHOLE_MACHINE
