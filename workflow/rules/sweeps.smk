@@ -1,9 +1,10 @@
 # Sweeps as pipeline targets (issue 33, docs/cluster.md): one job per batch, so that
-# `--profile workflow/profiles/slurm` spreads them over a cluster and `--cores N` over a machine.
+# `--profile workflow/profiles/slurm` spreads them over a cluster and `--cores N` over a machine
+# (with the default profile, `P` below: `--workflow-profile workflow/profiles/default`).
 #
-#   snakemake --cores 2 robustness_sweep        # results/bench/policy_robustness.{json,md}
-#   snakemake --cores 2 misspec_sweep           # results/bench/policy_misspec.{json,md}
-#   snakemake --cores 2 results/sweeps/robustness/low_load.json     # one scenario, every seed
+#   snakemake $P --cores 2 robustness_sweep        # results/bench/policy_robustness.{json,md}
+#   snakemake $P --cores 2 misspec_sweep           # results/bench/policy_misspec.{json,md}
+#   snakemake $P --cores 2 results/sweeps/robustness/low_load.json  # one scenario, every seed
 #   snakemake --profile workflow/profiles/slurm lifecycle_gpu_grid  # on GPU nodes only
 #
 # Policy sweeps (benchmarks/policy_robustness.py, policy_misspec.py): a batch is one
