@@ -42,11 +42,12 @@ def specs(cell: dict[str, Any], host: float) -> list[Run]:
     return cell_runs(cell, pols, [override_item("fleet.kv_tiers.host_gib", host)])
 
 
-def openings_moved(rows: Rows) -> dict[str, Any]:
-    """Over the near_tie runs: requests placed as openings (their receipt carries the band),
-    the band's median and 90th percentile (s), those sent off the best score to an instance
-    with fewer open sessions, the median of their score above the best (s), and, against the
-    same request in today's run of the same replicate, their mean TTFT and E2E change (s)."""
+def openings_moved(rows: Rows, label: str = "near_tie") -> dict[str, Any]:
+    """Over the runs of `label` (a near-tie opening rule): requests placed as openings (their
+    receipt carries the band), the band's median and 90th percentile (s), those sent off the
+    best score to an instance with fewer open sessions, the median of their score above the
+    best (s), and, against the same request in today's run of the same replicate, their mean
+    TTFT and E2E change (s)."""
     today = {rep: {r["request_id"]: r for r in recs} for lab, rep, recs in rows if lab == "today"}
     bands: list[float] = []
     above: list[float] = []
@@ -54,7 +55,7 @@ def openings_moved(rows: Rows) -> dict[str, Any]:
     d_e2e: list[float] = []
     reqs = 0
     for lab, rep, recs in rows:
-        if lab != "near_tie":
+        if lab != label:
             continue
         reqs += len(recs)
         for r in recs:
@@ -89,13 +90,13 @@ def openings_moved(rows: Rows) -> dict[str, Any]:
     }
 
 
-def table(units: dict[str, Any]) -> str:
+def table(units: dict[str, Any], label: str = "near_tie") -> str:
     """Per cell and host: near_tie against today's predicted_ttft, and near_tie's and today's
     against the best peer (the peer with the lowest TTFT p90 against today's); the openings
     near_tie sent off the best score, of all it placed as openings, the band, and what the
     moved openings' own TTFT and E2E changed against today's run (mean, s)."""
     rows = [
-        "| cell | near_tie vs today | best peer | near_tie vs peer | today vs peer | "
+        f"| cell | {label} vs today | best peer | {label} vs peer | today vs peer | "
         "openings moved | band p50 / p90 (s) | moved: TTFT / E2E change (s) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -103,22 +104,22 @@ def table(units: dict[str, Any]) -> str:
         best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
         o = r["openings"]
         rows.append(
-            f"| {key} | {ci_cell(r['near_tie_vs_today'])} | {best} | "
-            f"{ci_cell(r[f'near_tie_vs_{best}'])} | {ci_cell(r[f'today_vs_{best}'])} | "
+            f"| {key} | {ci_cell(r[f'{label}_vs_today'])} | {best} | "
+            f"{ci_cell(r[f'{label}_vs_{best}'])} | {ci_cell(r[f'today_vs_{best}'])} | "
             f"{o['moved']} of {o['openings']} | {o['band_s_p50']} / {o['band_s_p90']} | "
             f"{o['moved_d_ttft_s_mean']} / {o['moved_d_e2e_s_mean']} |"
         )
     return "\n".join(rows)
 
 
-def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
+def analyse(unit: Unit, rows: Rows, _results: Path, label: str = "near_tie") -> dict[str, Any]:
     """One cell and host: the openings near_tie moved, near_tie against today's, and both
     against each of the cell's peers."""
     n = unit.instances
-    res: dict[str, Any] = {"openings": openings_moved(rows)}
-    res["near_tie_vs_today"] = compare(rows, "today", "near_tie", n)
+    res: dict[str, Any] = {"openings": openings_moved(rows, label)}
+    res[f"{label}_vs_today"] = compare(rows, "today", label, n)
     for peer in unit.cell["peers"]:
-        for ours in ("near_tie", "today"):
+        for ours in (label, "today"):
             res[f"{ours}_vs_{peer}"] = compare(rows, peer, ours, n)
     return res
 
