@@ -620,3 +620,41 @@ def test_tiers_online_cost_lists_the_significant_cells_per_form(tmp_path: Path) 
     # a file without today's comparisons is an older or foreign layout, said in a row
     bad = summarize(tmp_path, "tiers_online_cost", {"moon/host_128": {"runs": 3}})
     assert bad[0].verdict == UNREADABLE and "today_vs_<peer>" in bad[0].value
+
+
+def test_tiers_opening_near_tie_reads_the_same_layout_with_its_own_words(tmp_path: Path) -> None:
+    """benchmarks/tiers_opening_near_tie_ttft.py's file: the form is near_tie_ttft, today's is
+    named by its opening rule, and a cell's `openings` counts (no comparison) are not a form."""
+
+    def cmp(rel: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"rel": rel, "ci": [lo, hi], "pairs": 11}
+
+    level = {"ttft_p90": cmp(0.0, -0.01, 0.01), "e2e_p90": cmp(0.0, -0.01, 0.01)}
+    cell = {
+        "runs": 44,
+        "openings": {"openings": 528, "moved": 39},
+        "today_vs_sticky_least_loaded": {**level, "ttft_p90": cmp(0.164, 0.022, 0.342)},
+        "near_tie_ttft_vs_sticky_least_loaded": {**level, "ttft_p90": cmp(0.092, -0.04, 0.28)},
+        "near_tie_ttft_vs_today": level,
+    }
+    held = {
+        "runs": 12,
+        "today_vs_dynamo_kv": {**level, "ttft_p90": cmp(-0.11, -0.15, -0.08)},
+        "near_tie_ttft_vs_dynamo_kv": level,
+        "near_tie_ttft_vs_today": {**level, "ttft_p90": cmp(0.089, 0.052, 0.157)},
+    }
+    doc = {"benchmark": "tiers_opening_near_tie_ttft", "x2/host_16": cell, "moon/host_16": held}
+    rows = summarize(tmp_path, "tiers_opening_near_tie_ttft", doc)
+    got = {r.measure.split(" (")[0]: r.value for r in rows}
+    assert set(got) == {
+        "cells",
+        "today vs each cell's best peer",
+        "near_tie_ttft vs each cell's best peer",
+        "near_tie_ttft vs today",
+    }
+    assert got["near_tie_ttft vs each cell's best peer"].startswith("TTFT p90 0 of 2")
+    assert got["near_tie_ttft vs today"].startswith(
+        "TTFT p90 1 of 2 (0 lower, 1 higher): moon/host_16 +8.9% [+5.2%, +15.7%]"
+    )
+    assert any("(today's opening rule)" in r.measure for r in rows)
+    assert all(r.verdict == NO_GOAL for r in rows)

@@ -40,6 +40,9 @@ Goals and where they are stated:
 - tiers_link_misspec, tiers_online_cost: none (what predicted_ttft's lead over the best peer
   with KV tiers needs: exact link numbers, seeing the tiers, the simulator's own step costs;
   issue 29's goal 2, docs/kv_tiers/study_followups.md). The ranked findings read them too.
+- tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
+  predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
+  docs/kv_tiers/study_followups.md, TraceLab section 10).
 """
 
 from __future__ import annotations
@@ -896,9 +899,26 @@ def online_vs(
     "predicted_ttft with its step costs fitted online, against the best peer and today's (sim)",
 )
 def _tiers_online_cost(doc: dict[str, Any]) -> list[Fig]:
-    """Each form (today's, then each online-fitted one) against each cell's best peer, and each
-    online form against today's: per metric, how many cells' paired intervals exclude 0 (how
-    many of them lower), and those cells with their intervals; the others are not significant."""
+    return forms_against_today(doc, "the simulator's own step costs")
+
+
+# benchmarks/tiers_opening_near_tie_ttft.py's file: the same layout, one form (near_tie_ttft:
+# session openings balanced among near-ties) against today's predicted_ttft and the peers, on
+# the tiers study's cells and held-out ones (docs/kv_tiers/study_followups.md, TraceLab 10).
+@summariser(
+    "tiers_opening_near_tie_ttft",
+    "predicted_ttft with session openings balanced among near-ties, against the best peer and "
+    "today's (sim)",
+)
+def _tiers_opening_near_tie(doc: dict[str, Any]) -> list[Fig]:
+    return forms_against_today(doc, "today's opening rule")
+
+
+def forms_against_today(doc: Mapping[str, Any], today_is: str) -> list[Fig]:
+    """Each form (today's, then each other one) against each cell's best peer, and each other
+    form against today's (`today_is` says what today's form is): per metric, how many cells'
+    paired intervals exclude 0 (how many of them lower), and those cells with their intervals;
+    the others are not significant."""
     cells = online_cells(doc)
     forms = online_forms(cells)
     runs = sum(int(c.get("runs", 0)) for c in cells.values())
@@ -936,8 +956,7 @@ def _tiers_online_cost(doc: dict[str, Any]) -> list[Fig]:
     ]
     out += [
         Fig(
-            f"{ours} vs {ONLINE_TODAY} (the simulator's own step costs): cells whose paired "
-            "interval excludes 0",
+            f"{ours} vs {ONLINE_TODAY} ({today_is}): cells whose paired interval excludes 0",
             significant(ours, best_peer=False),
         )
         for ours in forms
