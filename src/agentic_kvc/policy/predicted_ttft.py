@@ -403,11 +403,9 @@ class PredictedTTFT(ColocatingPolicy):
         parts = _Parts(p, request, fleet, candidates, self.cost())
         pred = parts.pre
         self.reload_tiers = parts.tiers  # the chosen instance's reloads, in the decision
-        dec: dict[int, float] = {}
         if parts.decode:
             for i in candidates:
-                dec[i.index] = d = parts.decode_s(i)
-                pred[i.index] += d
+                pred[i.index] += parts.decode_s(i)
         unc = parts.unc
         if self.session_load is not None:
             return self._choose_lifetime(request, fleet, candidates, parts)
@@ -420,7 +418,7 @@ class PredictedTTFT(ColocatingPolicy):
         scores: dict[Any, Any] = {k: round(v, 4) for k, v in pred.items()}
         reason = "min_predicted_ttft"
         if self.open_sessions is not None:
-            best, reason = self._near_tie(request, fleet, candidates, parts, best, scores, dec)
+            best, reason = self._near_tie(request, fleet, candidates, parts, best, scores)
         self._receipt_fit(scores)
         return best, reason, scores
 
@@ -432,7 +430,6 @@ class PredictedTTFT(ColocatingPolicy):
         parts: _Parts,
         best: InstanceView,
         scores: dict[Any, Any],
-        dec: dict[int, float],
     ) -> tuple[InstanceView, str]:
         """`opening: near_tie`, after the lowest score (`best`): an opening goes to the
         candidate with the fewest open sessions among those whose score is within `band` of
@@ -440,7 +437,7 @@ class PredictedTTFT(ColocatingPolicy):
         to the lower score. A later turn keeps `best`. Every routed turn updates the open
         sessions; `scores` gains the band and the counts.
 
-        `near_tie_ttft`: the band applies to the score less its decode term (`dec`), and a
+        `near_tie_ttft`: the band applies to the score less its decode term, and a
         near-tie's decode term must be no larger than the best's: the transient the band
         forgives is a queue ahead of this prefill, not the decode load the session joins."""
         p: PredictedTTFTParams = self.params  # type: ignore[assignment]
@@ -455,12 +452,14 @@ class PredictedTTFT(ColocatingPolicy):
                 InstanceView(index=b), unc[b], held[b], 0.0, parts.cost, p.max_num_batched_tokens
             )
             if p.opening == "near_tie_ttft":
-                db = dec.get(b, 0.0)
+                # the decode terms `choose` added (recomputed here, for openings only)
+                dec = {i.index: parts.decode_s(i) if parts.decode else 0.0 for i in candidates}
+                db = dec[b]
                 lim = pred[b] - db + band
                 near = [
                     i
                     for i in candidates
-                    if dec.get(i.index, 0.0) <= db and pred[i.index] - dec.get(i.index, 0.0) <= lim
+                    if dec[i.index] <= db and pred[i.index] - dec[i.index] <= lim
                 ]
             else:
                 near = [i for i in candidates if pred[i.index] <= pred[b] + band]
