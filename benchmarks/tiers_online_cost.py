@@ -36,7 +36,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.bench_summary import online_best_peer
+from agentic_kvc.analysis.bench_summary import worst_peer_of_today
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.analysis.studies.base import Section, StudyData
@@ -122,7 +122,7 @@ def table(units: dict[str, Any]) -> str:
     fits: list[str] = []
     caption = header = ""
     for key, r in units.items():
-        best = online_best_peer(r)  # the report's own pick, read in one place
+        best = worst_peer_of_today(r)  # the report's own pick, read in one place
         rows.append(
             f"| {key} | {best} | {ci_cell(r[f'today_vs_{best}'])} | "
             f"{ci_cell(r['online_generic_vs_today'])} | "

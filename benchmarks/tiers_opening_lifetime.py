@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.bench_summary import online_best_peer
+from agentic_kvc.analysis.bench_summary import worst_peer_of_today
 from agentic_kvc.analysis.experiments import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -143,7 +143,7 @@ def table(units: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for key, r in units.items():
-        best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
+        best = worst_peer_of_today(r)  # the peer today's predicted_ttft does worst against
         rows.append(
             f"| {key} | {ci_cell(r['lifetime_vs_today'])} | {ci_cell(r['replace_vs_today'])} | "
             f"{best} | {ci_cell(r[f'lifetime_vs_{best}'])} | {ci_cell(r[f'replace_vs_{best}'])} | "

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agentic_kvc.analysis.bench_summary import online_best_peer
+from agentic_kvc.analysis.bench_summary import worst_peer_of_today
 from agentic_kvc.analysis.experiments import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -101,7 +101,7 @@ def table(units: dict[str, Any], label: str = "near_tie") -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, r in units.items():
-        best = online_best_peer(r)  # the peer today's predicted_ttft does worst against
+        best = worst_peer_of_today(r)  # the peer today's predicted_ttft does worst against
         o = r["openings"]
         rows.append(
             f"| {key} | {ci_cell(r[f'{label}_vs_today'])} | {best} | "

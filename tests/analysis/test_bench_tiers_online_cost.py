@@ -79,7 +79,7 @@ def test_table_picks_the_peer_today_does_worst_against_and_joins_the_fits() -> N
         cell[f"online_profile_vs_{peer}"] = _cmp(today)
     other = {**cell, "fit": _fit("b")}
     out = bench.table({"a": cell, "b": other})
-    assert bench.online_best_peer(cell) == "dynamo_kv"
+    assert bench.worst_peer_of_today(cell) == "dynamo_kv"
     assert "| a | dynamo_kv | -20.0% [-21.0, -19.0]" in out
     assert "-15.0% [-16.0, -14.0]" in out  # generic vs dynamo_kv
     assert out.count("| variant | backend |") == 1

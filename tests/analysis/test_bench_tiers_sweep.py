@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.analysis.bench_summary import online_cells
+from agentic_kvc.analysis.bench_summary import form_cells
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.bench_scripts import load_benchmark
 
@@ -89,7 +89,7 @@ def test_each_unit_gets_its_figures_timing_and_the_file_its_machine_and_command(
     assert u["today_vs_peer"] == {"rows": 2, "n": 4, "host": 16}
     assert len(u["load_avg_1min"]) == 2 and u["started"].endswith("UTC")
     # the flat layout's readers see the units, not the stamp
-    assert sorted(online_cells({k: {"today_vs_x": 1} for k in units} | doc)) == sorted(units)
+    assert sorted(form_cells({k: {"today_vs_x": 1} for k in units} | doc)) == sorted(units)
 
 
 def test_only_keeps_the_other_units_of_an_earlier_file_and_table_prints_units(

@@ -850,28 +850,30 @@ def _tiers_link_misspec(doc: dict[str, Any]) -> list[Fig]:
 # (or "host_16+disk"), holding paired comparisons "<ours>_vs_<other>" ({metric: {rel, ci, pairs}})
 # of today's predicted_ttft ("today", cost_model: profile, the simulator's own step costs), its
 # online-fitted forms ("<form>_vs_today") and the study's peers ("today_vs_<peer>"). Read here
-# by its summariser and by the ranked findings (analysis/headlines.py): one reading.
+# by its summariser and by the ranked findings (analysis/headlines.py): one reading. The same
+# layout, with other forms of predicted_ttft, is written by the opening-rule sweeps
+# (benchmarks/tiers_opening_*.py), so the helpers below are named by form, not by fit.
 
-ONLINE_TODAY = "today"  # predicted_ttft as the studies run it: the profile's step costs
+TODAY_FORM = "today"  # predicted_ttft as the studies run it: the profile's step costs
 ONLINE_GENERIC = "online_generic"  # fitted online from a generic prior: the honest form
 HBM_ONLY_SUFFIX = "/host_0"  # a cell with no tier below HBM
 
 
-def online_cells(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def form_cells(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The file's cells: its entries that compare today's predicted_ttft with a peer."""
     cells = {
         name: c
         for name, c in doc.items()
-        if isinstance(c, Mapping) and any(k.startswith(f"{ONLINE_TODAY}_vs_") for k in c)
+        if isinstance(c, Mapping) and any(k.startswith(f"{TODAY_FORM}_vs_") for k in c)
     }
     if not cells:
-        raise LayoutError(f"no cell with a {ONLINE_TODAY}_vs_<peer> comparison")
+        raise LayoutError(f"no cell with a {TODAY_FORM}_vs_<peer> comparison")
     return cells
 
 
-def online_forms(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def other_forms(cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The online-fitted forms the file compares with today's, from its labels."""
-    suffix = f"_vs_{ONLINE_TODAY}"
+    suffix = f"_vs_{TODAY_FORM}"
     return sorted({k.removesuffix(suffix) for c in cells.values() for k in c if k.endswith(suffix)})
 
 
@@ -880,14 +882,14 @@ def has_tier(name: str) -> bool:
     return not name.endswith(HBM_ONLY_SUFFIX)
 
 
-def online_best_peer(cell: Mapping[str, Any]) -> str:
+def worst_peer_of_today(cell: Mapping[str, Any]) -> str:
     """The peer today's predicted_ttft does worst against on TTFT p90 (the benchmark's pick)."""
-    prefix = f"{ONLINE_TODAY}_vs_"
+    prefix = f"{TODAY_FORM}_vs_"
     peers = [k.removeprefix(prefix) for k in cell if k.startswith(prefix)]
     return max(peers, key=lambda p: float(_at(cell, prefix + p, "ttft_p90", "rel")))
 
 
-def online_vs(
+def form_vs(
     cell: Mapping[str, Any], ours: str, other: str, metric: str = "ttft_p90"
 ) -> Mapping[str, Any]:
     """One paired comparison of the cell: `ours` against `other` on `metric`."""
@@ -919,8 +921,8 @@ def forms_against_today(doc: Mapping[str, Any], today_is: str) -> list[Fig]:
     form against today's (`today_is` says what today's form is): per metric, how many cells'
     paired intervals exclude 0 (how many of them lower), and those cells with their intervals;
     the others are not significant."""
-    cells = online_cells(doc)
-    forms = online_forms(cells)
+    cells = form_cells(doc)
+    forms = other_forms(cells)
     runs = sum(int(c.get("runs", 0)) for c in cells.values())
 
     def significant(ours: str, best_peer: bool) -> str:
@@ -928,8 +930,8 @@ def forms_against_today(doc: Mapping[str, Any], today_is: str) -> list[Fig]:
         for metric, words in (("ttft_p90", "TTFT p90"), ("e2e_p90", "E2E p90")):
             hits: list[tuple[float, str]] = []
             for name, c in cells.items():
-                other = online_best_peer(c) if best_peer else ONLINE_TODAY
-                m = online_vs(c, ours, other, metric)
+                other = worst_peer_of_today(c) if best_peer else TODAY_FORM
+                m = form_vs(c, ours, other, metric)
                 if excludes_zero(m):
                     where = f"{name} vs {other}" if best_peer else name
                     hits.append((float(_at(m, "rel")), f"{where} {_interval(m)}"))
@@ -948,15 +950,15 @@ def forms_against_today(doc: Mapping[str, Any], today_is: str) -> list[Fig]:
     ]
     out += [
         Fig(
-            f"{ours} vs each cell's best peer (the one {ONLINE_TODAY} does worst against, TTFT "
+            f"{ours} vs each cell's best peer (the one {TODAY_FORM} does worst against, TTFT "
             "p90): cells whose paired interval excludes 0",
             significant(ours, best_peer=True),
         )
-        for ours in (ONLINE_TODAY, *forms)
+        for ours in (TODAY_FORM, *forms)
     ]
     out += [
         Fig(
-            f"{ours} vs {ONLINE_TODAY} ({today_is}): cells whose paired interval excludes 0",
+            f"{ours} vs {TODAY_FORM} ({today_is}): cells whose paired interval excludes 0",
             significant(ours, best_peer=False),
         )
         for ours in forms

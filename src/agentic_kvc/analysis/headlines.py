@@ -26,23 +26,23 @@ from typing import Any
 
 from agentic_kvc.analysis.bench_summary import (
     ONLINE_GENERIC,
-    ONLINE_TODAY,
     ROBUST_ONLINE,
     TIERS_UNSEEN,
+    TODAY_FORM,
     LayoutError,
     against_exact_links,
     excludes_zero,
+    form_cells,
+    form_vs,
     has_tier,
     link_grid,
-    online_best_peer,
-    online_cells,
-    online_vs,
     ours_vs_peers,
     robust_lead,
     robust_metric,
     robust_worse,
     summarize_file,
     tier_gains,
+    worst_peer_of_today,
 )
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
@@ -352,15 +352,15 @@ def online_cost_clause(doc: Mapping[str, Any], there: str | None = None) -> str 
     many tiered setups that form, and today's, is significantly worse than the best peer. None
     without a significant lead."""
     try:
-        cells = {n: c for n, c in online_cells(doc).items() if has_tier(n)}
-        peers = {n: online_best_peer(c) for n, c in cells.items()}
-        today = {n: _value(online_vs(c, ONLINE_TODAY, peers[n])) for n, c in cells.items()}
-        fitted = {n: _value(online_vs(c, ONLINE_GENERIC, peers[n])) for n, c in cells.items()}
+        cells = {n: c for n, c in form_cells(doc).items() if has_tier(n)}
+        peers = {n: worst_peer_of_today(c) for n, c in cells.items()}
+        today = {n: _value(form_vs(c, TODAY_FORM, peers[n])) for n, c in cells.items()}
+        fitted = {n: _value(form_vs(c, ONLINE_GENERIC, peers[n])) for n, c in cells.items()}
         leads = [n for n, v in today.items() if v.significant and v.value < 0]
         if not leads:
             return None
         name = there if there in leads else min(leads, key=lambda n: today[n].value)
-        change = _value(online_vs(cells[name], ONLINE_GENERIC, ONLINE_TODAY))
+        change = _value(form_vs(cells[name], ONLINE_GENERIC, TODAY_FORM))
     except (LayoutError, KeyError, TypeError, ValueError):
         return None
     worse = [n for n, v in fitted.items() if v.significant and v.value > 0]
