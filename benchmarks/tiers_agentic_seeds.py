@@ -18,11 +18,18 @@ experiments, so the paired intervals are the study's):
   `tiers_agentic_hi` on 8 x H20 with 120 sessions at 0.2 sessions/s (the same load per
   instance, twice the fleet), and agentic-long with no Pareto tail (`tool_wait_tail_prob: 0`)
   at 0.1 sessions/s; five routers, host 0 and 128 GiB, seeds 0-4.
+- `--part deployments`: two deployments no issue names, set before any of their runs
+  (docs/kv_tiers/study_followups.md, "Two deployments no issue names"): `tiers_agentic_hi`'s
+  workload on 4 x H100 and on 4 x H20 serving Llama-3.1-8B (dense; 128 KiB of KV per token),
+  sessions ending at the model's 128k context less the output cap, at 0.1 and 0.2 sessions/s;
+  five routers, host 0 and 128 GiB, seeds 0-10.
 
     nice -n 10 .venv/bin/python benchmarks/tiers_agentic_seeds.py --part seeds \\
         --results /tmp/akvc_k4_seeds --out /tmp/akvc_k4_seeds/summary.json
     nice -n 10 .venv/bin/python benchmarks/tiers_agentic_seeds.py --part heldout \\
         --results /tmp/akvc_k4_heldout --out /tmp/akvc_k4_heldout/summary.json
+    nice -n 10 .venv/bin/python benchmarks/tiers_agentic_seeds.py --part deployments \\
+        --results /tmp/akvc_deploy --out /tmp/akvc_deploy/summary.json
 
 The study's section (section.md, findings.json) lands in RESULTS/tables_<N>seeds; the JSON
 summary keeps the answer, the rows of the best HBM-only peer, of each setup's best peer and of
@@ -116,6 +123,42 @@ def heldout_part(n: int) -> list[dict[str, Any]]:
             "seed": list(range(n)),
         }
         out.append(exp)
+    return out
+
+
+# Llama-3.1-8B's context (131,072 tokens) less the generator's output cap (`output_max_tokens`,
+# 8,192): a session whose next prompt would not fit ends, as an agent's context fills.
+LLAMA_CONTEXT_PROMPT_TOKENS = 131_072 - 8_192
+DEPLOYMENTS = (("h100", "4 x H100"), ("h20", "4 x H20"))
+DEPLOYMENT_RATES = (0.1, 0.2)  # the study's rate, and twice it
+
+
+def deployments_part(n: int) -> list[dict[str, Any]]:
+    """`tiers_agentic_hi`'s workload on two deployments (see the module docstring)."""
+    hi = _experiments()["tiers_agentic_hi"]
+    out = []
+    for hardware, fleet in DEPLOYMENTS:
+        for rate in DEPLOYMENT_RATES:
+            exp = copy.deepcopy(hi)
+            exp["name"] = f"deploy_{hardware}_llama8b_{rate}"
+            exp["variant"] = (
+                f"held out: Llama-3.1-8B on {fleet}, agentic-long (128k context), "
+                f"heavy-tailed pauses, {rate} sessions/s"
+            )
+            exp["set"].update(
+                {
+                    "fleet.hardware": hardware,
+                    "fleet.model": "llama-3.1-8b",
+                    "workload.generator.params.max_context_tokens": LLAMA_CONTEXT_PROMPT_TOKENS,
+                    "workload.generator.params.session_rate_per_s": rate,
+                }
+            )
+            exp["matrix"] = {
+                "policy.name": list(tiers.ROUTERS),
+                "fleet.kv_tiers.host_gib": [0, 128],
+                "seed": list(range(n)),
+            }
+            out.append(exp)
     return out
 
 
@@ -270,9 +313,9 @@ def table(summaries: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=["seeds", "heldout"])
+    ap.add_argument("--part", choices=["seeds", "heldout", "deployments"])
     ap.add_argument("--results", type=Path)
-    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (11 / 5 by part)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (11 / 5 / 11 by part)")
     ap.add_argument("--out", type=Path)
     ap.add_argument(
         "--analyse-only", action="store_true", help="skip the runs (they are in RESULTS)"
@@ -287,8 +330,10 @@ def main() -> int:
 
     if args.part == "seeds":
         exps, configured = seeds_part(args.seeds or 11)
-    else:
+    elif args.part == "heldout":
         exps, configured = heldout_part(args.seeds or 5), []
+    else:
+        exps, configured = deployments_part(args.seeds or 11), []
     plan = expand(exps, REPO)
     n = len({r.seed for r in plan.runs})
     plan_path = args.results / f"work/plan_{n}seeds.json"
