@@ -1,5 +1,5 @@
-"""Ranked findings: read from the studies' own lines, worded by the numbers, at most ten,
-labelled, left out when their source is missing."""
+"""Ranked findings: read from the studies' own lines, worded by the numbers, at most
+MAX_HEADLINES, labelled, left out when their source is missing."""
 
 from __future__ import annotations
 
@@ -356,3 +356,63 @@ def test_the_tiers_headline_adds_the_many_seeds_run_when_its_file_is_there(
         "the same router with and without: -51.1% [-63.4, -33.6]; predicted_ttft significantly "
         "worse than the best peer in 1 of 2 tiered setups there." in text
     )
+
+
+def _opening_doc(form_at_trace: tuple[float, float, float]) -> dict:
+    """An opening-rule sweep's file (tiers_online_cost's layout, form `near_tie_ttft`):
+    `trace` (tiered) where today trails sticky_least_loaded significantly and the form by
+    `form_at_trace`; `moon` (tiered) where both lead dynamo_kv and the form's TTFT p90 is
+    significantly above today's; an HBM-only cell where today trails, not a tier setup."""
+    level = {"ttft_p90": _cmp(0.0, -0.01, 0.01), "e2e_p90": _cmp(0.0, -0.01, 0.01)}
+
+    def cell(peer: str, today: dict, form: dict, vs_today: dict) -> dict:
+        return {
+            "runs": 33,
+            f"today_vs_{peer}": today,
+            f"near_tie_ttft_vs_{peer}": form,
+            "near_tie_ttft_vs_today": vs_today,
+        }
+
+    trailing = {**level, "ttft_p90": _cmp(0.164, 0.022, 0.342)}
+    return {
+        "trace/host_16": cell(
+            "sticky_least_loaded", trailing, {**level, "ttft_p90": _cmp(*form_at_trace)}, level
+        ),
+        "moon/host_16": cell(
+            "dynamo_kv",
+            {**level, "ttft_p90": _cmp(-0.2, -0.3, -0.1)},
+            {**level, "ttft_p90": _cmp(-0.1, -0.2, -0.05)},
+            {**level, "ttft_p90": _cmp(0.089, 0.052, 0.157)},
+        ),
+        "trace/host_0": cell("dynamo_kv", {**level, "ttft_p90": _cmp(0.5, 0.4, 0.6)}, level, level),
+    }
+
+
+def test_the_opening_finding_says_what_balancing_openings_buys_and_costs(tmp_path: Path) -> None:
+    """After the tier findings: today's worst tiered setup against its peer and the same with
+    the opening rule, how many tiered setups each is significantly worse on, and the setups
+    where the rule's TTFT p90 is significantly above today's; nothing when today trails no
+    tiered setup."""
+    h = next(h for h in HEADLINES if h.study == "tiers")
+    findings = {"tiers": [f"{s} -41.1% [-68.1, -2.8] (5 paired replicates)" for s in h.sources]}
+    path = tmp_path / "tiers_opening_near_tie_ttft.json"
+    path.write_text(json.dumps(_opening_doc((0.092, -0.04, 0.283))))
+    out = render_headlines(findings, [tmp_path])
+    assert [r.study for r in out] == ["tiers", "bench-tiers_opening_near_tie_ttft"]
+    text = out[1].text
+    assert (
+        "with openings balanced among near-ties (near_tie_ttft), its worst tiered setup "
+        "(trace/host_16 vs sticky_least_loaded) goes from +16.4% [+2.2, +34.2] to "
+        "+9.2% [-4.0, +28.3], not significant," in text
+    )
+    assert "worse than the best peer (TTFT or E2E p90) on 0 of 2 tiered setups, against 1" in text
+    assert "on 1 of 3 setups (moon/host_16 +8.9% [+5.2, +15.7])." in text
+    assert "trace/host_0" not in text
+    # the rule leaves the loss significant: the count says so
+    path.write_text(json.dumps(_opening_doc((0.12, 0.01, 0.3))))
+    assert "on 1 of 2 tiered setups, against 1" in render_headlines(findings, [tmp_path])[1].text
+    # today trails no tiered setup: nothing to explain
+    doc = _opening_doc((0.0, -0.1, 0.1))
+    doc["trace/host_16"]["today_vs_sticky_least_loaded"]["ttft_p90"] = _cmp(0.05, -0.01, 0.1)
+    path.write_text(json.dumps(doc))
+    assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]

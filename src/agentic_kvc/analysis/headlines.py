@@ -12,7 +12,8 @@ then the real-engine checks and the simulator's fidelity.
 To add one (e.g. for a new study): append a `Headline` to `HEADLINES` with the study's name,
 the start of its finding line and a sentence function; keep the rendered list within
 MAX_HEADLINES. What the tiers finding's lead needs follows it, from the benchmarks that take a
-piece of it away (tiers_link_misspec, tiers_online_cost; read through analysis/bench_summary).
+piece of it away (tiers_link_misspec, tiers_online_cost; read through analysis/bench_summary),
+then what an opening rule does where predicted_ttft trails a peer (`OPENING_BENCH`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from agentic_kvc.analysis.bench_summary import (
     form_vs,
     has_tier,
     link_grid,
+    other_forms,
     ours_vs_peers,
     robust_lead,
     robust_metric,
@@ -47,7 +49,8 @@ from agentic_kvc.analysis.bench_summary import (
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
-MAX_HEADLINES = 11
+MAX_HEADLINES = 12
+OPENING_BENCH = "tiers_opening_near_tie_ttft"  # the opening rule the findings report
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 _PCT = re.compile(rf"{_NUM}% \[{_NUM}, {_NUM}\]")
 _MS = re.compile(rf"{_NUM} ms \[{_NUM}, {_NUM}\]")
@@ -419,6 +422,49 @@ def tier_needs_headline(
     )
 
 
+def _worse_than_peer(cell: Mapping[str, Any], form: str, peer: str) -> bool:
+    """Whether `form` is significantly worse than `peer` in the cell on TTFT or E2E p90."""
+    return any(
+        excludes_zero(m) and float(m["rel"]) > 0
+        for m in (form_vs(cell, form, peer, k) for k in ("ttft_p90", "e2e_p90"))
+    )
+
+
+def opening_headline(doc: Mapping[str, Any]) -> str | None:
+    """Where predicted_ttft trails a peer with tiers, what an opening rule changes, from an
+    opening-rule sweep's file (benchmarks/tiers_opening_*.py; the tiers_online_cost layout with
+    one other form): today's worst tiered setup against its best peer (the largest
+    significantly worse TTFT p90), the same with the form; on how many tiered setups each is
+    significantly worse than the best peer (TTFT or E2E p90); and the form's price, the setups
+    where its TTFT p90 is significantly above today's. None unless today trails somewhere."""
+    try:
+        cells = form_cells(doc)
+        (form,) = other_forms(cells)
+        tiered = {n: c for n, c in cells.items() if has_tier(n)}
+        peers = {n: worst_peer_of_today(c) for n, c in tiered.items()}
+        today = {n: _value(form_vs(c, TODAY_FORM, peers[n])) for n, c in tiered.items()}
+        trails = [n for n, v in today.items() if v.significant and v.value > 0]
+        if not trails:
+            return None
+        name = max(trails, key=lambda n: today[n].value)
+        moved = _value(form_vs(tiered[name], form, peers[name]))
+        worse_today = sum(_worse_than_peer(c, TODAY_FORM, peers[n]) for n, c in tiered.items())
+        worse_form = sum(_worse_than_peer(c, form, peers[n]) for n, c in tiered.items())
+        price = {n: _value(form_vs(c, form, TODAY_FORM)) for n, c in cells.items()}
+    except (LayoutError, KeyError, TypeError, ValueError):
+        return None
+    dearer = [f"{n} {v.interval()}" for n, v in price.items() if v.significant and v.value > 0]
+    return (
+        "Where predicted_ttft trails a peer with KV tiers, what it misses is where sessions "
+        f"open: with openings balanced among near-ties ({form}), its worst tiered setup "
+        f"({name} vs {peers[name]}) goes from {today[name].interval()} to {moved.interval()}, "
+        f"and it is significantly worse than the best peer (TTFT or E2E p90) on {worse_form} "
+        f"of {len(tiered)} tiered setups, against {worse_today} with today's rule; the price: "
+        f"its TTFT p90 is significantly above today's rule's on {len(dearer)} of {len(cells)} "
+        "setups" + (f" ({', '.join(dearer)})" if dearer else "") + "."
+    )
+
+
 def fidelity_headline(bench_dirs: Sequence[Path]) -> str | None:
     """The simulator against repeated real runs, each session's envelope check (benchmark
     files sim_vs_vllm*.json: the session, checks inside, the bar a model with no error meets)."""
@@ -469,6 +515,10 @@ def render_headlines(
                 if text:
                     src = "tiers_link_misspec" if links else "tiers_online_cost"
                     out.append(Rendered("simulated", f"bench-{src}", text))
+                opening = _bench(bench_dirs, OPENING_BENCH)
+                text = opening_headline(opening) if opening else None
+                if text:
+                    out.append(Rendered("simulated", f"bench-{OPENING_BENCH}", text))
     text = fidelity_headline(bench_dirs)
     if text:
         out.append(Rendered("simulated vs real", "bench-sim_vs_vllm", text))
