@@ -20,6 +20,11 @@ before any run of this variant, none run before with a near-tie rule:
 and the study's agentic-long 0.05 sessions/s cell at 128 GiB over seeds 0-30, where today's
 predicted_ttft trails sticky_least_loaded (+3.7% [+0.3, +7.1], "Thirty-one seeds").
 
+Added 2026-11-29 21:50 UTC, before any run of this variant on them: the four cells of
+`tiers_agentic_seeds.py --part deployments` (Llama-3.1-8B on 4 x H100 and on 4 x H20, 0.1 and
+0.2 sessions/s; docs/kv_tiers/study_followups.md, "Two deployments no issue names"), host 128
+GiB, seeds 0-10: held out for this rule, fixed since section 10 (`--only deploy_`).
+
     nice -n 10 .venv/bin/python benchmarks/tiers_opening_near_tie_ttft.py \\
         --results /tmp/akvc_k10_results --out results/bench/tiers_opening_near_tie_ttft.json
 
@@ -38,6 +43,7 @@ from typing import Any
 from agentic_kvc.analysis.experiments import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_agentic_seeds import deployments_part
 from tiers_opening_lifetime import DYNAMO, STICKY, TODAY, cells
 from tiers_opening_near_tie import analyse, table
 from tiers_sweep import WINDOWS, Run, cell_runs, per_host, study
@@ -86,6 +92,7 @@ def heldout() -> list[dict[str, Any]]:
             "hosts": [16],
             "peers": PEERS,
         },
+        *deployments(),
         {
             "name": "agentic-long_0.05_31seeds",
             **study("tiers_agentic_lo"),
@@ -93,6 +100,21 @@ def heldout() -> list[dict[str, Any]]:
             "hosts": [128],
             "peers": {"sticky_least_loaded": STICKY},
         },
+    ]
+
+
+def deployments() -> list[dict[str, Any]]:
+    """tiers_agentic_seeds.py's deployment cells (module docstring), host 128 GiB."""
+    return [
+        {
+            "name": exp["name"],
+            "base": exp["base"],
+            "set": exp["set"],
+            "rep": ("seed", list(range(11))),
+            "hosts": [128],
+            "peers": PEERS,
+        }
+        for exp in deployments_part(11)
     ]
 
 
