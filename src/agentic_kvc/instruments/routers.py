@@ -27,7 +27,7 @@ from agentic_kvc.policy.base import Decision, FleetView, InstanceView, RequestVi
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.profiles.cost import EngineProfile
-from agentic_kvc.sim.fleet import SessionRun, SimFleet
+from agentic_kvc.sim.fleet import SessionRun, SimFleet, policy_params
 from agentic_kvc.workload.model import Workload
 
 Spread = Literal["session", "random"]
@@ -143,7 +143,7 @@ class RoutersFleet(SimFleet):
         memo[id(self.instances)] = self.instances
         states = [base] + [copy.deepcopy(base, dict(memo)) for _ in range(replicas - 1)]
         self.policies = [self.policy] + [
-            get_policy(config.policy.name, config.policy.params) for _ in range(replicas - 1)
+            get_policy(config.policy.name, policy_params(config)) for _ in range(replicas - 1)
         ]
         self.replica_states = ReplicaStates(states)
         self.state = self.replica_states  # type: ignore[assignment]

@@ -161,7 +161,10 @@ _DECODE_KV = (2048, 32_768)
 
 class PredictedTTFTParams(StrictParams):
     hardware: str = Field(
-        "h20", description="Profile whose step cost is fitted (a hardware name of profiles/)."
+        "h20",
+        description="Profile whose step cost is fitted (a hardware name of profiles/). In the "
+        "simulator, unset means the fleet's own (as do model and max_num_batched_tokens); the "
+        "proxy has no profile of its engines and uses this default unless told.",
     )
     model: str = Field("qwen3-coder-30b-a3b", description="... and model name.")
     max_num_batched_tokens: int = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -69,6 +70,22 @@ def validate_policy(name: str, params: dict[str, Any]) -> Any:
             for e in exc.errors()
         )
         raise ValueError(errs) from None
+
+
+def with_fleet_defaults(
+    name: str, params: Mapping[str, Any], fleet: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`params` plus each of `fleet`'s values that the policy declares a parameter for and
+    `params` leaves unset. A simulated fleet passes its hardware, model and step budget, so a
+    policy that fits the engines' profile (predicted_ttft) fits the one they run unless told
+    otherwise; its own defaults (the design's testbed) would price another fleet's steps and
+    KV bytes wrongly, and silently. An unknown policy name is left for `get_policy` to refuse."""
+    _load()
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        return dict(params)
+    fields = cls.Params.model_fields
+    return {**{k: v for k, v in fleet.items() if k in fields and k not in params}, **params}
 
 
 def get_policy(name: str, params: dict[str, Any] | None = None) -> Policy:

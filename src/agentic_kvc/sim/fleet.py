@@ -34,7 +34,7 @@ from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.pause import PauseEstimator
-from agentic_kvc.policy.registry import get_policy
+from agentic_kvc.policy.registry import get_policy, with_fleet_defaults
 from agentic_kvc.profiles.cost import EngineProfile, StepCost
 from agentic_kvc.profiles.fitted import under_background
 from agentic_kvc.profiles.hardware import TierLinks, tier_links
@@ -158,6 +158,18 @@ class SimStats:
     reload_s: float = 0.0  # their waits (queue and transfer), summed
 
 
+def policy_params(config: RunConfig) -> dict[str, Any]:
+    """The run's policy parameters, with the fleet's hardware, model and step budget where the
+    policy has such a parameter and the config does not set it (`with_fleet_defaults`)."""
+    fc = config.fleet
+    fleet = {
+        "hardware": fc.hardware,
+        "model": fc.model,
+        "max_num_batched_tokens": fc.max_num_batched_tokens,
+    }
+    return with_fleet_defaults(config.policy.name, config.policy.params, fleet)
+
+
 class SimFleet:
     # Subclasses that read an instance's pool between its steps (count_hit, usage: the
     # cache-error and regret instruments) set this: planned-at-once prefill runs (engine.py)
@@ -219,7 +231,7 @@ class SimFleet:
         for inst in self.instances:
             inst.prefill_runs = closed_form and runs
             inst.seq_name = _seq_name
-        self.policy = get_policy(config.policy.name, config.policy.params)
+        self.policy = get_policy(config.policy.name, policy_params(config))
         roles = fc.roles
         if not self.policy.uses_cache_view:  # nothing reads it: keep no prefix index
             self.state = RouterState(fc.instances, roles, None)
