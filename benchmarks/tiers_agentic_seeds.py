@@ -21,8 +21,9 @@ experiments, so the paired intervals are the study's):
 - `--part deployments`: two deployments no issue names, set before any of their runs
   (docs/kv_tiers/study_followups.md, "Two deployments no issue names"): `tiers_agentic_hi`'s
   workload on 4 x H100 and on 4 x H20 serving Llama-3.1-8B (dense; 128 KiB of KV per token),
-  sessions ending at the model's 128k context less the output cap, at 0.1 and 0.2 sessions/s;
-  five routers, host 0 and 128 GiB, seeds 0-10.
+  sessions ending at the model's 128k context less the output cap, at 0.1 and 0.2 sessions/s
+  and at the study's KV pressure (rate and sessions scaled by the KV tokens an instance holds
+  against the study's testbed: `kv_ratio`); five routers, host 0 and 128 GiB, seeds 0-10.
 
     nice -n 10 .venv/bin/python benchmarks/tiers_agentic_seeds.py --part seeds \\
         --results /tmp/akvc_k4_seeds --out /tmp/akvc_k4_seeds/summary.json
@@ -133,17 +134,39 @@ DEPLOYMENTS = (("h100", "4 x H100"), ("h20", "4 x H20"))
 DEPLOYMENT_RATES = (0.1, 0.2)  # the study's rate, and twice it
 
 
+def kv_ratio(hardware: str) -> float:
+    """Llama-3.1-8B's KV tokens per instance on `hardware` over the study's testbed's
+    (Qwen3-Coder-30B-A3B on H20): how much more of the sessions' context one instance holds."""
+    from agentic_kvc.profiles import get_profile
+
+    ours = get_profile(hardware, "llama-3.1-8b").kv_capacity_tokens
+    return ours / get_profile("h20", "qwen3-coder-30b-a3b").kv_capacity_tokens
+
+
 def deployments_part(n: int) -> list[dict[str, Any]]:
-    """`tiers_agentic_hi`'s workload on two deployments (see the module docstring)."""
+    """`tiers_agentic_hi`'s workload on two deployments (see the module docstring): at
+    `DEPLOYMENT_RATES`, and at the study's KV pressure (rate and sessions x `kv_ratio`)."""
     hi = _experiments()["tiers_agentic_hi"]
+    sessions = int(hi["set"]["workload.generator.sessions"])
     out = []
     for hardware, fleet in DEPLOYMENTS:
-        for rate in DEPLOYMENT_RATES:
+        r = kv_ratio(hardware)
+        loads = [(f"{rate}", rate, sessions, f"{rate} sessions/s") for rate in DEPLOYMENT_RATES]
+        loads.append(
+            (
+                "kvpressure",
+                round(0.1 * r, 3),
+                round(sessions * r),
+                f"the study's KV pressure ({round(0.1 * r, 3)} sessions/s, "
+                f"{round(sessions * r)} sessions)",
+            )
+        )
+        for tag, rate, count, words in loads:
             exp = copy.deepcopy(hi)
-            exp["name"] = f"deploy_{hardware}_llama8b_{rate}"
+            exp["name"] = f"deploy_{hardware}_llama8b_{tag}"
             exp["variant"] = (
                 f"held out: Llama-3.1-8B on {fleet}, agentic-long (128k context), "
-                f"heavy-tailed pauses, {rate} sessions/s"
+                f"heavy-tailed pauses, {words}"
             )
             exp["set"].update(
                 {
@@ -153,6 +176,8 @@ def deployments_part(n: int) -> list[dict[str, Any]]:
                     "workload.generator.params.session_rate_per_s": rate,
                 }
             )
+            if count != sessions:
+                exp["set"]["workload.generator.sessions"] = count
             exp["matrix"] = {
                 "policy.name": list(tiers.ROUTERS),
                 "fleet.kv_tiers.host_gib": [0, 128],
