@@ -416,3 +416,72 @@ def test_the_opening_finding_says_what_balancing_openings_buys_and_costs(tmp_pat
     doc["trace/host_16"]["today_vs_sticky_least_loaded"]["ttft_p90"] = _cmp(0.05, -0.01, 0.1)
     path.write_text(json.dumps(doc))
     assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]
+
+
+def _deploy_cell(fleet: str, load: str, gain: float, ours: float) -> tuple[list, dict]:
+    """One cell of a `--part deployments` file: the tier's best-vs-best gain (half width 0.1)
+    and predicted_ttft's TTFT p90 against the best peer with the tier (half width 0.03)."""
+    cell = f"held out: Llama-3.1-8B on {fleet}, agentic-long (128k context), {load}"
+    rows = [
+        {
+            "cell": cell,
+            "tiers": "host 128 GiB",
+            "router": "sticky_least_loaded (best peer)",
+            "paired": {},
+        },
+        {
+            "cell": cell,
+            "tiers": "host 128 GiB",
+            "router": "predicted_ttft",
+            "paired": {
+                "vs_best_peer": _cmp(ours, ours - 0.03, ours + 0.03),
+                "vs_best_peer_e2e": _cmp(0.0, -0.02, 0.02),
+            },
+        },
+    ]
+    best = {
+        "cell": cell,
+        "tier": "host 128 GiB",
+        "hbm_only_best": "sglang_cache_aware",
+        "tier_best": "sticky_least_loaded",
+        "paired": _cmp(gain, gain - 0.1, gain + 0.1),
+    }
+    return rows, best
+
+
+def test_the_deployments_finding_says_where_the_tier_gain_carries(tmp_path: Path) -> None:
+    """Right after the tiers finding: per fleet, the gain at the testbed's KV pressure (the
+    cells so named), the range over the lighter cells, and predicted_ttft's losses to the best
+    peer; nothing when the file has no pressure cell."""
+    cells = [
+        _deploy_cell("4 x H100", "the study's KV pressure (0.15/s)", -0.179, -0.01),
+        _deploy_cell("4 x H20", "the study's KV pressure (0.19/s)", -0.561, 0.05),
+        _deploy_cell("4 x H20", "0.1 sessions/s", -0.008, 0.0),
+        _deploy_cell("4 x H100", "0.2 sessions/s", -0.044, 0.0),
+    ]
+    doc = {
+        "benchmark": "tiers_agentic_seeds",
+        "seeds": list(range(11)),
+        "rows": [r for rows, _ in cells for r in rows],
+        "best_vs_best": [b for _, b in cells],
+    }
+    findings = _tiers_findings(
+        "-41.1% [-68.1, -2.8] (5 paired replicates)",
+        "sticky_least_loaded, TTFT p90: -8.8% [-17.6, +3.5] n.s. (5)",
+        "(trace x2 vs sticky_least_loaded), TTFT p90: +16.4% [+2.2, +34.2] (11)",
+    )
+    path = tmp_path / "tiers_agentic_deployments.json"
+    path.write_text(json.dumps(doc))
+    out = render_headlines(findings, [tmp_path])
+    assert [r.study for r in out] == ["tiers", "bench-tiers_agentic_deployments"]
+    text = out[1].text
+    assert "(Llama-3.1-8B instead of the testbed's model)" in text
+    assert "TTFT p90: 4 x H100 -17.9% [-27.9, -7.9]; 4 x H20 -56.1% [-66.1, -46.1];" in text
+    assert "where HBM keeps more of the working set, -4.4% to -0.8%;" in text
+    assert "significantly worse than the best peer with the tier in 1 of 4 setups." in text
+    for _, best in cells:  # no cell at the testbed's pressure: nothing to say
+        best["cell"] = best["cell"].replace("KV pressure", "load")
+    for row in doc["rows"]:
+        row["cell"] = row["cell"].replace("KV pressure", "load")
+    path.write_text(json.dumps(doc))
+    assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]

@@ -28,6 +28,7 @@ from typing import Any
 from agentic_kvc.analysis.bench_summary import (
     ONLINE_GENERIC,
     ROBUST_ONLINE,
+    TIER_GOAL_SETUP,
     TIERS_UNSEEN,
     TODAY_FORM,
     LayoutError,
@@ -49,7 +50,7 @@ from agentic_kvc.analysis.bench_summary import (
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
-MAX_HEADLINES = 12
+MAX_HEADLINES = 13
 OPENING_BENCH = "tiers_opening_near_tie_ttft"  # the opening rule the findings report
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 _PCT = re.compile(rf"{_NUM}% \[{_NUM}, {_NUM}\]")
@@ -422,6 +423,50 @@ def tier_needs_headline(
     )
 
 
+DEPLOYMENTS_BENCH = "tiers_agentic_deployments"  # the tiers file of held-out deployments
+PRESSURE_CELL = "KV pressure"  # in its cells' names: load set to the testbed's KV pressure
+_FLEET = re.compile(r"on (\d+ x [\w-]+)")
+
+
+def deployments_headline(doc: Mapping[str, Any]) -> str | None:
+    """Whether the host tier's gain carries to deployments no issue names, from
+    benchmarks/tiers_agentic_seeds.py's `--part deployments` file (read as its summariser
+    reads it): per fleet, the best router with the realistic host tier against the best
+    without at the testbed's KV pressure (cells named with `PRESSURE_CELL`), the range over
+    the other cells (loads where HBM keeps more of the working set), and on how many tiered
+    setups predicted_ttft is significantly worse than the best peer. None without a
+    pressure cell."""
+    try:
+        gains = tier_gains(doc)
+        ours = ours_vs_peers(doc)
+    except (LayoutError, KeyError, TypeError, ValueError):
+        return None
+    pressed = [g for g in gains if PRESSURE_CELL in g.cell]
+    if not pressed:
+        return None
+    fleets = []
+    for g in pressed:
+        fleet = _FLEET.search(g.cell)
+        fleets.append(f"{fleet.group(1) if fleet else g.cell} {_value(g.best_vs_best).interval()}")
+    rest = sorted(_value(g.best_vs_best).value for g in gains if PRESSURE_CELL not in g.cell)
+    span = (
+        f"; at lighter loads, where HBM keeps more of the working set, {rest[0]:+.1f}% to "
+        f"{rest[-1]:+.1f}%"
+        if rest
+        else ""
+    )
+    model = re.search(r"held out: ([\w.-]+) on", pressed[0].cell)
+    worse = sum(bool(o.worse()) for o in ours)
+    return (
+        "Whether a host KV tier's gain carries to fleets the studies were not designed on ("
+        + (model.group(1) if model else "another model")
+        + " instead of the testbed's model): at the testbed's KV pressure, the best router "
+        f"with {TIER_GOAL_SETUP} against the best with HBM only, TTFT p90: {'; '.join(fleets)}"
+        f"{span}; predicted_ttft is significantly worse than the best peer with the tier in "
+        f"{worse} of {len(ours)} setups."
+    )
+
+
 def _worse_than_peer(cell: Mapping[str, Any], form: str, peer: str) -> bool:
     """Whether `form` is significantly worse than `peer` in the cell on TTFT or E2E p90."""
     return any(
@@ -508,6 +553,10 @@ def render_headlines(
             seeds = _bench(bench_dirs, "tiers_agentic_seeds") if h.study == "tiers" else None
             more = seeds_clause(seeds) if seeds else None
             out.append(Rendered(h.label, h.study, f"{words} {more}" if more else words))
+            deployed = _bench(bench_dirs, DEPLOYMENTS_BENCH) if h.study == "tiers" else None
+            text = deployments_headline(deployed) if deployed else None
+            if text:
+                out.append(Rendered("simulated", f"bench-{DEPLOYMENTS_BENCH}", text))
             if h.study == "tiers":  # what the tiers finding's lead needs, right after it
                 links = _bench(bench_dirs, "tiers_link_misspec")
                 online = _bench(bench_dirs, "tiers_online_cost")
