@@ -4,12 +4,17 @@ it on /metrics and in the decision receipts (issue 31 item 2)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from agentic_kvc.proxy.app import ProxyApp
 from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ServerThread
+from agentic_kvc.proxy.settings import ProxySettings
 
 Fakes = list[tuple[FakeVLLM, ServerThread]]
 
@@ -58,3 +63,18 @@ def test_no_cost_model_metrics_without_an_online_policy(make_proxy) -> None:
     _, client = make_proxy(policy="round_robin")
     client.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 1})
     assert "akvc_proxy_cost_model" not in client.get("/metrics").text
+
+
+def test_a_default_profile_is_named_at_startup(caplog: pytest.LogCaptureFixture) -> None:
+    """The proxy cannot tell what its engines are: predicted_ttft on its default profile says
+    so (and which), once, when built; named hardware, or a policy without a profile, is quiet."""
+    engines = ["http://127.0.0.1:9"]
+    with caplog.at_level(logging.WARNING, logger="agentic_kvc.proxy"):
+        ProxyApp(ProxySettings(engines=engines, policy="predicted_ttft"))
+    assert "default profile (h20 / qwen3-coder-30b-a3b)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agentic_kvc.proxy"):
+        params = {"hardware": "cpu-tiny", "model": "tiny"}
+        ProxyApp(ProxySettings(engines=engines, policy="predicted_ttft", params=params))
+        ProxyApp(ProxySettings(engines=engines, policy="round_robin"))
+    assert "default profile" not in caplog.text

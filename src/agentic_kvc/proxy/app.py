@@ -26,6 +26,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -109,12 +110,28 @@ async def _respond(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _say_profile(policy: Any, params: Mapping[str, Any]) -> None:
+    """Warn when a policy that prices engine steps by a hardware profile runs on its default
+    one: the proxy cannot tell what its engines are (the simulator hands the fleet's own)."""
+    fields = type(policy.params).model_fields
+    if "hardware" in fields and "hardware" not in params:
+        log.warning(
+            "%s prices engine steps with its default profile (%s / %s); pass --param "
+            "hardware=... --param model=... for these engines (the vLLM CPU engine: cpu-tiny / "
+            "tiny)",
+            policy.name,
+            policy.params.hardware,
+            policy.params.model,
+        )
+
+
 class ProxyApp:
     """ASGI app; `create_app(settings)` builds one. Start/stop run through ASGI lifespan."""
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.policy = get_policy(settings.policy, settings.params)
+        _say_profile(self.policy, settings.params)
         n = len(settings.engines)
         self.engines = [
             EngineClient(i, url, settings.connect_timeout_s, settings.max_idle_connections)
