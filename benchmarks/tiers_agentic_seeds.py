@@ -95,6 +95,23 @@ def seeds_part(n: int) -> tuple[list[dict[str, Any]], list[int]]:
     return [with_seeds(exps[name], list(range(n))) for name in AGENTIC], configured
 
 
+def derived(
+    base: dict[str, Any], name: str, variant: str, sets: dict[str, Any], n: int
+) -> dict[str, Any]:
+    """`base` (an experiment of config/config.yaml) renamed, with `sets` on top of its fixed
+    settings, crossing the study's five routers, HBM only and a 128 GiB host tier, seeds
+    0..n-1."""
+    exp = copy.deepcopy(base)
+    exp["name"], exp["variant"] = name, variant
+    exp["set"].update(sets)
+    exp["matrix"] = {
+        "policy.name": list(tiers.ROUTERS),
+        "fleet.kv_tiers.host_gib": [0, 128],
+        "seed": list(range(n)),
+    }
+    return exp
+
+
 def heldout_part(n: int) -> list[dict[str, Any]]:
     """Two workloads derived from `tiers_agentic_hi` (see the module docstring)."""
     hi = _experiments()["tiers_agentic_hi"]
@@ -115,15 +132,7 @@ def heldout_part(n: int) -> list[dict[str, Any]]:
             {"workload.generator.params.tool_wait_tail_prob": 0.0},
         ),
     ):
-        exp = copy.deepcopy(hi)
-        exp["name"], exp["variant"] = name, variant
-        exp["set"].update(sets)
-        exp["matrix"] = {
-            "policy.name": list(tiers.ROUTERS),
-            "fleet.kv_tiers.host_gib": [0, 128],
-            "seed": list(range(n)),
-        }
-        out.append(exp)
+        out.append(derived(hi, name, variant, sets, n))
     return out
 
 
@@ -148,42 +157,33 @@ def deployments_part(n: int) -> list[dict[str, Any]]:
     `DEPLOYMENT_RATES`, and at the study's KV pressure (rate and sessions x `kv_ratio`)."""
     hi = _experiments()["tiers_agentic_hi"]
     sessions = int(hi["set"]["workload.generator.sessions"])
+    study_rate = float(hi["set"]["workload.generator.params.session_rate_per_s"])
     out = []
     for hardware, fleet in DEPLOYMENTS:
         r = kv_ratio(hardware)
-        loads = [(f"{rate}", rate, sessions, f"{rate} sessions/s") for rate in DEPLOYMENT_RATES]
+        rate, count = round(study_rate * r, 3), round(sessions * r)
+        loads = [(f"{x}", {"session_rate_per_s": x}, f"{x} sessions/s") for x in DEPLOYMENT_RATES]
         loads.append(
             (
                 "kvpressure",
-                round(0.1 * r, 3),
-                round(sessions * r),
-                f"the study's KV pressure ({round(0.1 * r, 3)} sessions/s, "
-                f"{round(sessions * r)} sessions)",
+                {"session_rate_per_s": rate, "sessions": count},
+                f"the study's KV pressure ({rate} sessions/s, {count} sessions)",
             )
         )
-        for tag, rate, count, words in loads:
-            exp = copy.deepcopy(hi)
-            exp["name"] = f"deploy_{hardware}_llama8b_{tag}"
-            exp["variant"] = (
+        for tag, load, words in loads:
+            sets = {
+                "fleet.hardware": hardware,
+                "fleet.model": "llama-3.1-8b",
+                "workload.generator.params.max_context_tokens": LLAMA_CONTEXT_PROMPT_TOKENS,
+                "workload.generator.params.session_rate_per_s": load["session_rate_per_s"],
+            }
+            if "sessions" in load:
+                sets["workload.generator.sessions"] = load["sessions"]
+            variant = (
                 f"held out: Llama-3.1-8B on {fleet}, agentic-long (128k context), "
                 f"heavy-tailed pauses, {words}"
             )
-            exp["set"].update(
-                {
-                    "fleet.hardware": hardware,
-                    "fleet.model": "llama-3.1-8b",
-                    "workload.generator.params.max_context_tokens": LLAMA_CONTEXT_PROMPT_TOKENS,
-                    "workload.generator.params.session_rate_per_s": rate,
-                }
-            )
-            if count != sessions:
-                exp["set"]["workload.generator.sessions"] = count
-            exp["matrix"] = {
-                "policy.name": list(tiers.ROUTERS),
-                "fleet.kv_tiers.host_gib": [0, 128],
-                "seed": list(range(n)),
-            }
-            out.append(exp)
+            out.append(derived(hi, f"deploy_{hardware}_llama8b_{tag}", variant, sets, n))
     return out
 
 
