@@ -34,6 +34,7 @@ from agentic_kvc.run_backend import Backend
 from agentic_kvc.run_backend import backend_for as _backend_for  # tests substitute it here
 from agentic_kvc.security import redact, within_root
 from agentic_kvc.serve.device import allowed_cores, visible_gpus
+from agentic_kvc.speed_probe import speed_probe
 
 RUN_FILES = ("config.json", "manifest.json", "requests.jsonl", "instances.jsonl", "summary.json")
 TRACKED_PACKAGES = (
@@ -96,7 +97,8 @@ def hardware_info() -> dict[str, Any]:
 def timing_conditions() -> dict[str, Any]:
     """What a timing depends on, taken when it starts (a calibration profile's `machine`, a
     timed benchmark's): the OS, CPU, processor and Python as `hardware_info` names them, the
-    cores this process may run on (taskset/cgroup, not the host's count) and the load average.
+    cores this process may run on (taskset/cgroup, not the host's count), the load average
+    and the machine's speed probe (speed_probe.py: a shared VM can run slower at one load).
 
     Not `hardware_info`: two timings on one host compare only with the same cores and a quiet
     machine, and a committed profile needs no host name or GPU list. `cpu` is "" where
@@ -108,6 +110,7 @@ def timing_conditions() -> dict[str, Any]:
         "cores_visible": len(allowed_cores()),
         "python": platform.python_version(),
         "load_avg_at_start": list(os.getloadavg()),
+        "speed": speed_probe(),
     }
 
 

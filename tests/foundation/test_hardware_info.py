@@ -44,7 +44,9 @@ def test_timing_conditions_count_the_cores_this_process_may_use(
         "cores_visible",
         "python",
         "load_avg_at_start",
+        "speed",
     ]
     assert facts["cores_visible"] == 1
+    assert facts["speed"]["python_ms"]["best"] > 0
     assert len(facts["load_avg_at_start"]) == 3
     assert "hostname" not in facts and "gpus" not in facts

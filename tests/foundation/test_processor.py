@@ -153,3 +153,28 @@ def test_cpu_and_processor_name_from_one_cpuinfo(
     assert info["model_name"] == model_name
     assert runs.hardware_info()["processor"] == info == runs.timing_conditions()["processor"]
     assert info["label"].startswith(model_name or "aarch64")
+
+
+def _probed(processor: dict, python_ms: float) -> dict:
+    probe = {"python_ms": {"best": python_ms, "median": python_ms + 1}}
+    return {
+        "hardware": {"processor": processor},
+        "backend_info": {"host_load": {"speed_start": probe}},
+    }
+
+
+def test_study_note_compares_the_machines_speed_with_the_profiles(tmp_path: Path) -> None:
+    """Same processor kind, a slower VM: the note says by how much, from the two probes."""
+    amd = parse_cpuinfo(AMD)
+    runs = [_probed(amd, 13.0), _probed(amd, 15.0), _probed(amd, 20.0)]
+    fitted = {"processor": amd, "speed": {"python_ms": {"best": 10.0, "median": 10.5}}}
+    note = processor_note(runs, _profile(tmp_path, fitted))
+    assert "the same kind." in note
+    assert "15.0 ms" in note and "median of 3" in note and "10.0 ms" in note
+    assert "1.50x as slow" in note
+    # A profile fitted before probes: the runs' probe is said, the ratio is not known.
+    old = processor_note(runs, _profile(tmp_path, {"processor": amd}))
+    assert "15.0 ms" in old and "not known" in old and "x as slow" not in old
+    # Runs without probes (older manifests): nothing is said about speed.
+    bare = processor_note([{"hardware": {"processor": amd}}], _profile(tmp_path, fitted))
+    assert bare.endswith("the same kind.")

@@ -66,6 +66,11 @@ def test_backend_vllm_run_writes_records_samples_manifest(tiny_model, tmp_path) 
         ports.append(inst["argv"][inst["argv"].index("--port") + 1])
     assert Path(info["proxy"]["log"]).is_file()
     assert "--policy" in info["proxy"]["argv"] and "unified" in info["proxy"]["argv"]
+    # The machine: its load over the run and its speed probe at start and end.
+    load = info["host_load"]
+    assert load["run"]["samples"] >= 1
+    assert load["speed_start"]["python_ms"]["best"] > 0
+    assert load["speed_end"]["numpy_ms"]["best"] > 0
 
     # Every request completed, with client timings and the proxy's breakdown merged in.
     recs = list(read_jsonl(run_dir / "requests.jsonl"))

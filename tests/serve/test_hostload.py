@@ -108,6 +108,16 @@ def test_sampler_on_this_machine() -> None:
     overall = out["run"]["overall"]
     assert overall is not None and 0.0 <= overall["busy"] <= 1.0
     assert out["loadavg_start"] is not None
+    # The speed probe ran at start and at stop (a VM can slow down at one load).
+    for key in ("speed_start", "speed_end"):
+        assert 0 < out[key]["python_ms"]["best"] <= out[key]["python_ms"]["median"]
+
+
+def test_sampler_without_the_probe_records_none() -> None:
+    with HostLoadSampler(10.0, probe=False) as sampler:
+        pass
+    out = sampler.summary()
+    assert "speed_start" not in out and "speed_end" not in out
 
 
 def _proc_stat(

@@ -14,7 +14,9 @@ neighbour taking CPU as *steal*), so every `backend: vllm` run records it in its
 
 `HostLoadSampler` is a daemon thread (1 Hz by default; a tick reads two small files) so it
 runs beside the asyncio replay and the fleet start alike; `mark(name)` opens a named window
-(e.g. `replay`) that `summary()` also reports.
+(e.g. `replay`) that `summary()` also reports. At its start and stop it also runs the machine's
+speed probe (agentic_kvc/speed_probe.py: about 0.2 s each), since a shared VM can run slower
+with the same load and steal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agentic_kvc.speed_probe import speed_probe
 
 PROC = Path("/proc")
 PROC_STAT = PROC / "stat"
@@ -211,7 +215,9 @@ class HostLoadSampler:
     loadavg_path: Path = PROC_LOADAVG
     proc_path: Path = PROC  # per-process stat files, for this process tree's CPU time
     root_pid: int = field(default_factory=os.getpid)
+    probe: bool = True  # the speed probe at start and stop (`speed_start`, `speed_end`)
     samples: list[Sample] = field(default_factory=list)
+    _speed: dict[str, dict[str, Any]] = field(default_factory=dict)
     _marks: dict[str, Reading] = field(default_factory=dict)
     _start: tuple[Reading, dict[str, float] | None] | None = None
     _end: tuple[Reading, dict[str, float] | None] | None = None
@@ -231,6 +237,8 @@ class HostLoadSampler:
         return self._cpu_reading(), read_loadavg(self.loadavg_path)
 
     def start(self) -> HostLoadSampler:
+        if self.probe:
+            self._speed["speed_start"] = speed_probe()
         self._start = self._reading()
         self._thread = threading.Thread(target=self._loop, name="hostload", daemon=True)
         self._thread.start()
@@ -259,6 +267,8 @@ class HostLoadSampler:
         if self._thread is not None:
             self._thread.join(timeout=5 + self.interval_s)
         self._end = self._reading()
+        if self.probe and "speed_end" not in self._speed:
+            self._speed["speed_end"] = speed_probe()
         return self.summary()
 
     def __enter__(self) -> HostLoadSampler:
@@ -283,6 +293,7 @@ class HostLoadSampler:
             "loadavg_start": load0,
             "loadavg_end": load1,
             "run": summarize_window(samples, first, last),
+            **self._speed,
         }
         for name, a in self._marks.items():
             b = self._closed.get(name, last)

@@ -43,6 +43,7 @@ from agentic_kvc.analysis.studies.figures import sim_vs_real
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.paired import PairedResult
 from agentic_kvc.processor import processor_label, same_processor
+from agentic_kvc.speed_probe import probe_ms
 
 NAME = "real"
 TITLE = "7. Real engines: two vLLM CPU instances"
@@ -69,7 +70,8 @@ ORDER = (
 
 
 def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
-    """Mean 1-minute load and the CPU busy / steal shares over the run, from the manifest."""
+    """Mean 1-minute load, the CPU busy / steal shares over the run and the speed probe at its
+    start (the interpreter kernel's best, ms; None before runs recorded it), from the manifest."""
     hl = (manifest.get("backend_info") or {}).get("host_load") or {}
     run = hl.get("run") or {}
     overall = run.get("overall") or {}
@@ -77,7 +79,31 @@ def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
         "load1": (run.get("load1") or {}).get("mean"),
         "busy": overall.get("busy"),
         "steal": overall.get("steal"),
+        "probe_ms": probe_ms(hl.get("speed_start")),
     }
+
+
+MACHINE_COLUMNS = ["load1", "steal max", "CPU probe (ms)"]
+MACHINE_NOTE = (
+    "Machine: 1-minute load average over each run (min-max over repeats), the largest CPU "
+    "steal share, and the speed probe at each run's start (a fixed interpreter kernel's CPU "
+    "time, min-max; higher is a slower machine; agentic_kvc/speed_probe.py, '-' for runs "
+    "made before it was recorded)."
+)
+
+
+def machine_cells(loads: list[dict[str, float | None]]) -> list[str]:
+    """The MACHINE_COLUMNS cells of a variant's runs (their `host_load` dicts)."""
+
+    def values(key: str) -> list[float]:
+        return [v for x in loads if (v := x.get(key)) is not None]
+
+    load1, steal, probe = values("load1"), values("steal"), values("probe_ms")
+    return [
+        f"{num(min(load1), 1)}-{num(max(load1), 1)}" if load1 else "-",
+        pct(max(steal)) if steal else "-",
+        f"{num(min(probe), 1)}-{num(max(probe), 1)}" if probe else "-",
+    ]
 
 
 RECALIBRATE = "make recalibrate"
@@ -101,6 +127,41 @@ def profile_processor(path: Path | None = None) -> tuple[dict[str, Any], str]:
     return machine.get("processor") or {"model_name": machine.get("cpu")}, str(doc.get("date"))
 
 
+def speed_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> str:
+    """How fast the machine ran the real runs against when the `cpu-tiny` profile was fitted,
+    from the speed probes both recorded (speed_probe.py); "" when the runs recorded none. On
+    one processor kind a slower machine makes every real latency longer than the profile
+    predicts, with no change of load or steal."""
+    from statistics import median
+
+    from agentic_kvc.profiles import CPU_TINY_FILE
+
+    probes = [v for m in manifests if (v := host_load(m)["probe_ms"]) is not None]
+    if not probes:
+        return ""
+    now = median(probes)
+    try:
+        machine = json.loads((profile or CPU_TINY_FILE).read_text()).get("machine") or {}
+    except (OSError, ValueError):
+        machine = {}
+    then = probe_ms(machine.get("speed"))
+    head = (
+        f" The speed probe ran in {num(now, 1)} ms at the real runs' starts "
+        f"(median of {len(probes)})"
+    )
+    if then is None:
+        return (
+            head + "; the profile was fitted before probes were recorded, so how much faster or "
+            "slower this machine ran then is not known."
+        )
+    ratio = now / then
+    return (
+        head + f", {num(then, 1)} ms when the profile was fitted: this machine ran "
+        f"{num(ratio, 2)}x as slow (above 1: slower now, and real latencies longer than the "
+        "profile predicts by about as much on CPU-bound work)."
+    )
+
+
 def processor_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> str:
     """Which processors the real runs ran on, against the simulator profile's, and what to do
     when they differ: a CPU profile predicts the machine it was fitted on (docs/sim_profiles.md,
@@ -116,7 +177,7 @@ def processor_note(manifests: list[dict[str, Any]], profile: Path | None = None)
     text += f"calibrated on {prof_label} ({date})"
     verdicts = [same_processor(info, prof) for info in seen.values()]
     if verdicts and all(v is True for v in verdicts):
-        return text + ", the same kind."
+        return text + ", the same kind." + speed_note(manifests, profile)
     how = "differs from" if any(v is False for v in verdicts) else "cannot be matched to"
     return (
         text + f"; that {how} this machine's, so the simulated column predicts another "
@@ -152,8 +213,6 @@ def analyse(
         e50 = runs["e2e_s_p50"].to_list()
         spread_of[v] = repeat_spread(t50)
         lv = [loads.get(r, {}) for r in runs["run_id"].to_list()]
-        load1 = [x["load1"] for x in lv if x.get("load1") is not None]
-        steal = [x["steal"] for x in lv if x.get("steal") is not None]
         sv = sim_v.get(v)
         sim_t = sv["ttft_s_p50"] if sv else None
         inside = "-" if sim_t is None else ("yes" if min(t50) <= sim_t <= max(t50) else "no")
@@ -175,8 +234,7 @@ def analyse(
                 num(sim_v[v]["e2e_s_p50"]) if sv else "-",
                 diff_cell(c) + (" (not interleaved)" if mixed else ""),
                 diff_cell(c_u),
-                f"{num(min(load1), 1)}-{num(max(load1), 1)}" if load1 else "-",
-                pct(max(steal)) if steal else "-",
+                *machine_cells(lv),
             ]
         )
         if c is not None:
@@ -208,8 +266,7 @@ def analyse(
         "Each real variant's repeats (TTFT p50 per run: mean, min-max), the simulator's "
         "prediction for the same config, and TTFT p50 paired against round-robin over repeats "
         "(95% interval); the two predicted_ttft rows also against unified, the other policy "
-        "with a cost model. Machine: 1-minute load average over each run (min-max over repeats) "
-        "and the largest CPU steal share. Archived runs were made earlier on this machine kind "
+        f"with a cost model. {MACHINE_NOTE} Archived runs were made earlier on this machine kind "
         "with the same config and are read from results/archive/ (their manifests say when); "
         "paired with this checkout's round-robin they were not interleaved with it, so the "
         "difference is marked and not judged. "
@@ -226,8 +283,7 @@ def analyse(
             "sim E2E p50",
             "vs RR (TTFT p50)",
             "vs unified",
-            "load1",
-            "steal max",
+            *MACHINE_COLUMNS,
         ],
         rows,
     )

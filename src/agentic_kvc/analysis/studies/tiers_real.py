@@ -31,7 +31,6 @@ from agentic_kvc.analysis.studies.base import (
     diff_cell,
     finding_text,
     ms,
-    num,
     pct,
 )
 from agentic_kvc.analysis.studies.common import (
@@ -40,7 +39,12 @@ from agentic_kvc.analysis.studies.common import (
     ordered,
     repeat_spread,
 )
-from agentic_kvc.analysis.studies.real import host_load
+from agentic_kvc.analysis.studies.real import (
+    MACHINE_COLUMNS,
+    MACHINE_NOTE,
+    host_load,
+    machine_cells,
+)
 from agentic_kvc.paired import PairedResult
 
 PREFIX = "tiers_real"  # the experiments of this part of the study: tiers_real_*
@@ -205,8 +209,6 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
                 )
                 vs_blind[(t, r, "ttft_p90")] = blind
             lv = [loads.get(i, {}) for i in ids]
-            load1 = [x["load1"] for x in lv if x.get("load1") is not None]
-            steal = [x["steal"] for x in lv if x.get("steal") is not None]
             errors = int(part["errors"].sum())
             lat_rows.append(
                 [
@@ -215,8 +217,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
                     f"{part.height}" + (f" ({errors} failed requests)" if errors else ""),
                     *cells,
                     _judged(*blind),
-                    f"{num(min(load1), 1)}-{num(max(load1), 1)}" if load1 else "-",
-                    pct(max(steal)) if steal else "-",
+                    *machine_cells(lv),
                 ]
             )
             total = max(int(part["input_tokens"].sum()), 1)
@@ -257,8 +258,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
         "same router without the tier; *vs tier-blind*, TTFT p90 against sglang_cache_aware "
         "with the same tiers. A significant difference no larger than the repeats' own "
         "spread is marked *within spread* (docs/statistics.md). HBM only and + host ran on "
-        "two fleets one after the other, not interleaved. Machine: 1-minute load average "
-        "over each run (min-max over repeats) and the largest CPU steal share.",
+        f"two fleets one after the other, not interleaved. {MACHINE_NOTE}",
         [
             "tiers",
             "router",
@@ -270,8 +270,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
             "sim p90",
             "p90 vs HBM only",
             "p90 vs tier-blind",
-            "load1",
-            "steal max",
+            *MACHINE_COLUMNS,
         ],
         lat_rows,
     )
