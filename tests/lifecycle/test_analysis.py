@@ -55,3 +55,16 @@ def test_section_reports_fit_incremental_bytes_and_break_even(tmp_path: Path) ->
     assert "| 3 linear transfer model R^2 > 0.95 | met |" in md
     cal = lifecycle.calibration(recs, "here")
     assert cal["source"] == "here" and cal["kv_bytes_per_token"] == 1024
+    # No load or probe recorded in these records: the note says so instead of guessing.
+    assert "load1 not recorded; no speed probe recorded" in md
+
+
+def test_section_says_the_machines_load_and_speed(tmp_path: Path) -> None:
+    for rep, load1 in enumerate((0.4, 2.6)):
+        rec = _record(0, 256, rep, 2.0, 262144, colo_ttft=5.0)
+        rec["host"] = {"load1": load1}
+        (tmp_path / f"C0_N256_O1_rep{rep}.json").write_text(json.dumps(rec))
+    meta = {"wall_s": 12.0, "speed_start": {"python_ms": {"best": 14.7, "median": 15.0}}}
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    md = lifecycle.analyse(tmp_path).markdown()
+    assert "load1 0.4-2.6; speed probe 14.7 ms" in md

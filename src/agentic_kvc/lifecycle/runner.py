@@ -35,6 +35,7 @@ from agentic_kvc.lifecycle.grids import Grid
 from agentic_kvc.lifecycle.logging_nixl_connector import LOG_ENV
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.proxy import pd
+from agentic_kvc.speed_probe import speed_probe
 
 MODULE_PATH = "agentic_kvc.lifecycle.logging_nixl_connector"
 VOCAB = (100, 8000)  # token ids the tiny model's vocabulary (8192) holds, clear of specials
@@ -324,6 +325,9 @@ def run_grid(grid: Grid, out_dir: Path, block: int = 32, log: Any = print) -> di
     events_path.unlink(missing_ok=True)
     t_start = time.monotonic()
     meta: dict[str, Any] = {"grid": asdict(grid), "seeding": [], "records": 0}
+    # The machine's speed before the engines start and after they stop (speed_probe.py): a
+    # shared VM's phases move several fold between days at the same load.
+    meta["speed_start"] = speed_probe()
     with lifecycle_fleet(out_dir / "logs", events_path, block, grid.model, grid.device) as fleet:
         meta["startup_s"] = fleet.startup_s
         meta["fleet_ready_s"] = round(time.monotonic() - t_start, 2)
@@ -363,6 +367,7 @@ def run_grid(grid: Grid, out_dir: Path, block: int = 32, log: Any = print) -> di
                             f"bytes {rec['transfer_detail'].get('bytes')}"
                         )
     meta["wall_s"] = round(time.monotonic() - t_start, 2)
+    meta["speed_end"] = speed_probe()
     write_summary(out_dir)
     (out_dir / "run.json").write_text(json.dumps(meta, indent=1))
     return meta

@@ -20,6 +20,7 @@ import polars as pl
 from agentic_kvc.analysis.studies.base import Section, md_table
 from agentic_kvc.analysis.studies.figures import save
 from agentic_kvc.lifecycle.protocol import PHASE_ORDER, RESIDUAL_LIMIT, LinearFit, linear_fit
+from agentic_kvc.speed_probe import probe_ms
 
 NAME = "lifecycle"
 TITLE = "PD transfer lifecycle (real vLLM, CPU, NIXL)"
@@ -170,6 +171,20 @@ def calibration(recs: list[dict[str, Any]], source: str) -> dict[str, Any]:
     }
 
 
+def _machine(recs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The machine over the run: the 1-minute load at the cells' starts (min-max) and the
+    speed probe before the engines started (speed_probe.py; a higher time is a slower
+    machine), where recorded."""
+    load = [v for r in recs if (v := (r.get("host") or {}).get("load1")) is not None]
+    probe = probe_ms(meta.get("speed_start"))
+    return "; ".join(
+        [
+            f"load1 {min(load):.1f}-{max(load):.1f}" if load else "load1 not recorded",
+            f"speed probe {probe:.1f} ms" if probe is not None else "no speed probe recorded",
+        ]
+    )
+
+
 def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     s = Section(NAME, TITLE, QUESTION)
     recs = load_records(records_dir)
@@ -315,7 +330,8 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
     s.table("The design's five success criteria.", ["criterion", "status", "number"], crit)
     s.note(
         f"Records: {len(recs)} from `{records_dir}` (grid {meta.get('grid', {}).get('name')}, "
-        f"wall {meta.get('wall_s')} s of which fleet start {meta.get('fleet_ready_s')} s). "
+        f"wall {meta.get('wall_s')} s of which fleet start {meta.get('fleet_ready_s')} s; "
+        f"{_machine(recs, meta)}). "
         f"Bandwidth knee (first size at {KNEE_SHARE:.0%} of the largest transfer's): "
         f"{knee if knee is not None else 'n/a'} bytes. The transfer here is host memory to "
         "host memory over UCX on one machine, tiny model (2 layers, 32 KiB per 32-token block); "
