@@ -5,14 +5,18 @@ the steal share do not always show it: on 2026-11-29 the same simulator run took
 process CPU time where it had taken 0.93 s that afternoon, on the same machine, with load and
 steal unchanged (docs/statistics.md, "The machine's speed"). Real-engine latencies and the
 simulator's CPU profiles (fitted on one day, read on another) move with it. So a real run,
-a calibration and a timed benchmark record this probe beside the load: two fixed kernels,
+a calibration and a timed benchmark record this probe beside the load: three fixed kernels,
 timed in this thread's CPU time (what other processes and threads do to the wall clock is not
 counted; what the host does to a CPU second is):
 
 - `python`: a loop of dict, list and integer work, the interpreter's speed (the proxy, the
   engine's scheduler and the simulator are Python);
 - `numpy`: sorting a fixed array of 2**21 float32 values, memory and vector speed (numpy's
-  sort is single-threaded, so the thread's CPU time is all of it).
+  sort is single-threaded, so the thread's CPU time is all of it);
+- `memory`: 2**20 random reads from a 32 MiB table, beyond the core's L2 and so in the shared
+  last-level cache or memory: what a neighbour on the host takes from there shows here (the
+  slowed evening above moved cache-resident work by a few percent and work with large working
+  sets by a third to a half: docs/statistics.md).
 
 Each is run `repeats` times; `best` is the machine's speed with the least interference,
 `median` what a typical moment gave. Numbers compare on one machine kind only (another
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 
 PYTHON_ITERATIONS = 100_000
 SORT_VALUES = 1 << 21
+TABLE_VALUES = 1 << 23  # float32: 32 MiB
+READS = 1 << 20
 REPEATS = 5
 
 
@@ -54,6 +60,10 @@ def _numpy_kernel(values: np.ndarray) -> None:
     values.copy().sort()  # a copy each call: sorting a sorted array is another kernel
 
 
+def _memory_kernel(table: np.ndarray, at: np.ndarray) -> None:
+    table.take(at)
+
+
 def _timed(fn: Callable[[], Any], repeats: int) -> list[float]:
     """Thread CPU seconds of `repeats` calls of `fn`."""
     out = []
@@ -65,19 +75,26 @@ def _timed(fn: Callable[[], Any], repeats: int) -> list[float]:
 
 
 def speed_probe(repeats: int = REPEATS) -> dict[str, Any]:
-    """Both kernels, `repeats` times each: their best and median thread CPU time in ms
-    (module docstring). About 0.2 s on a 2-core VM at the default."""
+    """The three kernels, `repeats` times each: their best and median thread CPU time in ms
+    (module docstring). About 0.4 s on a 2-core VM at the default."""
     if repeats < 1:
         raise ValueError(f"speed_probe: repeats must be >= 1, got {repeats}")
     import numpy as np  # here: the modules that record a probe are imported by the CLI
 
-    values = np.random.default_rng(0).random(SORT_VALUES, dtype=np.float32)
-    _python_kernel()  # warm-up: the first call pays for allocations the others reuse
+    rng = np.random.default_rng(0)
+    values = rng.random(SORT_VALUES, dtype=np.float32)
+    table = np.full(TABLE_VALUES, 1.0, dtype=np.float32)  # written: its pages are mapped now
+    at = rng.integers(0, TABLE_VALUES, READS)
+    # Warm-ups: a first call pays for allocations and page faults the others reuse.
+    _python_kernel()
+    _memory_kernel(table, at)
     py = _timed(_python_kernel, repeats)
     npy = _timed(lambda: _numpy_kernel(values), repeats)
+    mem = _timed(lambda: _memory_kernel(table, at), repeats)
     return {
         "python_ms": {"best": _ms(min(py)), "median": _ms(statistics.median(py))},
         "numpy_ms": {"best": _ms(min(npy)), "median": _ms(statistics.median(npy))},
+        "memory_ms": {"best": _ms(min(mem)), "median": _ms(statistics.median(mem))},
         "repeats": repeats,
         "clock": "thread CPU time",
     }

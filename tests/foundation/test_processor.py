@@ -155,8 +155,10 @@ def test_cpu_and_processor_name_from_one_cpuinfo(
     assert info["label"].startswith(model_name or "aarch64")
 
 
-def _probed(processor: dict, python_ms: float) -> dict:
+def _probed(processor: dict, python_ms: float, memory_ms: float | None = None) -> dict:
     probe = {"python_ms": {"best": python_ms, "median": python_ms + 1}}
+    if memory_ms is not None:
+        probe["memory_ms"] = {"best": memory_ms, "median": memory_ms + 1}
     return {
         "hardware": {"processor": processor},
         "backend_info": {"host_load": {"speed_start": probe}},
@@ -164,17 +166,34 @@ def _probed(processor: dict, python_ms: float) -> dict:
 
 
 def test_study_note_compares_the_machines_speed_with_the_profiles(tmp_path: Path) -> None:
-    """Same processor kind, a slower VM: the note says by how much, from the two probes."""
+    """Same processor kind, a slower VM: the note says by how much, per kernel, from the two
+    probes; a kernel one side did not record is left out of the ratio."""
     amd = parse_cpuinfo(AMD)
-    runs = [_probed(amd, 13.0), _probed(amd, 15.0), _probed(amd, 20.0)]
-    fitted = {"processor": amd, "speed": {"python_ms": {"best": 10.0, "median": 10.5}}}
+    runs = [_probed(amd, 13.0, 8.0), _probed(amd, 15.0, 9.0), _probed(amd, 20.0, 12.0)]
+    speed = {"python_ms": {"best": 10.0, "median": 10.5}}
+    fitted = {"processor": amd, "speed": speed}
     note = processor_note(runs, _profile(tmp_path, fitted))
     assert "the same kind." in note
-    assert "15.0 ms" in note and "median of 3" in note and "10.0 ms" in note
-    assert "1.50x as slow" in note
+    assert "median of 3" in note and "interpreter 15.0 ms" in note and "memory 9.0 ms" in note
+    assert "interpreter 10.0 ms (1.50x as slow now)" in note
+    assert "memory 9.0 ms (" not in note  # the profile has no memory kernel
+    speed["memory_ms"] = {"best": 4.5, "median": 5.0}
+    both = processor_note(runs, _profile(tmp_path, fitted))
+    assert "memory 4.5 ms (2.00x as slow now)" in both
     # A profile fitted before probes: the runs' probe is said, the ratio is not known.
     old = processor_note(runs, _profile(tmp_path, {"processor": amd}))
-    assert "15.0 ms" in old and "not known" in old and "x as slow" not in old
+    assert "interpreter 15.0 ms" in old and "not known" in old and "as slow" not in old
     # Runs without probes (older manifests): nothing is said about speed.
     bare = processor_note([{"hardware": {"processor": amd}}], _profile(tmp_path, fitted))
     assert bare.endswith("the same kind.")
+
+
+def test_machine_cells_show_both_kernels_and_what_is_missing() -> None:
+    from agentic_kvc.analysis.studies.real import host_load, machine_cells
+
+    amd = parse_cpuinfo(AMD)
+    loads = [host_load(_probed(amd, 14.2, 8.1)), host_load(_probed(amd, 14.9, 7.7))]
+    assert machine_cells(loads)[2] == "14.2-14.9 / 7.7-8.1"
+    older = [host_load(_probed(amd, 14.2))]  # before the memory kernel
+    assert machine_cells(older)[2] == "14.2-14.2 / -"
+    assert machine_cells([host_load({})]) == ["-", "-", "-"]

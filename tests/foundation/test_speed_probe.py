@@ -12,7 +12,7 @@ from agentic_kvc import speed_probe as sp
 def test_probe_records_best_and_median_of_each_kernel() -> None:
     out = sp.speed_probe(repeats=3)
     assert out["repeats"] == 3 and out["clock"] == "thread CPU time"
-    for kernel in ("python_ms", "numpy_ms"):
+    for kernel in ("python_ms", "numpy_ms", "memory_ms"):
         assert 0 < out[kernel]["best"] <= out[kernel]["median"]
     assert sp.probe_ms(out) == out["python_ms"]["best"]
     assert sp.probe_ms(out, "numpy_ms") == out["numpy_ms"]["best"]

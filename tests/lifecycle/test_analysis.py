@@ -64,7 +64,7 @@ def test_section_says_the_machines_load_and_speed(tmp_path: Path) -> None:
         rec = _record(0, 256, rep, 2.0, 262144, colo_ttft=5.0)
         rec["host"] = {"load1": load1}
         (tmp_path / f"C0_N256_O1_rep{rep}.json").write_text(json.dumps(rec))
-    meta = {"wall_s": 12.0, "speed_start": {"python_ms": {"best": 14.7, "median": 15.0}}}
-    (tmp_path / "run.json").write_text(json.dumps(meta))
+    speed = {"python_ms": {"best": 14.7, "median": 15.0}, "memory_ms": {"best": 7.9}}
+    (tmp_path / "run.json").write_text(json.dumps({"wall_s": 12.0, "speed_start": speed}))
     md = lifecycle.analyse(tmp_path).markdown()
-    assert "load1 0.4-2.6; speed probe 14.7 ms" in md
+    assert "load1 0.4-2.6; speed probe 14.7 / 7.9 ms (interpreter / memory)" in md

@@ -176,11 +176,15 @@ def _machine(recs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     speed probe before the engines started (speed_probe.py; a higher time is a slower
     machine), where recorded."""
     load = [v for r in recs if (v := (r.get("host") or {}).get("load1")) is not None]
-    probe = probe_ms(meta.get("speed_start"))
+    speed = meta.get("speed_start")
+    probe = [probe_ms(speed, k) for k in ("python_ms", "memory_ms")]
+    said = " / ".join("-" if v is None else f"{v:.1f}" for v in probe)
     return "; ".join(
         [
             f"load1 {min(load):.1f}-{max(load):.1f}" if load else "load1 not recorded",
-            f"speed probe {probe:.1f} ms" if probe is not None else "no speed probe recorded",
+            f"speed probe {said} ms (interpreter / memory)"
+            if any(v is not None for v in probe)
+            else "no speed probe recorded",
         ]
     )
 

@@ -71,25 +71,34 @@ ORDER = (
 
 def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
     """Mean 1-minute load, the CPU busy / steal shares over the run and the speed probe at its
-    start (the interpreter kernel's best, ms; None before runs recorded it), from the manifest."""
+    start (its interpreter and memory kernels' best, ms; None before runs recorded them), from
+    the manifest."""
     hl = (manifest.get("backend_info") or {}).get("host_load") or {}
     run = hl.get("run") or {}
     overall = run.get("overall") or {}
+    speed = hl.get("speed_start")
     return {
         "load1": (run.get("load1") or {}).get("mean"),
         "busy": overall.get("busy"),
         "steal": overall.get("steal"),
-        "probe_ms": probe_ms(hl.get("speed_start")),
+        **{key: probe_ms(speed, key) for key in PROBE_KERNELS},
     }
 
 
-MACHINE_COLUMNS = ["load1", "steal max", "CPU probe (ms)"]
+# The speed probe's kernels a table shows (speed_probe.py): the interpreter's, and random reads
+# beyond L2, which move when a neighbour on the host takes the shared cache and memory.
+PROBE_KERNELS = {"python_ms": "interpreter", "memory_ms": "memory"}
+MACHINE_COLUMNS = ["load1", "steal max", "probe (ms): interpreter / memory"]
 MACHINE_NOTE = (
     "Machine: 1-minute load average over each run (min-max over repeats), the largest CPU "
-    "steal share, and the speed probe at each run's start (a fixed interpreter kernel's CPU "
-    "time, min-max; higher is a slower machine; agentic_kvc/speed_probe.py, '-' for runs "
-    "made before it was recorded)."
+    "steal share, and the speed probe at each run's start (two fixed kernels' CPU time, "
+    "min-max; higher is a slower machine; agentic_kvc/speed_probe.py, '-' for runs made "
+    "before it was recorded)."
 )
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    return f"{num(min(values), digits)}-{num(max(values), digits)}" if values else "-"
 
 
 def machine_cells(loads: list[dict[str, float | None]]) -> list[str]:
@@ -98,11 +107,12 @@ def machine_cells(loads: list[dict[str, float | None]]) -> list[str]:
     def values(key: str) -> list[float]:
         return [v for x in loads if (v := x.get(key)) is not None]
 
-    load1, steal, probe = values("load1"), values("steal"), values("probe_ms")
+    steal = values("steal")
+    probes = [values(k) for k in PROBE_KERNELS]
     return [
-        f"{num(min(load1), 1)}-{num(max(load1), 1)}" if load1 else "-",
+        _span(values("load1")),
         pct(max(steal)) if steal else "-",
-        f"{num(min(probe), 1)}-{num(max(probe), 1)}" if probe else "-",
+        " / ".join(_span(v) for v in probes) if any(probes) else "-",
     ]
 
 
@@ -129,36 +139,43 @@ def profile_processor(path: Path | None = None) -> tuple[dict[str, Any], str]:
 
 def speed_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> str:
     """How fast the machine ran the real runs against when the `cpu-tiny` profile was fitted,
-    from the speed probes both recorded (speed_probe.py); "" when the runs recorded none. On
-    one processor kind a slower machine makes every real latency longer than the profile
-    predicts, with no change of load or steal."""
+    from the speed probes both recorded (speed_probe.py; per kernel, the median over runs of
+    each run's best); "" when the runs recorded none. On one processor kind a slower machine
+    makes the real latencies longer than the profile predicts, with no change of load or
+    steal."""
     from statistics import median
 
     from agentic_kvc.profiles import CPU_TINY_FILE
 
-    probes = [v for m in manifests if (v := host_load(m)["probe_ms"]) is not None]
-    if not probes:
+    loads = [host_load(m) for m in manifests]
+    now = {
+        key: median(vs)
+        for key in PROBE_KERNELS
+        if (vs := [v for x in loads if (v := x[key]) is not None])
+    }
+    if not now:
         return ""
-    now = median(probes)
+    runs = max(sum(x[key] is not None for x in loads) for key in now)
     try:
         machine = json.loads((profile or CPU_TINY_FILE).read_text()).get("machine") or {}
     except (OSError, ValueError):
         machine = {}
-    then = probe_ms(machine.get("speed"))
-    head = (
-        f" The speed probe ran in {num(now, 1)} ms at the real runs' starts "
-        f"(median of {len(probes)})"
-    )
-    if then is None:
+    then = {key: probe_ms(machine.get("speed"), key) for key in now}
+    said = ", ".join(f"{PROBE_KERNELS[k]} {num(v, 1)} ms" for k, v in now.items())
+    head = f" The speed probe at the real runs' starts (median of {runs}): {said}"
+    both = {k: (v, then[k]) for k, v in now.items() if then[k]}
+    if not both:
         return (
             head + "; the profile was fitted before probes were recorded, so how much faster or "
             "slower this machine ran then is not known."
         )
-    ratio = now / then
+    ratios = ", ".join(
+        f"{PROBE_KERNELS[k]} {num(b, 1)} ms ({num(a / b, 2)}x as slow now)"
+        for k, (a, b) in both.items()
+    )
     return (
-        head + f", {num(then, 1)} ms when the profile was fitted: this machine ran "
-        f"{num(ratio, 2)}x as slow (above 1: slower now, and real latencies longer than the "
-        "profile predicts by about as much on CPU-bound work)."
+        head + f"; when the profile was fitted: {ratios}. Above 1 the machine ran slower than "
+        "when the profile was fitted, and real latencies are expected above its predictions."
     )
 
 
