@@ -39,6 +39,9 @@ SORT_VALUES = 1 << 21
 TABLE_VALUES = 1 << 23  # float32: 32 MiB
 READS = 1 << 20
 REPEATS = 5
+# The kernels a report shows, and their names there: the interpreter's, and the random reads
+# beyond L2 that move when a neighbour on the host takes the shared cache and memory.
+SHOWN = {"python_ms": "interpreter", "memory_ms": "memory"}
 
 
 def _python_kernel() -> int:
@@ -76,7 +79,7 @@ def _timed(fn: Callable[[], Any], repeats: int) -> list[float]:
 
 def speed_probe(repeats: int = REPEATS) -> dict[str, Any]:
     """The three kernels, `repeats` times each: their best and median thread CPU time in ms
-    (module docstring). About 0.4 s on a 2-core VM at the default."""
+    (module docstring). About 0.25 s on a 2-core VM at the default."""
     if repeats < 1:
         raise ValueError(f"speed_probe: repeats must be >= 1, got {repeats}")
     import numpy as np  # here: the modules that record a probe are imported by the CLI
@@ -110,3 +113,12 @@ def probe_ms(doc: dict[str, Any] | None, kernel: str = "python_ms") -> float | N
         return None
     value = (doc.get(kernel) or {}).get("best")
     return float(value) if isinstance(value, int | float) else None
+
+
+def shown_ms(doc: dict[str, Any] | None) -> str:
+    """The SHOWN kernels' best of a recorded probe as "14.5 / 8.0" ("-" for a kernel it did
+    not record), or "" when it recorded none of them."""
+    values = [probe_ms(doc, k) for k in SHOWN]
+    if all(v is None for v in values):
+        return ""
+    return " / ".join("-" if v is None else f"{v:.1f}" for v in values)

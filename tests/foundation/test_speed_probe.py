@@ -35,6 +35,13 @@ def test_probe_counts_this_threads_cpu_not_the_wall_clock(
     assert slept < quiet + 40  # 50 ms of sleep would show as 50 ms on the wall clock
 
 
+def test_shown_kernels_read_as_one_cell() -> None:
+    both = {"python_ms": {"best": 14.46}, "memory_ms": {"best": 8.04}, "numpy_ms": {"best": 9}}
+    assert sp.shown_ms(both) == "14.5 / 8.0"
+    assert sp.shown_ms({"python_ms": {"best": 14.46}}) == "14.5 / -"  # before the memory kernel
+    assert sp.shown_ms({"numpy_ms": {"best": 9.0}}) == "" and sp.shown_ms(None) == ""
+
+
 def test_repeats_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         sp.speed_probe(repeats=0)

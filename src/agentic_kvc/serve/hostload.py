@@ -15,7 +15,7 @@ neighbour taking CPU as *steal*), so every `backend: vllm` run records it in its
 `HostLoadSampler` is a daemon thread (1 Hz by default; a tick reads two small files) so it
 runs beside the asyncio replay and the fleet start alike; `mark(name)` opens a named window
 (e.g. `replay`) that `summary()` also reports. At its start and stop it also runs the machine's
-speed probe (agentic_kvc/speed_probe.py: about 0.2 s each), since a shared VM can run slower
+speed probe (agentic_kvc/speed_probe.py: about 0.25 s each), since a shared VM can run slower
 with the same load and steal.
 """
 

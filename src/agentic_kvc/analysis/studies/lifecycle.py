@@ -20,7 +20,7 @@ import polars as pl
 from agentic_kvc.analysis.studies.base import Section, md_table
 from agentic_kvc.analysis.studies.figures import save
 from agentic_kvc.lifecycle.protocol import PHASE_ORDER, RESIDUAL_LIMIT, LinearFit, linear_fit
-from agentic_kvc.speed_probe import probe_ms
+from agentic_kvc.speed_probe import SHOWN, shown_ms
 
 NAME = "lifecycle"
 TITLE = "PD transfer lifecycle (real vLLM, CPU, NIXL)"
@@ -176,14 +176,12 @@ def _machine(recs: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     speed probe before the engines started (speed_probe.py; a higher time is a slower
     machine), where recorded."""
     load = [v for r in recs if (v := (r.get("host") or {}).get("load1")) is not None]
-    speed = meta.get("speed_start")
-    probe = [probe_ms(speed, k) for k in ("python_ms", "memory_ms")]
-    said = " / ".join("-" if v is None else f"{v:.1f}" for v in probe)
+    said = shown_ms(meta.get("speed_start"))
     return "; ".join(
         [
             f"load1 {min(load):.1f}-{max(load):.1f}" if load else "load1 not recorded",
-            f"speed probe {said} ms (interpreter / memory)"
-            if any(v is not None for v in probe)
+            f"speed probe {said} ms ({' / '.join(SHOWN.values())})"
+            if said
             else "no speed probe recorded",
         ]
     )

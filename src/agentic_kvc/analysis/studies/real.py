@@ -43,7 +43,7 @@ from agentic_kvc.analysis.studies.figures import sim_vs_real
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.paired import PairedResult
 from agentic_kvc.processor import processor_label, same_processor
-from agentic_kvc.speed_probe import probe_ms
+from agentic_kvc.speed_probe import SHOWN, probe_ms
 
 NAME = "real"
 TITLE = "7. Real engines: two vLLM CPU instances"
@@ -81,14 +81,11 @@ def host_load(manifest: dict[str, Any]) -> dict[str, float | None]:
         "load1": (run.get("load1") or {}).get("mean"),
         "busy": overall.get("busy"),
         "steal": overall.get("steal"),
-        **{key: probe_ms(speed, key) for key in PROBE_KERNELS},
+        **{key: probe_ms(speed, key) for key in SHOWN},
     }
 
 
-# The speed probe's kernels a table shows (speed_probe.py): the interpreter's, and random reads
-# beyond L2, which move when a neighbour on the host takes the shared cache and memory.
-PROBE_KERNELS = {"python_ms": "interpreter", "memory_ms": "memory"}
-MACHINE_COLUMNS = ["load1", "steal max", "probe (ms): interpreter / memory"]
+MACHINE_COLUMNS = ["load1", "steal max", f"probe (ms): {' / '.join(SHOWN.values())}"]
 MACHINE_NOTE = (
     "Machine: 1-minute load average over each run (min-max over repeats), the largest CPU "
     "steal share, and the speed probe at each run's start (two fixed kernels' CPU time, "
@@ -108,7 +105,7 @@ def machine_cells(loads: list[dict[str, float | None]]) -> list[str]:
         return [v for x in loads if (v := x.get(key)) is not None]
 
     steal = values("steal")
-    probes = [values(k) for k in PROBE_KERNELS]
+    probes = [values(k) for k in SHOWN]
     return [
         _span(values("load1")),
         pct(max(steal)) if steal else "-",
@@ -149,9 +146,7 @@ def speed_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> 
 
     loads = [host_load(m) for m in manifests]
     now = {
-        key: median(vs)
-        for key in PROBE_KERNELS
-        if (vs := [v for x in loads if (v := x[key]) is not None])
+        key: median(vs) for key in SHOWN if (vs := [v for x in loads if (v := x[key]) is not None])
     }
     if not now:
         return ""
@@ -161,7 +156,7 @@ def speed_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> 
     except (OSError, ValueError):
         machine = {}
     then = {key: probe_ms(machine.get("speed"), key) for key in now}
-    said = ", ".join(f"{PROBE_KERNELS[k]} {num(v, 1)} ms" for k, v in now.items())
+    said = ", ".join(f"{SHOWN[k]} {num(v, 1)} ms" for k, v in now.items())
     head = f" The speed probe at the real runs' starts (median of {runs}): {said}"
     both = {k: (v, then[k]) for k, v in now.items() if then[k]}
     if not both:
@@ -170,8 +165,7 @@ def speed_note(manifests: list[dict[str, Any]], profile: Path | None = None) -> 
             "slower this machine ran then is not known."
         )
     ratios = ", ".join(
-        f"{PROBE_KERNELS[k]} {num(b, 1)} ms ({num(a / b, 2)}x as slow now)"
-        for k, (a, b) in both.items()
+        f"{SHOWN[k]} {num(b, 1)} ms ({num(a / b, 2)}x as slow now)" for k, (a, b) in both.items()
     )
     return (
         head + f"; when the profile was fitted: {ratios}. Above 1 the machine ran slower than "
