@@ -19,6 +19,7 @@ from agentic_kvc.workload import (
     synthesize,
     write_native,
 )
+from agentic_kvc.workload import load as load_mod
 from agentic_kvc.workload.stats import unlimited_cache_hits
 
 
@@ -161,3 +162,21 @@ def test_load_public_trace_scaled_for_a_small_model(shared_traces: Path) -> None
     wl = load_workload(cfg, seed=0)
     assert 0 < len(wl.sessions) <= 50
     assert all(r.input_tokens <= 3000 for r in wl.requests())
+
+
+def test_a_trace_is_parsed_once_and_reread_when_it_changes(tmp_path: Path) -> None:
+    """`load_workload` keeps a parsed trace for the process (a batch replays one trace many
+    times); each call still gets its own workload, and a changed file is read again."""
+    path = tmp_path / "w.jsonl"
+    write_native(synthesize("agentic-coding", 8, seed=1), path)
+    cfg = WorkloadConfig(trace=str(path), max_sessions=3)
+    reads = load_mod._read_trace.cache_info().misses
+    a = load_workload(cfg, seed=0)
+    b = load_workload(cfg.model_copy(update={"max_sessions": 5}), seed=1)
+    assert load_mod._read_trace.cache_info().misses == reads + 1
+    assert len(a.sessions) == 3 and len(b.sessions) == 5
+    assert a.meta is not b.meta and a.meta["seed"] == 0 and b.meta["seed"] == 1
+    write_native(synthesize("agentic-coding", 4, seed=2), path)  # another size: read again
+    c = load_workload(WorkloadConfig(trace=str(path)), seed=0)
+    assert load_mod._read_trace.cache_info().misses == reads + 2
+    assert len(c.sessions) == 4

@@ -9,7 +9,8 @@ TPOT = (E2E - TTFT) / (output_tokens - 1) for output_tokens > 1.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 ROUTE_CLASSES = (
@@ -35,6 +36,44 @@ _OMIT_WHEN_NONE = (
     "predicted_host_tokens",
     "predicted_disk_tokens",
 )
+
+
+_LEAF_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
+def _plain(value: Any) -> Any:
+    """`dataclasses.asdict`'s conversion of one field's value, without its `copy.deepcopy` of
+    every immutable leaf: containers are copied (lists, dicts, tuples, nested dataclasses as
+    dicts), leaves kept. A run writes a record per request and a sample per instance and
+    scrape, and `asdict` took a third of a simulated run's time to do the same."""
+    t = type(value)
+    if t in _LEAF_TYPES:
+        return value
+    if t is list:
+        return [_plain(v) for v in value]
+    if t is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if t is tuple:
+        return tuple(_plain(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return copy.deepcopy(value)  # anything else as `asdict` does it
+
+
+def _fields_dict(
+    obj: Any, names: tuple[str, ...], omit_when_none: frozenset[str]
+) -> dict[str, Any]:
+    """`asdict(obj)` without the fields in `omit_when_none` that are None (field order kept)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        v = getattr(obj, name)
+        if type(v) in _LEAF_TYPES:
+            if v is None and name in omit_when_none:
+                continue
+            out[name] = v
+        else:
+            out[name] = _plain(v)
+    return out
 
 
 @dataclass(slots=True)
@@ -102,11 +141,7 @@ class RequestRecord:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in _OMIT_WHEN_NONE:
-            if out[key] is None:
-                del out[key]
-        return out
+        return _fields_dict(self, _REQUEST_FIELDS, _REQUEST_OMIT)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
@@ -139,8 +174,13 @@ class InstanceSample:
     disk_cached_tokens: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("host_kv_usage", "disk_kv_usage", "host_cached_tokens", "disk_cached_tokens"):
-            if out[key] is None:
-                del out[key]
-        return out
+        return _fields_dict(self, _SAMPLE_FIELDS, _SAMPLE_OMIT)
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
+_REQUEST_OMIT = frozenset(_OMIT_WHEN_NONE)
+_SAMPLE_FIELDS = tuple(f.name for f in fields(InstanceSample))
+# Written only when set, so runs without the tiers keep their bytes.
+_SAMPLE_OMIT = frozenset(
+    {"host_kv_usage", "disk_kv_usage", "host_cached_tokens", "disk_cached_tokens"}
+)
