@@ -485,3 +485,27 @@ def test_the_deployments_finding_says_where_the_tier_gain_carries(tmp_path: Path
         row["cell"] = row["cell"].replace("KV pressure", "load")
     path.write_text(json.dumps(doc))
     assert [r.study for r in render_headlines(findings, [tmp_path])] == ["tiers"]
+
+
+def test_a_real_difference_within_the_repeats_spread_is_not_worded_as_a_finding(
+    tmp_path: Path,
+) -> None:
+    # The interval excludes 0, but the runs move that much by themselves: no "lowers".
+    line = "real engines: unified vs round_robin, TTFT p50: -37.3% [-56.8, -11.3] (3 paired"
+    within = {"real": [f"{line} replicates); within the repeats' spread"]}
+    text = render_headlines(within, [tmp_path])[0].text
+    assert "lowers" not in text and "does not significantly change" not in text
+    assert "-37.3% [-56.8, -11.3]" in text and "not a finding at this number of repeats" in text
+    beyond = {"real": [f"{line} replicates)"]}
+    assert (
+        "unified lowers TTFT p50 against round-robin"
+        in render_headlines(beyond, [tmp_path])[0].text
+    )
+    lc = "Lifecycle: PD - colocated TTFT at (C, N, O) max: +122.5 ms [+7.8, +237.2]"
+    lc_text = render_headlines(
+        {"lifecycle": [f"{lc}; within the repeats' spread (80% of the mean)."]}, [tmp_path]
+    )[0].text
+    assert lc_text.endswith(
+        "+122.5 ms [+7.8, +237.2], within the repeats' own spread, so not a finding at this "
+        "number of repeats."
+    )
