@@ -71,8 +71,9 @@ def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) 
 def _read_trace(path: Path, size: int, mtime_ns: int, fmt: str) -> Workload:
     """A trace file, parsed once per process while it is unchanged (size and mtime are in the
     key): a batch of simulated runs replays one trace under many policies and windows, and
-    parsing the Mooncake trace took a third of such a run. The transforms build new requests
-    and a new `Workload`, and nothing downstream changes a request, so runs share it."""
+    parsing the Mooncake trace took a third of such a run. `apply_transforms` returns a new
+    `Workload` (its own session list and meta) but may keep the parsed sessions and requests;
+    nothing downstream changes a session or request, so runs share them."""
     del size, mtime_ns  # the cache key only
     return read_workload(path, fmt)
 
