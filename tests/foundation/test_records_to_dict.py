@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from agentic_kvc.metrics.records import _OMIT_WHEN_NONE, InstanceSample, RequestRecord
+from agentic_kvc.metrics.records import _REQUEST_OMIT, InstanceSample, RequestRecord
 
 SAMPLE_OMIT = ("host_kv_usage", "disk_kv_usage", "host_cached_tokens", "disk_cached_tokens")
 
@@ -59,7 +59,7 @@ def test_request_records_match_asdict() -> None:
                 setattr(rec, name, _random_value(rng))
         rec.scores = {i: _random_value(rng) for i in range(rng.randrange(5))}
         rec.itl_s = [rng.random() for _ in range(rng.randrange(6))]
-        got, want = rec.to_dict(), _reference(rec, _OMIT_WHEN_NONE)
+        got, want = rec.to_dict(), _reference(rec, _REQUEST_OMIT)
         assert got == want
         assert list(got) == list(want)  # key order: the JSON lines' bytes
         assert json.dumps(got) == json.dumps(want)

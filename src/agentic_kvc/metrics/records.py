@@ -26,15 +26,18 @@ ROUTE_CLASSES = (
 )
 
 
-_OMIT_WHEN_NONE = (
-    "session_source",
-    "parent_session_id",
-    "host_tokens",
-    "disk_tokens",
-    "recomputed_tokens",
-    "reload_wait_s",
-    "predicted_host_tokens",
-    "predicted_disk_tokens",
+# Request fields written only when set, so records of runs without them keep their bytes.
+_REQUEST_OMIT = frozenset(
+    {
+        "session_source",
+        "parent_session_id",
+        "host_tokens",
+        "disk_tokens",
+        "recomputed_tokens",
+        "reload_wait_s",
+        "predicted_host_tokens",
+        "predicted_disk_tokens",
+    }
 )
 
 
@@ -178,7 +181,6 @@ class InstanceSample:
 
 
 _REQUEST_FIELDS = tuple(f.name for f in fields(RequestRecord))
-_REQUEST_OMIT = frozenset(_OMIT_WHEN_NONE)
 _SAMPLE_FIELDS = tuple(f.name for f in fields(InstanceSample))
 # Written only when set, so runs without the tiers keep their bytes.
 _SAMPLE_OMIT = frozenset(
