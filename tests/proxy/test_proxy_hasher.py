@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentic_kvc.cache import hashing
 from agentic_kvc.cache.hashing import (
     SCALAR_MAX_TOKENS,
     SessionBlockHasher,
@@ -37,11 +38,29 @@ def test_scalar_keys_at_the_edges(token: int) -> None:
 def test_out_of_range_or_non_int_ids_take_the_numpy_path_and_its_error() -> None:
     assert scalar_block_hashes([1, 2**63], 1) is None
     assert scalar_block_hashes([1, 2.5], 1) is None  # type: ignore[list-item]
+    # True and 1.0 hash like 1: the digit table must not answer for them.
+    assert scalar_block_hashes([1, 1], 1) is not None
+    assert scalar_block_hashes([1, True], 1) is None
+    assert scalar_block_hashes([1, 1.0], 1) is None  # type: ignore[list-item]
     h = make_hasher(1)
     with pytest.raises(OverflowError):
         h.hash(None, [1, 2**63])
     with pytest.raises((OverflowError, TypeError, ValueError)):
         h.hash(None, [1, "x"])  # type: ignore[list-item]
+
+
+def test_a_full_digit_table_is_cleared_and_keys_stay_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hashing, "_DIGITS_MAX", 40)
+    monkeypatch.setattr(hashing, "_DIGIT1", {})
+    monkeypatch.setattr(hashing, "_DIGIT2", {})
+    for first in range(0, 400, 17):  # 32 new ids a prompt: the table fills and clears
+        tokens = list(range(first, first + 32))
+        assert scalar_block_hashes(tokens, 16) == block_hashes(tokens, 16)
+        assert len(hashing._DIGIT1) == len(hashing._DIGIT2) <= 40
+    assert scalar_block_hashes([5, 2**63, 6, 7], 2) is None  # refused midway: nothing wrong kept
+    assert scalar_block_hashes([5, 6, 7, 8], 2) == block_hashes([5, 6, 7, 8], 2)
 
 
 def test_short_sessionless_prompts_skip_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
