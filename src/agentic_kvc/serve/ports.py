@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -14,18 +16,57 @@ _HANDED_OUT: set[int] = set()
 _LOCK = threading.Lock()
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A port nobody listens on now, never handed out twice by this process.
+# Servers get ports below the kernel's ephemeral range. A port picked by binding port 0 comes
+# from that range, and so do the ports the kernel hands every outgoing connection and every
+# other bind to port 0 (vLLM's internal ZMQ sockets among them): between our pick and the
+# server's bind, an engine starting meanwhile could take it. That happened to a NIXL side
+# channel port (2026-11-30, "Address already in use", results/archive/
+# real_cpu_pd_quiet_campaign/README.md). Below the range only an explicit bind can collide.
+_SERVER_PORTS_LOW = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_RANDOM = random.Random()  # seeded from the OS: two processes do not walk the same ports
 
-    The OS may still give the port to someone else before our server binds it; other
-    engineers' servers run on this machine too, so a launch that fails to bind is reported
-    with the server's log rather than retried silently.
+
+def _server_port_range() -> tuple[int, int] | None:
+    """Ports from 10000 up to the ephemeral range's start, or None where that leaves too few
+    (or the range is unknown: not Linux)."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if low - _SERVER_PORTS_LOW < 1000:
+        return None
+    return _SERVER_PORTS_LOW, low - 1
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nobody holds now, never handed out twice by this process.
+
+    Taken at random below the ephemeral range where there is room (see above), else from the
+    kernel. Another process may still bind it before our server does (other engineers'
+    servers run on this machine too), so a launch that fails to bind is reported with the
+    server's log rather than retried silently.
     """
+    span = _server_port_range()
     with _LOCK:
         for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((host, 0))
-                port = int(s.getsockname()[1])
+            if span is not None:
+                port = _RANDOM.randint(*span)
+                if port in _HANDED_OUT or not _bindable(host, port):
+                    continue
+            else:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind((host, 0))
+                    port = int(s.getsockname()[1])
             if port not in _HANDED_OUT:
                 _HANDED_OUT.add(port)
                 return port
