@@ -47,6 +47,7 @@ from agentic_kvc.analysis.bench_summary import (
     tier_gains,
     worst_peer_of_today,
 )
+from agentic_kvc.analysis.studies.common import WITHIN_SPREAD
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
@@ -142,7 +143,7 @@ def _within_spread(v: Value) -> bool:
     """The study found the difference inside the repeats' own spread (max - min over the
     repeats of one variant, against the mean): on a shared machine the runs move that much
     by themselves, so an interval that excludes 0 is not yet a finding."""
-    return "within the repeats" in v.line
+    return WITHIN_SPREAD in v.line
 
 
 SPREAD_WORDS = "within the repeats' own spread, so not a finding at this number of repeats"

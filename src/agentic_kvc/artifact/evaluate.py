@@ -18,15 +18,12 @@ from typing import Any
 import polars as pl
 
 from agentic_kvc.analysis.studies.base import load_study
+from agentic_kvc.analysis.studies.common import WITHIN_SPREAD
 from agentic_kvc.analysis.tables import latency_summary
 from agentic_kvc.artifact.registry import REAL_TIERS, Claim
 from agentic_kvc.artifact.verdict import MAX_ERROR_SHARE, NOT_REPRODUCED, UNITS, verdict
 from agentic_kvc.io import atomic_write_text
 from agentic_kvc.paired import QUANTILE_METRICS, paired_compare
-
-# What a section's finding line says when a real-engine difference is within the repeats'
-# spread (studies real and lifecycle write it).
-WITHIN_SPREAD = "within the repeats' spread"
 
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 # "-44.9% [-59.4, -30.7]" (relative) or "+554.9 ms [+532.1, +577.7]" (ms).

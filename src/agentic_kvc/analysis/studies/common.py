@@ -92,6 +92,11 @@ def repeat_spread(values: Sequence[float]) -> float:
     return (max(vals) - min(vals)) / mean if mean else float("nan")
 
 
+# What a real-engine study's finding line carries when a significant difference is not
+# beyond the repeats' spread; the headlines and the artifact's verdicts look for it there.
+WITHIN_SPREAD = "within the repeats' spread"
+
+
 def beyond_spread(r: PairedResult | None, *spreads: float) -> bool:
     """Significant and larger than the larger side's repeat spread (docs/statistics.md)."""
     if r is None or not r.significant:

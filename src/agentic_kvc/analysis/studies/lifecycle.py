@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from agentic_kvc.analysis.studies.base import Section, md_table
+from agentic_kvc.analysis.studies.common import WITHIN_SPREAD
 from agentic_kvc.analysis.studies.figures import save
 from agentic_kvc.lifecycle.protocol import PHASE_ORDER, RESIDUAL_LIMIT, LinearFit, linear_fit
 from agentic_kvc.speed_probe import SHOWN, shown_ms
@@ -366,7 +367,7 @@ def analyse(records_dir: Path, figures_dir: Path | None = None) -> Section:
         )
         s.findings.append(
             f"Lifecycle: PD - colocated TTFT at (C, N, O) max: {over_rows[-1][3]}"
-            + (f"; within the repeats' spread ({spread:.0%} of the mean)" if within else "")
+            + (f"; {WITHIN_SPREAD} ({spread:.0%} of the mean)" if within else "")
             + "."
         )
     s.answer = (

@@ -32,6 +32,7 @@ from agentic_kvc.analysis.studies.base import (
     pct,
 )
 from agentic_kvc.analysis.studies.common import (
+    WITHIN_SPREAD,
     beyond_spread,
     mean_range_ms,
     online_fit_table,
@@ -322,7 +323,7 @@ def analyse(
             )
         s.findings.append(
             finding_text(c, f"real engines: {v} vs round_robin, TTFT p50")
-            + ("" if beyond else "; within the repeats' spread")
+            + ("" if beyond else f"; {WITHIN_SPREAD}")
         )
     for v, c, spread in against_unified:
         where = "beyond" if beyond_spread(c, spread) else "within"
@@ -349,7 +350,7 @@ def analyse(
                     "real engines (archived campaign): adaptive v2 with vLLM's pinning vs "
                     "re-pinned, TTFT p50",
                 )
-                + ("" if beyond else "; within the repeats' spread")
+                + ("" if beyond else f"; {WITHIN_SPREAD}")
             )
     online_fit_table(
         s,

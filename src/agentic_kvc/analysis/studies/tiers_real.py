@@ -34,6 +34,7 @@ from agentic_kvc.analysis.studies.base import (
     pct,
 )
 from agentic_kvc.analysis.studies.common import (
+    WITHIN_SPREAD,
     beyond_spread,
     mean_range_ms,
     ordered,
@@ -332,7 +333,7 @@ def _answer(
                 + (
                     " (beyond the repeats' spread)"
                     if beyond
-                    else " (within the repeats' spread)"
+                    else f" ({WITHIN_SPREAD})"
                     if res.significant
                     else ""
                 )
@@ -358,8 +359,7 @@ def _answer(
         if r == OURS and t != HBM_ONLY and res is not None:
             parts.append(
                 f"with the {t} tier, {OURS} against the tier-blind router is {diff_cell(res)} "
-                "on TTFT p90"
-                + ("" if beyond or not res.significant else " (within the repeats' spread)")
+                "on TTFT p90" + ("" if beyond or not res.significant else f" ({WITHIN_SPREAD})")
             )
     if not parts:
         return ""
