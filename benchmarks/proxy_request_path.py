@@ -9,6 +9,12 @@ line of the routing path runs and nothing else does. Each prompt length is measu
 session's next turn (the previous turn, `--new-tokens` shorter, is in the hasher's memo, as in
 an agentic session) and as a sessionless request hashed from scratch.
 
+`--cold` writes to a 64 MiB buffer before each measured request, which evicts the caches, as
+the engines, the client and the other processes sharing the proxy's core do between requests
+on a real machine. Measured 2026-11-30 (docs/proxy.md): a 32-token request costs 4-7x its hot
+time cold (~50 -> ~375 us), spread over every step of the path, and the proxy's own histogram
+in `proxy_overhead.py` (received -> sent upstream, 0.31-0.34 ms) is near the cold number.
+
     .venv/bin/python benchmarks/proxy_request_path.py --out results/bench/proxy_request_path.json
 """
 
@@ -23,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from agentic_kvc.proxy.app import ProxyApp
 from agentic_kvc.proxy.settings import ProxySettings
@@ -48,8 +56,22 @@ def make_app(policy: str) -> ProxyApp:
     return app
 
 
-async def measure(app: ProxyApp, bodies: list[bytes], session: str | None) -> float:
-    """Send `bodies` in order as one session's turns; seconds taken by the last one."""
+_EVICT = np.zeros(0, dtype=np.uint8)
+
+
+def evict_caches() -> None:
+    """Touch a line in every 64 bytes of a 64 MiB buffer: larger than this machine's caches."""
+    global _EVICT
+    if not len(_EVICT):
+        _EVICT = np.zeros(64 << 20, dtype=np.uint8)
+    _EVICT[::64] += 1
+
+
+async def measure(
+    app: ProxyApp, bodies: list[bytes], session: str | None, cold: bool = False
+) -> float:
+    """Send `bodies` in order as one session's turns; seconds taken by the last one (with
+    the caches evicted just before it if `cold`)."""
     headers = [(b"content-type", b"application/json")]
     if session is not None:
         headers.append((b"x-session-id", session.encode()))
@@ -59,7 +81,9 @@ async def measure(app: ProxyApp, bodies: list[bytes], session: str | None) -> fl
         return None
 
     dt = 0.0
-    for body in bodies:
+    for k, body in enumerate(bodies):
+        if cold and k == len(bodies) - 1:
+            evict_caches()
 
         async def receive(body: bytes = body) -> dict[str, Any]:
             return {"type": "http.request", "body": body, "more_body": False}
@@ -84,6 +108,9 @@ def main() -> None:
         "--new-tokens", type=int, default=1000, help="tokens a session's turn adds to the last"
     )
     ap.add_argument("--repeats", type=int, default=30, help="measured requests per case")
+    ap.add_argument(
+        "--cold", action="store_true", help="evict the caches before each measured request"
+    )
     args = ap.parse_args()
     results = []
     for policy in args.policies.split(","):
@@ -97,9 +124,9 @@ def main() -> None:
                     if mode == "session":
                         # The session's previous turn (unmeasured), then this turn: it extends
                         # the previous prompt by `new_tokens`, as an agent's next call does.
-                        dt = asyncio.run(measure(app, [previous, full], f"s{rep}"))
+                        dt = asyncio.run(measure(app, [previous, full], f"s{rep}", args.cold))
                     else:
-                        dt = asyncio.run(measure(app, [full], None))
+                        dt = asyncio.run(measure(app, [full], None, args.cold))
                     if rep:
                         samples.append(dt * 1e3)
                 ms = sorted(samples)
@@ -125,7 +152,11 @@ def main() -> None:
         "machine": hardware_info(),
         "versions": {**package_versions(), "python": platform.python_version()},
         "parameters": {k: v for k, v in vars(args).items() if k != "out"}
-        | {"block_size": 32, "prompt": "token ids; session: the turn after one of n - new_tokens"},
+        | {
+            "block_size": 32,
+            "prompt": "token ids; session: the turn after one of n - new_tokens",
+            "caches": "evicted before each measured request" if args.cold else "as left",
+        },
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

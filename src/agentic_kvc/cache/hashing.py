@@ -192,7 +192,7 @@ SCALAR_MAX_TOKENS = 64
 # vocabulary, so they repeat. Only validated int64 ids enter; cleared when full.
 _DIGIT1: dict[int, int] = {}
 _DIGIT2: dict[int, int] = {}
-_DIGITS_MAX = 1 << 16
+_DIGITS_MAX = 1 << 14  # about 3 MB when full (random ids of a 300k vocabulary)
 # Per block size: each position's lane weights B^(bs-1-j) and the block's shift B^bs.
 _WEIGHTS: dict[int, tuple[list[int], list[int], int, int]] = {}
 
