@@ -6,8 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentic_kvc.proxy.session import PrefixSessions, identify, session_from
+from agentic_kvc.proxy.session import (
+    AGENT_HEADERS,
+    PARENT_HEADERS,
+    PrefixSessions,
+    identify,
+    session_from,
+)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +74,48 @@ def test_parent_session_from_headers_or_body() -> None:
     assert identify({}, [(b"x-codex-parent-thread-id", b"t")]).parent == "t"
     assert identify({"metadata": {"parent_session_id": "m"}}, []).parent == "m"
     assert identify({}, []).parent is None
+
+
+_VALUES = st.one_of(st.none(), st.text(max_size=3), st.integers(-2, 2), st.booleans())
+_BODIES = st.dictionaries(
+    st.sampled_from(["session_id", "user", "parent_session_id", "prompt", "model", "metadata"]),
+    st.one_of(
+        _VALUES,
+        st.dictionaries(
+            st.sampled_from(["session_id", "conversation_id", "user_id", "parent_session_id", "x"]),
+            st.one_of(_VALUES, st.just("u_1_account_2_session_s3")),
+        ),
+    ),
+)
+_HEADERS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [n for n, _ in AGENT_HEADERS] + list(PARENT_HEADERS) + [b"user-agent", b"accept"]
+        ),
+        st.sampled_from([b"", b"v", b"w"]),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300)
+@given(body=_BODIES, headers=_HEADERS)
+def test_the_no_session_shortcut_answers_as_the_full_lookup(
+    body: dict[str, object], headers: list[tuple[bytes, bytes]]
+) -> None:
+    # A configured header that is never sent turns the shortcut off and changes nothing else.
+    assert identify(body, headers) == identify(body, headers, session_header="x-never-sent")
+
+
+def test_every_field_and_header_read_names_something() -> None:
+    none = identify({}, [(b"user-agent", b"curl")])
+    assert none.session is None and none.parent is None
+    for field in ("session_id", "user", "parent_session_id"):
+        assert identify({field: "v"}, []) != none, field
+    for key in ("session_id", "conversation_id", "parent_session_id"):
+        assert identify({"metadata": {key: "v"}}, []) != none, key
+    for name in [n for n, _ in AGENT_HEADERS] + list(PARENT_HEADERS):
+        assert identify({}, [(name, b"v")]) != none, name
 
 
 def test_session_from_keeps_its_old_contract() -> None:

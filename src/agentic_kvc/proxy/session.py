@@ -108,12 +108,25 @@ def _parent(body: Mapping[str, Any], hdrs: Mapping[bytes, str]) -> str | None:
     return found
 
 
+# Every header and body field `identify` reads (besides the configured header): a request
+# with none of them names no session, and most requests of a client without one are such.
+_SESSION_HEADERS = frozenset(name for name, _ in AGENT_HEADERS) | frozenset(PARENT_HEADERS)
+_SESSION_FIELDS = ("session_id", "metadata", "user", "parent_session_id")
+_NO_SESSION = SessionIdentity(None, None, None)
+
+
 def identify(
     body: Mapping[str, Any],
-    headers: Iterable[tuple[bytes, bytes]],
+    headers: Sequence[tuple[bytes, bytes]],
     session_header: str | None = None,
 ) -> SessionIdentity:
     """The session named by configuration, agent headers or body (not the prompt fallback)."""
+    if (
+        not session_header
+        and body.keys().isdisjoint(_SESSION_FIELDS)
+        and not any(name in _SESSION_HEADERS for name, _ in headers)
+    ):
+        return _NO_SESSION
     hdrs = _headers_dict(headers)
     parent = _parent(body, hdrs)
     if session_header:
@@ -130,7 +143,7 @@ def identify(
     return SessionIdentity(None, None, parent)
 
 
-def session_from(body: Mapping[str, Any], headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+def session_from(body: Mapping[str, Any], headers: Sequence[tuple[bytes, bytes]]) -> str | None:
     """The request's session id from headers or body, or None."""
     return identify(body, headers).session
 
