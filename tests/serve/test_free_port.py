@@ -31,14 +31,16 @@ def test_ports_lie_below_the_ephemeral_range(
 
 def test_a_held_port_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ports, "_EPHEMERAL_RANGE", _range_file(tmp_path, "32768 60999"))
-    with socket.socket() as held:
-        held.bind((LOOPBACK, 0))
+    with socket.socket() as held, socket.socket() as probe:
+        held.bind((LOOPBACK, 0))  # someone else's socket: the real bind check must refuse it
         taken = held.getsockname()[1]
-        proposals = iter([taken, taken, 20_001])
-        monkeypatch.setattr(ports, "_bindable", lambda host, port: port != taken)
+        probe.bind((LOOPBACK, 0))
+        free = probe.getsockname()[1]
+        probe.close()
+        proposals = iter([taken, taken, free])
         monkeypatch.setattr(ports._RANDOM, "randint", lambda a, b: next(proposals))
-        ports._HANDED_OUT.discard(20_001)
-        assert free_port() == 20_001
+        ports._HANDED_OUT.discard(free)
+        assert free_port() == free
 
 
 @pytest.mark.parametrize("text", ["1024 65535", "", "not numbers"])

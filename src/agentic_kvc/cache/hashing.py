@@ -33,6 +33,7 @@ This module re-implements that recipe so the exact view can relate event hashes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -182,9 +183,9 @@ _B1, _B2 = _B
 _HIGH = 64 - _LANE_BITS
 _LOW = (1 << _LANE_BITS) - 1
 
-# Up to this many tokens the scalar path is the faster one in the proxy. Hot in a loop, the
-# numpy path costs ~13 us at 32 tokens; in the proxy it costs about 3x its hot time (cold
-# caches between requests), while the scalar one costs ~0.2 us a token once its digits are known.
+# Up to this many tokens the scalar path is the faster one in the proxy: hot in a loop, the
+# numpy path (`SessionBlockHasher.hash`) costs 23-28 us whatever the length up to ~128
+# tokens, the scalar one ~0.2 us a token once its digits are known (docs/proxy.md).
 SCALAR_MAX_TOKENS = 64
 
 # Each token id's two lane digits, for the scalar path: computing them (two 64-bit multiplies
@@ -193,11 +194,9 @@ SCALAR_MAX_TOKENS = 64
 _DIGIT1: dict[int, int] = {}
 _DIGIT2: dict[int, int] = {}
 _DIGITS_MAX = 1 << 14  # about 3 MB when full (random ids of a 300k vocabulary)
-# Per block size: each position's lane weights B^(bs-1-j) and the block's shift B^bs.
-_WEIGHTS: dict[int, tuple[list[int], list[int], int, int]] = {}
 
 
-def _learn_digits(tokens: list[int]) -> bool:
+def _learn_digits(tokens: Sequence[int]) -> bool:
     """Enter the digits of `tokens` missing from the table; False if one is not in int64."""
     if len(_DIGIT1) + len(tokens) > _DIGITS_MAX:
         _DIGIT1.clear()
@@ -216,17 +215,15 @@ def _learn_digits(tokens: list[int]) -> bool:
     return True
 
 
+@functools.cache
 def _block_weights(block_size: int) -> tuple[list[int], list[int], int, int]:
-    w = _WEIGHTS.get(block_size)
-    if w is None:
-        w = (
-            [pow(_B1, block_size - 1 - j, _P1) for j in range(block_size)],
-            [pow(_B2, block_size - 1 - j, _P2) for j in range(block_size)],
-            pow(_B1, block_size, _P1),
-            pow(_B2, block_size, _P2),
-        )
-        _WEIGHTS[block_size] = w
-    return w
+    """Each position's lane weights B^(bs-1-j) and the block's shift B^bs, per lane."""
+    return (
+        [pow(_B1, block_size - 1 - j, _P1) for j in range(block_size)],
+        [pow(_B2, block_size - 1 - j, _P2) for j in range(block_size)],
+        pow(_B1, block_size, _P1),
+        pow(_B2, block_size, _P2),
+    )
 
 
 def scalar_block_hashes(tokens: Sequence[int], block_size: int) -> list[int] | None:
@@ -236,7 +233,7 @@ def scalar_block_hashes(tokens: Sequence[int], block_size: int) -> list[int] | N
     Block by block, Horner's rule over a whole block is `h * B^bs + sum_j d_j * B^(bs-1-j)`:
     one weighted sum (in C) and one modulo per block and lane instead of one per token."""
     n = len(tokens) // block_size * block_size
-    head = list(tokens[:n])
+    head = tokens[:n]
     if not head:
         return []
     if set(map(type, head)) != {int}:  # bool and float are hashable like ints: refuse them

@@ -48,6 +48,12 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
+def _kernel_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port nobody holds now, never handed out twice by this process.
 
@@ -59,15 +65,8 @@ def free_port(host: str = LOOPBACK) -> int:
     span = _server_port_range()
     with _LOCK:
         for _ in range(100):
-            if span is not None:
-                port = _RANDOM.randint(*span)
-                if port in _HANDED_OUT or not _bindable(host, port):
-                    continue
-            else:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind((host, 0))
-                    port = int(s.getsockname()[1])
-            if port not in _HANDED_OUT:
+            port = _RANDOM.randint(*span) if span is not None else _kernel_port(host)
+            if port not in _HANDED_OUT and (span is None or _bindable(host, port)):
                 _HANDED_OUT.add(port)
                 return port
     raise RuntimeError("no free port found after 100 tries")
