@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"benchmark": "engine_busy_share", "command": " ".join(sys.argv), "results": rows}
+        cmd = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+        doc = {"benchmark": "engine_busy_share", "command": " ".join(cmd), "results": rows}
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
 
 

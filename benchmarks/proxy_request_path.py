@@ -59,6 +59,14 @@ STEPS = (
     "metric_decision",
     "done",
 )
+# The steps that are module functions of proxy/app.py (-> their names there); the others are
+# methods of the app's own objects, wrapped on the app.
+_MODULE_STEPS = {
+    "parse": "parse_request",
+    "identify": "identify",
+    "prompt_tokens": "prompt_tokens",
+    "fill_decision": "_fill_decision",
+}
 
 
 class StepTimer:
@@ -67,6 +75,7 @@ class StepTimer:
     def __init__(self) -> None:
         self.on = False
         self.seconds: dict[str, float] = {}
+        self._saved: dict[str, Any] = {}  # the module functions `install` replaced
 
     def wrap(self, name: str, fn: Any) -> Any:
         perf = time.perf_counter
@@ -100,14 +109,7 @@ class StepTimer:
     def uninstall(self) -> None:
         for n, fn in self._saved.items():
             setattr(proxy_app, n, fn)
-
-
-_MODULE_STEPS = {
-    "parse": "parse_request",
-    "identify": "identify",
-    "prompt_tokens": "prompt_tokens",
-    "fill_decision": "_fill_decision",
-}
+        self._saved = {}
 
 
 def make_app(policy: str, timer: StepTimer | None = None) -> ProxyApp:

@@ -53,7 +53,7 @@ def test_shares_over_sample_times_with_every_instance(tmp_path: Path) -> None:
     assert got["preemptions_max"] == 2.0
 
 
-def test_runs_of_other_fleets_are_skipped(tmp_path: Path, capsys) -> None:
+def test_runs_of_other_fleets_are_skipped(tmp_path: Path) -> None:
     for name, instances in (("a", 2), ("b", 3)):
         d = tmp_path / "runs" / name
         d.mkdir(parents=True)
@@ -68,4 +68,5 @@ def test_runs_of_other_fleets_are_skipped(tmp_path: Path, capsys) -> None:
     bench.main([str(tmp_path), "--out", str(out)])
     rows = json.loads(out.read_text())["results"]
     assert [Path(r["run"]).name for r in rows] == ["a"]
+    assert json.loads(out.read_text())["command"].endswith(f"{tmp_path} --out {out}")
     assert rows[0]["all_busy"] == 1.0

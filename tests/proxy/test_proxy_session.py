@@ -107,6 +107,37 @@ def test_the_no_session_shortcut_answers_as_the_full_lookup(
     assert identify(body, headers) == identify(body, headers, session_header="x-never-sent")
 
 
+class _Recording(dict):  # type: ignore[type-arg]
+    """A body that remembers every top-level key looked up in it."""
+
+    def __init__(self, *a: object) -> None:
+        super().__init__(*a)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> object:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def test_the_shortcut_lists_every_body_field_the_full_lookup_reads() -> None:
+    # The shortcut answers "no session" for a body with none of `_SESSION_FIELDS`; a field the
+    # full lookup starts to read must join that list, or its requests would skip it.
+    from agentic_kvc.proxy.session import _SESSION_FIELDS
+
+    body = _Recording({"model": "m", "metadata": {"x": 1}})
+    identify(body, [], session_header="x-never-sent")  # the full lookup, no shortcut
+    assert body.read and body.read <= set(_SESSION_FIELDS)
+    assert set(_SESSION_FIELDS) <= body.read  # and it lists nothing the lookup never reads
+
+
 def test_every_field_and_header_read_names_something() -> None:
     none = identify({}, [(b"user-agent", b"curl")])
     assert none.session is None and none.parent is None
