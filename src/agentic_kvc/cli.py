@@ -89,16 +89,23 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     to the same directory, and any changed field to a new one.
     """
     from agentic_kvc.runs import execute
+    from agentic_kvc.workload.errors import WorkloadFormatError
+    from agentic_kvc.workload.load import check_workload_source
 
     try:
         cfg = load_config(config, list(overrides))
-    except ConfigError as exc:
+        check_workload_source(cfg.workload)
+    except (ConfigError, WorkloadFormatError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if print_id:
         click.echo(cfg.run_id())
         return
-    run_dir = execute(cfg, results, log=lambda m: click.echo(m, err=True))
+    try:
+        run_dir = execute(cfg, results, log=lambda m: click.echo(m, err=True))
+    except WorkloadFormatError as exc:  # a bad row, found as the run reads its trace
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     summary = run_dir / "summary.json"
     if summary.is_file():
         import json
@@ -131,13 +138,16 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
     import json
 
     from agentic_kvc.runs import execute
+    from agentic_kvc.workload.errors import WorkloadFormatError
+    from agentic_kvc.workload.load import check_workload_source
 
     configs = []
     for i, spec in enumerate(specs):
         try:
             base, *overrides = json.loads(spec)
             configs.append(load_config(Path(base), [str(o) for o in overrides]))
-        except (ValueError, TypeError) as exc:
+            check_workload_source(configs[-1].workload)
+        except (ValueError, TypeError) as exc:  # ConfigError and WorkloadFormatError too
             click.echo(f"error: spec {i + 1} {spec!r}: {exc}", err=True)
             sys.exit(2)
     with contextlib.ExitStack() as stack:
@@ -148,7 +158,11 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
             stack.enter_context(shared_fleets())
         for i, cfg in enumerate(configs):
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
-            click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
+            try:
+                click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
+            except WorkloadFormatError as exc:  # the runs before it are complete and kept
+                click.echo(f"error: spec {i + 1} {specs[i]!r}: {exc}", err=True)
+                sys.exit(2)
             if cfg.backend == "sim":
                 from agentic_kvc.sim.run_backend import free_dropped_fleets
 

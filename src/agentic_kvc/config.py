@@ -243,12 +243,17 @@ def _format_error(source: str, exc: ValidationError) -> str:
 
 
 def load_config(
-    source: str | Path | dict[str, Any], overrides: list[str] | None = None
+    source: str | Path | dict[str, Any],
+    overrides: list[str] | None = None,
+    name: str | None = None,
 ) -> RunConfig:
-    """Read YAML (or take a dict), apply `--set` overrides, validate; ConfigError on failure."""
+    """Read YAML (or take a dict), apply `--set` overrides, validate; ConfigError on failure.
+
+    `name` is what errors call a dict source (e.g. the run directory's config.json it was read
+    from); a file is called by its path."""
     if isinstance(source, dict):
         # Deep copy: overrides write into nested mappings, and the caller's dict must not change.
-        data, name = copy.deepcopy(source), "<config>"
+        data, name = copy.deepcopy(source), name or "<config>"
     else:
         path = Path(source)
         name = str(path)

@@ -175,8 +175,18 @@ def execute(
     }
     atomic_write_json(run_dir / "manifest.json", manifest)
     t0 = time.monotonic()
-    result = (backend or _backend_for(config.backend))(config, run_dir)
-    write_results(run_dir, result.records, result.samples)
+    try:
+        result = (backend or _backend_for(config.backend))(config, run_dir)
+        write_results(run_dir, result.records, result.samples)
+    except BaseException as exc:
+        # The directory stays incomplete (analysis never reads it; the next run of this
+        # config starts it again), and says why for whoever looks into it.
+        manifest.update(
+            error=f"{type(exc).__name__}: {exc}",
+            failed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
+        atomic_write_json(run_dir / "manifest.json", manifest)
+        raise
     manifest.update(
         backend_info=redact(result.extra),
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -25,6 +25,17 @@ OUT = click.option(
 )
 
 
+def _load_run(run_dir: Path, overrides: tuple[str, ...]) -> Any:
+    """`rundir.load_run`, its input errors (not a run directory, a config or trace that no
+    longer validates) as a one-line error instead of a traceback."""
+    from agentic_kvc.instruments.rundir import load_run
+
+    try:
+        return load_run(run_dir, list(overrides))
+    except ValueError as exc:  # RunDirError, ConfigError, WorkloadFormatError
+        raise click.ClickException(str(exc)) from None
+
+
 def _check(run: Any, records: list[Any]) -> None:
     from agentic_kvc.instruments.rundir import same_records
 
@@ -86,9 +97,8 @@ def regret(
         run_regret,
         summarize_regret,
     )
-    from agentic_kvc.instruments.rundir import load_run
 
-    run = load_run(run_dir, list(overrides))
+    run = _load_run(run_dir, overrides)
     settings = RegretSettings(every, route_class, horizon_s, max_decisions)
     records, rows = run_regret(run.config, run.workload, run.profile, settings)
     _check(run, records)
@@ -131,9 +141,8 @@ def cache_error(
     Writes cache_error.jsonl and prints false-hit / missed-hit tokens by idle gap and KV usage.
     """
     from agentic_kvc.instruments.cache_error import record_rows, run_cache_error, summarize
-    from agentic_kvc.instruments.rundir import load_run
 
-    run = load_run(run_dir, list(overrides))
+    run = _load_run(run_dir, overrides)
     if from_records or run.real:
         rows = record_rows(list(read_jsonl(run_dir / "requests.jsonl")))
     else:
@@ -175,7 +184,6 @@ def routers(
     prefix-hit rate, TTFT p50/p90) and prints it. R = 1 is the run itself.
     """
     from agentic_kvc.instruments.routers import measures, run_routers
-    from agentic_kvc.instruments.rundir import load_run
 
     try:
         counts = [int(x) for x in replicas.split(",") if x.strip()]
@@ -183,7 +191,7 @@ def routers(
         raise click.BadParameter(
             f"{replicas!r}: expected e.g. 1,2,4,8", param_hint="--replicas"
         ) from None
-    run = load_run(run_dir, list(overrides))
+    run = _load_run(run_dir, overrides)
     rows = []
     for r in counts:
         records, samples, _ = run_routers(run.config, run.workload, run.profile, r, spread)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agentic_kvc.config import RunConfig, load_config
 from agentic_kvc.io import dumps_canonical
@@ -15,6 +14,10 @@ from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
 from agentic_kvc.workload.model import Workload
+
+
+class RunDirError(ValueError):
+    """A folder that is not a readable run directory."""
 
 
 @dataclass(slots=True)
@@ -28,15 +31,23 @@ class RunInput:
 
 
 def load_run(run_dir: Path, overrides: list[str] | None = None) -> RunInput:
-    """The run's config (plus `--set` overrides), as a simulated run of the same fleet."""
+    """The run's config (plus `--set` overrides), as a simulated run of the same fleet.
+
+    RunDirError (a ValueError) if `run_dir` is not a run directory or its config.json cannot be
+    read; ConfigError and WorkloadFormatError (ValueErrors too) name the field or trace row."""
     path = run_dir / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no config.json (not a run directory)")
-    data: dict[str, Any] = json.loads(path.read_text())
+        raise RunDirError(f"{run_dir}: no config.json (not a run directory)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RunDirError(f"{path}: cannot read it as JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: not a JSON object")
     real = data.get("backend", "sim") != "sim"
     simulated = not real and not overrides
     data["backend"] = "sim"  # a real run's config re-simulated: same workload and fleet
-    config = load_config(data, overrides or [])
+    config = load_config(data, overrides or [], name=str(path))
     return RunInput(
         run_dir,
         config,

@@ -26,10 +26,19 @@ def resolve_trace_path(trace: str, base_dir: Path | None = None) -> Path:
     if not path.is_file():
         raise WorkloadFormatError(
             path,
-            "field 'workload.trace': no such file (fetch public traces with "
-            "`snakemake fetch_traces` or set a local path)",
+            "field 'workload.trace': no such file (fetch the public traces with "
+            "`snakemake --cores 1 traces` or `akvc workload fetch NAME -o FILE`, or set a "
+            "local path)",
         )
     return path
+
+
+def check_workload_source(cfg: WorkloadConfig, base_dir: Path | None = None) -> None:
+    """Fail early, before a run directory is made, on what can be checked without reading the
+    workload: a trace file that is not there (WorkloadFormatError). A bad row is found when
+    the run reads the trace."""
+    if cfg.trace is not None:
+        resolve_trace_path(cfg.trace, base_dir)
 
 
 def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) -> Workload:

@@ -1,0 +1,132 @@
+"""Bad input to `akvc run`, `run-batch` and the run-directory instruments ends in one line that
+names the file, line or field, and an exit status, never a traceback; a run that fails after its
+directory was made stays incomplete and says why in its manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from agentic_kvc.cli import main
+
+GOOD_ROW = {"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [0, 1, 2]}
+
+
+def _trace_config(tmp_path: Path, base_config: dict[str, Any], trace: Path) -> Path:
+    data = {**base_config, "workload": {"trace": str(trace)}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _bad_trace(tmp_path: Path) -> Path:
+    """A Mooncake-format trace whose third line has a non-numeric input length."""
+    rows = [GOOD_ROW, {**GOOD_ROW, "timestamp": 1000}, {**GOOD_ROW, "input_length": "many"}]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _no_traceback(result: Any) -> None:
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_run_with_a_bad_trace_row_names_file_line_and_field(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    trace = _bad_trace(tmp_path)
+    config = _trace_config(tmp_path, base_config, trace)
+    results = tmp_path / "results"
+    result = CliRunner().invoke(main, ["run", str(config), "--results", str(results)])
+    assert result.exit_code == 2, result.output
+    _no_traceback(result)
+    assert f"error: {trace}:3: field 'input_length'" in result.stderr
+    (run_dir,) = (results / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert manifest["error"].startswith("WorkloadFormatError: ")
+    assert f"{trace}:3" in manifest["error"]
+    assert not (run_dir / "requests.jsonl").exists()
+
+
+def test_run_with_a_missing_trace_makes_no_run_directory(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    config = _trace_config(tmp_path, base_config, tmp_path / "absent.jsonl")
+    results = tmp_path / "results"
+    result = CliRunner().invoke(main, ["run", str(config), "--results", str(results)])
+    assert result.exit_code == 2
+    _no_traceback(result)
+    assert "absent.jsonl" in result.stderr and "workload.trace" in result.stderr
+    assert "snakemake --cores 1 traces" in result.stderr  # a rule that exists (workloads.smk)
+    assert not (results / "runs").exists()
+
+
+def test_run_batch_checks_every_trace_before_the_first_run(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(base_config))
+    missing = _trace_config(tmp_path, base_config, tmp_path / "absent.jsonl")
+    results = tmp_path / "results"
+    specs = [json.dumps([str(good)]), json.dumps([str(missing)])]
+    result = CliRunner().invoke(main, ["run-batch", *specs, "--results", str(results)])
+    assert result.exit_code == 2
+    _no_traceback(result)
+    assert "spec 2" in result.stderr and "absent.jsonl" in result.stderr
+    assert not (results / "runs").exists()  # the good spec did not run either
+
+
+def test_run_batch_keeps_the_runs_before_a_bad_trace_row(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(base_config))
+    bad = _trace_config(tmp_path, base_config, _bad_trace(tmp_path))
+    results = tmp_path / "results"
+    specs = [json.dumps([str(good)]), json.dumps([str(bad)])]
+    result = CliRunner().invoke(main, ["run-batch", *specs, "--results", str(results)])
+    assert result.exit_code == 2
+    _no_traceback(result)
+    assert "spec 2" in result.stderr and "bad.jsonl:3" in result.stderr
+    done = [
+        json.loads((d / "manifest.json").read_text())["complete"]
+        for d in (results / "runs").iterdir()
+    ]
+    assert sorted(done) == [False, True]
+
+
+@pytest.mark.parametrize("command", ["regret", "cache-error", "routers"])
+def test_instruments_on_a_folder_that_is_not_a_run(tmp_path: Path, command: str) -> None:
+    folder = tmp_path / "not_a_run"
+    folder.mkdir()
+    result = CliRunner().invoke(main, [command, str(folder)])
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert f"{folder}: no config.json (not a run directory)" in result.output
+
+    (folder / "config.json").write_text("{not json")
+    result = CliRunner().invoke(main, [command, str(folder)])
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert f"{folder / 'config.json'}: cannot read it as JSON" in result.output
+
+
+def test_instruments_name_the_config_json_of_a_run_that_no_longer_validates(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    stale = {**base_config, "policy": {"name": "retired_policy"}}
+    (folder / "config.json").write_text(json.dumps(stale))
+    result = CliRunner().invoke(main, ["regret", str(folder)])
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert f"{folder / 'config.json'}: invalid config" in result.output
+    assert "field 'policy.name'" in result.output
