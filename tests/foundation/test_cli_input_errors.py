@@ -130,3 +130,21 @@ def test_instruments_name_the_config_json_of_a_run_that_no_longer_validates(
     _no_traceback(result)
     assert f"{folder / 'config.json'}: invalid config" in result.output
     assert "field 'policy.name'" in result.output
+
+
+def test_replay_refuses_an_out_folder_with_records_before_replaying(tmp_path: Path) -> None:
+    """Checked up front: the unreachable target shows the replay never started."""
+    workload = tmp_path / "w.jsonl"
+    res = CliRunner().invoke(main, ["workload", "synth", "--sessions", "2", "-o", str(workload)])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "requests.jsonl").write_text('{"earlier": true}\n')
+    args = ["replay", str(workload), "--target", "http://127.0.0.1:9", "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert "an earlier replay's records" in result.output and "--overwrite" in result.output
+    assert (out / "requests.jsonl").read_text() == '{"earlier": true}\n'
+    result = CliRunner().invoke(main, [*args, "--overwrite"])
+    assert "cannot read the served model" in result.output  # past the check, to the target

@@ -71,6 +71,19 @@ def test_errors_are_one_line_with_location(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "params.nope" in res.output
 
 
+def test_convert_refuses_to_write_over_its_input(tmp_path: Path) -> None:
+    src = tmp_path / "w.jsonl"
+    res = CliRunner().invoke(main, ["workload", "synth", "--sessions", "3", "-o", str(src)])
+    assert res.exit_code == 0, res.output
+    before = src.read_bytes()
+    for target in (src, tmp_path / "." / "w.jsonl"):  # the same file by another spelling
+        res = CliRunner().invoke(
+            main, ["workload", "convert", str(src), "-o", str(target), "--max-sessions", "1"]
+        )
+        assert res.exit_code == 2 and "is the input FILE" in res.output
+        assert src.read_bytes() == before
+
+
 def test_help_explains_every_command() -> None:
     for cmd in ([], ["synth"], ["stats"], ["convert"]):
         res = CliRunner().invoke(main, ["workload", *cmd, "--help"])

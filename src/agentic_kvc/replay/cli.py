@@ -69,8 +69,10 @@ from agentic_kvc.metrics.summary import summarize
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Write requests.jsonl and summary.json here.",
+    help="Write requests.jsonl and summary.json here (refused if it holds a requests.jsonl "
+    "already, unless --overwrite).",
 )
+@click.option("--overwrite", is_flag=True, help="Replace an earlier replay's records in --out.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def replay(
     target: str,
@@ -86,6 +88,7 @@ def replay(
     tokenizer: Path | None,
     seed: int,
     out: Path | None,
+    overwrite: bool,
     no_progress: bool,
 ) -> None:
     """Replay WORKLOAD_FILE against TARGET and record per-request timings.
@@ -103,6 +106,12 @@ def replay(
     from agentic_kvc.replay.prompts import target_model, token_fn
     from agentic_kvc.workload import load_workload
 
+    if out is not None and (out / "requests.jsonl").exists() and not overwrite:
+        # Checked before the replay, which may take hours, not when its records are written.
+        raise click.ClickException(
+            f"{out / 'requests.jsonl'}: an earlier replay's records; pass another --out, or "
+            "--overwrite to replace them"
+        )
     try:
         wcfg = WorkloadConfig(
             trace=str(workload_file),

@@ -273,6 +273,9 @@ def convert_cmd(
     time_scale: float,
 ) -> None:
     """Convert a trace FILE to the native workload format (optionally subset and scaled)."""
+    if output.exists() and output.resolve() == file.resolve():
+        # The trace would be replaced by its converted (often subset) copy: the source is lost.
+        _fail(ValueError(f"{output}: is the input FILE; write the conversion elsewhere"))
     try:
         wl = apply_transforms(
             _read(file, fmt),
