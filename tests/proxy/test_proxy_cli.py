@@ -62,3 +62,27 @@ def test_max_sessions_reaches_the_router_state(monkeypatch) -> None:
     assert _settings(monkeypatch, ["--engine", A]).max_sessions == 65536
     with pytest.raises(ValueError, match="--max-sessions"):
         ProxySettings(engines=[A], max_sessions=0)
+
+
+def test_a_port_in_use_is_one_line_naming_the_address() -> None:
+    """vLLM's default port is 8000 too: the proxy on a taken port says so and exits 2,
+    before building the app (no traceback)."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        r = CliRunner().invoke(proxy, ["--engine", A, "--host", "127.0.0.1", "--port", str(port)])
+    finally:
+        taken.close()
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert f"error: cannot listen on 127.0.0.1:{port}: " in r.output
+    assert "pick another --port" in r.output
+
+
+def test_a_port_out_of_range_is_a_usage_error() -> None:
+    r = CliRunner().invoke(proxy, ["--engine", A, "--port", "99999"])
+    assert r.exit_code == 2 and "--port" in r.output and "Traceback" not in r.output

@@ -18,7 +18,7 @@ def epd() -> None:
 )
 @click.option("--pd", "pds", multiple=True, required=True, help="PD instance URL (repeat).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8100, show_default=True, type=int)
+@click.option("--port", default=8100, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--concurrent",
     is_flag=True,
@@ -43,12 +43,15 @@ def proxy(
     import uvicorn
 
     from agentic_kvc.epd.app import EPDApp
-    from agentic_kvc.proxy.server import bind_socket, uvicorn_config
+    from agentic_kvc.proxy.server import ListenError, bind_socket, uvicorn_config
     from agentic_kvc.security import warn_if_exposed
 
+    try:
+        sock = bind_socket(host, port)
+    except ListenError as exc:
+        raise click.ClickException(str(exc)) from None
     app = EPDApp(list(encoders), list(pds), concurrent=concurrent, timeout_s=timeout_s)
     warn_if_exposed(host, "the EPD proxy")
-    sock = bind_socket(host, port)
     bound = sock.getsockname()
     click.echo(f"akvc epd proxy: {len(encoders)} E, {len(pds)} PD on http://{bound[0]}:{bound[1]}")
     uvicorn.Server(uvicorn_config(app, "info")).run(sockets=[sock])  # type: ignore[arg-type]

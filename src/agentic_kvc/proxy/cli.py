@@ -76,7 +76,7 @@ def _peer(text: str) -> dict[str, str]:
     "--port",
     default=8000,
     show_default=True,
-    type=int,
+    type=click.IntRange(0, 65535),
     help="Port to listen on (0: pick a free one and print it).",
 )
 @click.option(
@@ -261,4 +261,10 @@ def proxy(
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    run_proxy(settings, log_level=log_level)
+    from agentic_kvc.proxy.server import ListenError
+
+    try:
+        run_proxy(settings, log_level=log_level)
+    except ListenError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -45,16 +45,38 @@ def _http_impl() -> str:
     return "httptools"
 
 
+class ListenError(OSError):
+    """The address to listen on cannot be bound (in use, not this host's, not permitted)."""
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind before serving, so port 0 yields a known free port with no race."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    """Bind before serving, so port 0 yields a known free port with no race. ListenError,
+    naming the address, if it cannot be bound."""
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        # A vLLM engine's default port is 8000 too, so "in use" is the common case.
+        hint = " (pick another --port, or 0 for a free one)" if port else ""
+        raise ListenError(f"cannot listen on {host}:{port}: {why}{hint}") from exc
     sock.set_inheritable(True)
     return sock
 
 
-__all__ = ["HOLD_HEADERS", "ProxyThread", "ServerThread", "proxy_running", "run_proxy"]
+__all__ = [
+    "HOLD_HEADERS",
+    "ListenError",
+    "ProxyThread",
+    "ServerThread",
+    "proxy_running",
+    "run_proxy",
+]
 
 
 class _HeldHead:
@@ -192,9 +214,9 @@ def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
 
 def run_proxy(settings: ProxySettings, log_level: str = "info") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM); records are flushed on the way out."""
+    sock = bind_socket(settings.host, settings.port)  # first: a taken port fails at once
     app = create_app(settings)
     warn_if_exposed(settings.host, "the proxy")
-    sock = bind_socket(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     print(f"akvc proxy: policy {settings.policy} on http://{host}:{port}", flush=True)
     server = uvicorn.Server(uvicorn_config(app, log_level))
