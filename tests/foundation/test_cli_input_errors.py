@@ -148,3 +148,27 @@ def test_replay_refuses_an_out_folder_with_records_before_replaying(tmp_path: Pa
     assert (out / "requests.jsonl").read_text() == '{"earlier": true}\n'
     result = CliRunner().invoke(main, [*args, "--overwrite"])
     assert "cannot read the served model" in result.output  # past the check, to the target
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-n", "0"], "'-n' / '--instances': 0 is not in the range x>=1"),
+        (["--kv-cache-tokens", "-5"], "'--kv-cache-tokens': -5 is not in the range x>=1"),
+    ],
+)
+def test_serve_vllm_rejects_impossible_sizes_as_usage_errors(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(main, ["serve", "vllm", "--dry-run", *args])
+    assert result.exit_code == 2
+    _no_traceback(result)
+    assert says in result.output
+
+
+def test_serve_vllm_names_the_config_file_once(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.yaml"
+    config.write_text("fleet:\n  instances: many\n")
+    result = CliRunner().invoke(main, ["serve", "vllm", "--dry-run", "--config", str(config)])
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert f"Error: {config}: invalid config" in result.output
+    assert "<config>" not in result.output and "field 'fleet.instances'" in result.output

@@ -38,7 +38,9 @@ def serve() -> None:
 @serve.command(
     "vllm", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
-@click.option("-n", "--instances", type=int, default=None, help="Number of instances [2].")
+@click.option(
+    "-n", "--instances", type=click.IntRange(min=1), default=None, help="Number of instances [2]."
+)
 @click.option("--model", default=None, help="Model path, hub id, or 'tiny' (models/tiny-qwen2).")
 @click.option(
     "--device",
@@ -55,8 +57,15 @@ def serve() -> None:
     default=None,
     help="Take fleet.* (and policy.* for --proxy) from this run config.",
 )
-@click.option("--block-size", type=int, default=None, help="KV block size [fleet default].")
-@click.option("--kv-cache-tokens", type=int, default=None, help="Cap the KV cache (tokens).")
+@click.option(
+    "--block-size", type=click.IntRange(min=1), default=None, help="KV block size [fleet default]."
+)
+@click.option(
+    "--kv-cache-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cap the KV cache (tokens).",
+)
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Env for every instance.")
 @click.option(
     "--instance-args",
@@ -114,9 +123,11 @@ def vllm_cmd(
             # Only fleet/policy matter here; a placeholder workload satisfies validation.
             raw = yaml.safe_load(config_file.read_text()) or {}
             raw.setdefault("workload", {"generator": {}})
-            cfg = load_config(raw)
-        except (ConfigError, yaml.YAMLError) as exc:
-            raise click.ClickException(f"{config_file}: {exc}") from None
+            cfg = load_config(raw, name=str(config_file))
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+        except yaml.YAMLError as exc:
+            raise click.ClickException(f"{config_file}: not valid YAML: {exc}") from None
         fleet_cfg, policy_name, policy_params = cfg.fleet, cfg.policy.name, cfg.policy.params
     updates: dict[str, Any] = {
         k: v
