@@ -69,3 +69,29 @@ def test_trailing_comma_is_bad_json() -> None:
     ids = ",".join(map(str, BIG)).encode()
     with pytest.raises(msgspec.DecodeError):
         parse_request(b'{"prompt": [' + ids + b",]}")
+
+
+@pytest.mark.parametrize(
+    "edge",
+    [2**63, -(2**63) - 1, 10**20, 2**63 - 1, -(2**63)],  # beyond int64, and its bounds
+)
+def test_ids_beyond_or_at_the_int64_bounds_take_the_plain_path(edge: int) -> None:
+    """numpy clamps an integer beyond int64 silently; the large-body path must not hash a
+    clamped id the short-body path would refuse (out of range, 400)."""
+    body = {"prompt": [*BIG, edge, 7]}
+    parsed, tokens = parse_request(json.dumps(body).encode())
+    assert tokens is None and parsed == body
+
+
+@pytest.mark.parametrize("inner", [b" ", b"\n\t "])
+def test_a_blank_list_takes_the_plain_path(inner: bytes) -> None:
+    raw = b'{"prompt": [' + inner + b'], "pad": "' + b"p" * RAW_PROMPT_MIN_BYTES + b'"}'
+    parsed, tokens = parse_request(raw)
+    assert tokens is None and parsed["prompt"] == []
+
+
+@pytest.mark.parametrize("ids", [[0], [5], [-1]])
+def test_one_id_with_padding_is_read(ids: list[int]) -> None:
+    raw = json.dumps({"prompt": ids, "pad": "p" * RAW_PROMPT_MIN_BYTES}).encode()
+    _, tokens = parse_request(raw)
+    assert tokens is not None and tokens.tolist() == ids

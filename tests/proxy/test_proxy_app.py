@@ -163,6 +163,10 @@ def test_bad_requests_get_openai_style_errors(make_proxy) -> None:
         (client.post("/v1/completions", json=[1, 2]), 400),
         (client.post("/v1/completions", json={"max_tokens": 3}), 400),
         (client.post("/v1/completions", json={"prompt": [1], "max_tokens": "x"}), 400),
+        # an id beyond int64 in a full block (only full blocks are hashed)
+        (client.post("/v1/completions", json={"prompt": [2**63, *range(15)]}), 400),
+        # the same past the raw-prompt path's size (numpy alone would clamp it silently)
+        (client.post("/v1/completions", json={"prompt": [2**63, *range(3_000)]}), 400),
         (client.get("/v1/completions"), 405),
         (client.get("/nope"), 404),
     ]

@@ -49,21 +49,32 @@ def parse_request(raw: bytes) -> tuple[Any, np.ndarray | None]:
     return body, tokens
 
 
+_INT64_EDGES = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+
+
 def _int_list(text: bytes) -> np.ndarray | None:
-    """A JSON array of integers as int64, or None if `text` is anything else."""
+    """A JSON array of integers as int64, or None if `text` is anything else (or holds an id
+    at an int64 bound: see below). `text` is valid JSON (msgspec has checked the body)."""
     inner = text.strip()
     if not (inner.startswith(b"[") and inner.endswith(b"]")):
         return None
     inner = inner[1:-1]
-    if not inner.strip():
-        return None
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # numpy warns, and stops, at the first non-integer
+        # numpy stops at the first element that is not an integer (a float, a string, a
+        # nested list): a ValueError, a DeprecationWarning before numpy 2.3.
+        warnings.simplefilter("error")
         try:
             arr = np.fromstring(inner, dtype=np.int64, sep=",")
         except (DeprecationWarning, ValueError):
             return None
-    return arr if len(arr) == inner.count(b",") + 1 else None
+    if len(arr) <= 1 and not inner.strip():  # "[]" or "[ ]": numpy reads blanks as [0]
+        return None
+    # numpy clamps an integer beyond int64 to a bound, silently; the plain path then refuses
+    # it as the short-body path does ("out of range", 400). Real token ids are far from both.
+    lo, hi = _INT64_EDGES
+    if len(arr) and (arr.max() == hi or arr.min() == lo):
+        return None
+    return arr
 
 
 class PromptTokenizer:
