@@ -23,6 +23,7 @@ from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats.agentic_mooncake import read_agentic_mooncake
 from agentic_kvc.workload.formats.azure import read_azure
 from agentic_kvc.workload.formats.bailian import read_bailian
+from agentic_kvc.workload.formats.common import UTF8_BOM
 from agentic_kvc.workload.formats.mooncake import read_mooncake
 from agentic_kvc.workload.formats.native import is_native_header, read_native, write_native
 from agentic_kvc.workload.formats.tracelab import read_tracelab_csv, read_tracelab_rounds
@@ -43,7 +44,9 @@ FORMATS = ("auto", *READERS)
 
 def _first_line(path: Path) -> str:
     with path.open("rb") as fh:
-        for raw in fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1:
+                raw = raw.removeprefix(UTF8_BOM)
             if raw.strip():
                 return raw.decode("utf-8", errors="replace").strip()
     raise WorkloadFormatError(path, "empty file")

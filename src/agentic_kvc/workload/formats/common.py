@@ -16,6 +16,11 @@ from agentic_kvc.workload.model import Block
 SYNTHETIC_BLOCK_BASE = 1 << 62
 
 
+# A UTF-8 byte-order mark, which editors and spreadsheets on Windows put at a file's start
+# (`json.loads` of bytes skips it by itself; format detection and CSV do not).
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-empty line; a bad line names its number."""
     with path.open("rb") as fh:
@@ -42,7 +47,7 @@ def iter_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, 
 
 
 def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a leading BOM goes
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         reader.fieldnames = header
