@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats.agentic_mooncake import read_agentic_mooncake
 from agentic_kvc.workload.formats.azure import read_azure
 from agentic_kvc.workload.formats.bailian import read_bailian
-from agentic_kvc.workload.formats.common import UTF8_BOM
+from agentic_kvc.workload.formats.common import UTF8_BOM, open_trace
 from agentic_kvc.workload.formats.mooncake import read_mooncake
 from agentic_kvc.workload.formats.native import is_native_header, read_native, write_native
 from agentic_kvc.workload.formats.tracelab import read_tracelab_csv, read_tracelab_rounds
@@ -43,12 +45,19 @@ FORMATS = ("auto", *READERS)
 
 
 def _first_line(path: Path) -> str:
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if lineno == 1:
-                raw = raw.removeprefix(UTF8_BOM)
-            if raw.strip():
-                return raw.decode("utf-8", errors="replace").strip()
+    try:
+        with open_trace(path) as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if lineno == 1:
+                    raw = raw.removeprefix(UTF8_BOM)
+                if raw.strip():
+                    return raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise WorkloadFormatError(
+            path, "not UTF-8 text (a binary file, or compressed other than gzip)", 1
+        ) from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise WorkloadFormatError(path, f"not a readable gzip file: {exc}") from None
     raise WorkloadFormatError(path, "empty file")
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.model import Block
@@ -21,9 +25,20 @@ SYNTHETIC_BLOCK_BASE = 1 << 62
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_trace(path: Path) -> IO[bytes]:
+    """A trace file's bytes, decompressed when it is gzip (public traces often ship as
+    `.jsonl.gz` / `.csv.gz`): recognised by its first two bytes, not its name."""
+    with path.open("rb") as fh:
+        gz = fh.read(2) == GZIP_MAGIC
+    return gzip.open(path, "rb") if gz else path.open("rb")
+
+
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-empty line; a bad line names its number."""
-    with path.open("rb") as fh:
+    with _bad_gzip(path), open_trace(path) as fh:
         for lineno, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
@@ -41,13 +56,24 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def iter_csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row) for each data row; missing columns are reported once, up front."""
     try:
-        yield from _csv_rows(path, required)
+        with _bad_gzip(path):
+            yield from _csv_rows(path, required)
     except (UnicodeDecodeError, csv.Error) as exc:  # not text, or a NUL / stray quote
         raise WorkloadFormatError(path, f"not a readable CSV file: {exc}") from None
 
 
+@contextmanager
+def _bad_gzip(path: Path) -> Iterator[None]:
+    """A truncated or corrupt gzip trace as a WorkloadFormatError naming the file."""
+    try:
+        yield
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise WorkloadFormatError(path, f"not a readable gzip file: {exc}") from None
+
+
 def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a leading BOM goes
+    # utf-8-sig: a leading byte-order mark goes (spreadsheets' "CSV UTF-8" writes one)
+    with io.TextIOWrapper(open_trace(path), encoding="utf-8-sig", newline="") as fh:
         reader = csv.DictReader(fh)
         header = [h.strip() for h in (reader.fieldnames or [])]
         reader.fieldnames = header
