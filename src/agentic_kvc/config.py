@@ -18,6 +18,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agentic_kvc.io import dumps_canonical
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last
+    one silently: a pasted second `fleet:` would quietly replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<`: keys set beside it override
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as `yaml.safe_load` reads it, except that a key repeated in one mapping is a
+    `yaml.YAMLError` naming its line."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+
+
 class ConfigError(ValueError):
     """A config that cannot be used; the message names the file and field."""
 
@@ -258,7 +282,7 @@ def load_config(
         path = Path(source)
         name = str(path)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = load_yaml(path.read_text()) or {}
         except FileNotFoundError as exc:
             raise ConfigError(f"{path}: no such config file") from exc
         except yaml.YAMLError as exc:

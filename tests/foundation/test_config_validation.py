@@ -135,3 +135,36 @@ def test_one_line_summary_reads_missing_latencies_as_a_dash() -> None:
     failed = {"route_class": "LIGHT", "error": "refused", "input_tokens": 10, "ttft_s": None}
     line = one_line(summarize([failed]))
     assert line == "1 requests, 1 failed; TTFT p50 -, p90 -; E2E p90 -; prefix hit rate 0.0%"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("seed: 0\nfleet:\n  instances: 2\nfleet:\n  instances: 8\n", 4),  # a pasted section
+        ("fleet:\n  instances: 2\n  model: tiny\n  instances: 8\n", 4),  # a nested key
+        ("policy: {name: round_robin, name: unified}\n", 1),
+    ],
+)
+def test_a_key_named_twice_is_an_error_naming_its_line(
+    tmp_path: Path, text: str, line: int
+) -> None:
+    """PyYAML keeps the last of two equal keys silently; a run must not quietly take one."""
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"appears twice in one mapping[\s\S]*line {line},"):
+        load_config(path)
+
+
+def test_yaml_anchors_and_merges_still_load(tmp_path: Path) -> None:
+    """A merge key's mapping is not a repeat: a key set beside `<<` overrides the merged one."""
+    text = (
+        "backend: sim\nseed: 0\n"
+        "workload: {generator: {preset: agentic-coding, sessions: 3}}\n"
+        "policy: &p {name: round_robin}\n"
+        "fleet:\n  <<: {instances: 3, model: tiny}\n  instances: 4\n"
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    cfg = load_config(path)
+    assert cfg.fleet.instances == 4 and cfg.fleet.model == "tiny"
+    assert cfg.policy.name == "round_robin"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.config import RunConfig, load_config, load_yaml
 from agentic_kvc.instruments.cache_error import run_cache_error
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.instruments.routers import measures, run_routers
@@ -50,7 +50,7 @@ class SuiteSpec(_Strict):
 
 def load_spec(path: Path) -> SuiteSpec:
     try:
-        return SuiteSpec.model_validate(yaml.safe_load(path.read_text()) or {})
+        return SuiteSpec.model_validate(load_yaml(path.read_text()) or {})
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
 

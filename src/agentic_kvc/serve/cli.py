@@ -13,7 +13,7 @@ import click
 import yaml
 
 from agentic_kvc.cli_options import key_values
-from agentic_kvc.config import ConfigError, FleetConfig, load_config
+from agentic_kvc.config import ConfigError, FleetConfig, load_config, load_yaml
 
 
 def _per_instance(items: tuple[str, ...], n: int) -> list[list[str]] | None:
@@ -121,7 +121,7 @@ def vllm_cmd(
     if config_file is not None:
         try:
             # Only fleet/policy matter here; a placeholder workload satisfies validation.
-            raw = yaml.safe_load(config_file.read_text()) or {}
+            raw = load_yaml(config_file.read_text()) or {}
             raw.setdefault("workload", {"generator": {}})
             cfg = load_config(raw, name=str(config_file))
         except ConfigError as exc:
