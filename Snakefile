@@ -22,6 +22,22 @@ configfile: "config/config.yaml"
 
 validate(config, "workflow/schemas/config.schema.json")
 
+
+def _no_repeated_keys(paths):
+    """Snakemake's YAML reader keeps the last of two equal keys silently; refuse them instead."""
+    import yaml
+
+    from agentic_kvc.config import load_yaml
+
+    for path in paths:
+        try:
+            load_yaml(Path(path).read_text())
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
+_no_repeated_keys(workflow.configfiles)
+
 # Tools of this environment (akvc, jupytext, papermill) are found even when snakemake is called
 # as .venv/bin/snakemake without activating the venv; cluster jobs re-parse this file too.
 os.environ.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))

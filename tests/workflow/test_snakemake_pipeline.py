@@ -160,6 +160,19 @@ def test_schema_rejects_bad_config(pipeline: Path, patch: dict, needle: str) -> 
     assert needle in out.stdout + out.stderr
 
 
+def test_a_key_named_twice_fails_at_parse_naming_file_and_line(pipeline: Path) -> None:
+    """Snakemake's YAML reader keeps the last of two equal keys; the Snakefile refuses them."""
+    path = pipeline / "config" / "config.yaml"
+    text = path.read_text()
+    first = next(line for line in text.splitlines() if line.startswith("results:"))
+    path.write_text(text + first + "\n")
+    out = snakemake(pipeline, "-n", "--cores", "1", "report")
+    assert out.returncode != 0
+    said = out.stdout + out.stderr
+    assert "key 'results' appears twice in one mapping" in said
+    assert f"line {len(text.splitlines()) + 1}," in said and "config.yaml" in said
+
+
 def test_bad_experiment_fails_at_parse_naming_field(pipeline: Path) -> None:
     cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
     cfg["experiments"][0].setdefault("set", {})["fleet.instances"] = 0
