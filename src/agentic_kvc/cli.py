@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from agentic_kvc.config import ConfigError, load_config
+from agentic_kvc.config import load_config
 
 # Subcommands that live with their concepts, imported only when called: importing all of them
 # costs ~2 s (jsonschema alone ~1.5 s), paid by every `akvc run-batch` job of the pipeline.
@@ -95,7 +95,7 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     try:
         cfg = load_config(config, list(overrides))
         check_workload_source(cfg.workload)
-    except (ConfigError, WorkloadFormatError) as exc:
+    except ValueError as exc:  # ConfigError, WorkloadFormatError, a generator parameter
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     if print_id:

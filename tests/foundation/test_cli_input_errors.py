@@ -172,3 +172,25 @@ def test_serve_vllm_names_the_config_file_once(tmp_path: Path) -> None:
     _no_traceback(result)
     assert f"Error: {config}: invalid config" in result.output
     assert "<config>" not in result.output and "field 'fleet.instances'" in result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("workload.generator.params.continue_prob=abc", "field 'params.continue_prob'"),
+        ("workload.generator.params.no_such_param=1", "field 'params.no_such_param'"),
+        ("workload.generator.preset=no_such_preset", "unknown generator preset"),
+    ],
+)
+def test_run_checks_the_generator_before_anything_runs(
+    tmp_path: Path, base_config: dict[str, Any], override: str, says: str
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(base_config))
+    results = tmp_path / "results"
+    for extra in (["--print-id"], ["--results", str(results)]):
+        result = CliRunner().invoke(main, ["run", str(path), "--set", override, *extra])
+        assert result.exit_code == 2
+        _no_traceback(result)
+        assert "error: workload.generator: " in result.stderr and says in result.stderr
+    assert not results.exists()

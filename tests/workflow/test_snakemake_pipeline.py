@@ -183,6 +183,21 @@ def test_bad_experiment_fails_at_parse_naming_field(pipeline: Path) -> None:
     assert "field 'fleet.instances'" in text and cfg["experiments"][0]["name"] in text
 
 
+def test_a_bad_generator_parameter_fails_at_plan_time() -> None:
+    """The config's validation leaves generator `params` to the generator; the plan asks it, so
+    a bad one fails before any run (it failed in the run's job before)."""
+    from agentic_kvc.analysis.experiments import expand_experiment
+    from agentic_kvc.config import ConfigError
+
+    exp = {
+        "name": "bad_gen",
+        "base": "config/runs/sim_agentic.yaml",
+        "set": {"workload.generator.params.continue_prob": 2},
+    }
+    with pytest.raises(ConfigError, match=r"bad_gen.*field 'params.continue_prob'"):
+        expand_experiment(exp, REPO)
+
+
 def test_missing_benchmark_script_fails_at_parse_naming_it(pipeline: Path) -> None:
     cfg = yaml.safe_load((pipeline / "config" / "config.yaml").read_text())
     cfg["bench"]["scripts"]["no_such_bench"] = {"in_report": True}

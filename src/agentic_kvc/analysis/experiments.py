@@ -23,6 +23,7 @@ from typing import Any
 
 from agentic_kvc.config import ConfigError, RunConfig, load_config
 from agentic_kvc.runs import is_complete
+from agentic_kvc.workload.load import check_workload_source
 
 SIM_BATCH_SIZE = 12
 
@@ -215,7 +216,9 @@ def expand_experiment(
         overrides = (*fixed, *(override_item(k, v) for k, v in labels.items()))
         try:
             cfg = load_config(root / base, list(overrides))
-        except ConfigError as exc:
+            # The generator's parameters too; not trace files: the pipeline may fetch them.
+            check_workload_source(cfg.workload, files=False)
+        except ValueError as exc:  # ConfigError, or a generator parameter
             where = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "no matrix"
             raise ConfigError(f"experiment {name!r} ({where}): {exc}") from None
         run_id = cfg.run_id()

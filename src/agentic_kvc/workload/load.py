@@ -12,7 +12,7 @@ from agentic_kvc.config import RunConfig, WorkloadConfig, load_config
 from agentic_kvc.io import dumps_canonical
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats import read_workload
-from agentic_kvc.workload.generator import synthesize
+from agentic_kvc.workload.generator import resolve_params, synthesize
 from agentic_kvc.workload.model import Workload
 from agentic_kvc.workload.stats import hit_rate_ceiling
 from agentic_kvc.workload.transform import apply_transforms
@@ -33,11 +33,20 @@ def resolve_trace_path(trace: str, base_dir: Path | None = None) -> Path:
     return path
 
 
-def check_workload_source(cfg: WorkloadConfig, base_dir: Path | None = None) -> None:
-    """Fail early, before a run directory is made, on what can be checked without reading the
-    workload: a trace file that is not there (WorkloadFormatError). A bad row is found when
-    the run reads the trace."""
-    if cfg.trace is not None:
+def check_workload_source(
+    cfg: WorkloadConfig, base_dir: Path | None = None, files: bool = True
+) -> None:
+    """Fail early, before a run directory is made, on what can be checked without reading or
+    generating the workload: a generator preset or parameter that does not validate
+    (ValueError naming `workload.generator` and the field; the config's own validation leaves
+    `params` to the generator) and, with `files`, a trace file that is not there
+    (WorkloadFormatError). A bad trace row is found when the run reads the trace."""
+    if cfg.generator is not None:
+        try:
+            resolve_params(cfg.generator.preset, cfg.generator.params)
+        except ValueError as exc:
+            raise ValueError(f"workload.generator: {exc}") from None
+    if files and cfg.trace is not None:
         resolve_trace_path(cfg.trace, base_dir)
 
 
