@@ -86,3 +86,26 @@ def test_a_port_in_use_is_one_line_naming_the_address() -> None:
 def test_a_port_out_of_range_is_a_usage_error() -> None:
     r = CliRunner().invoke(proxy, ["--engine", A, "--port", "99999"])
     assert r.exit_code == 2 and "--port" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--block-size", "0"], "--block-size"),
+        (["--block-size", "-16"], "--block-size"),
+        (["--scrape-interval", "-1"], "--scrape-interval"),
+        (["--health-interval", "0"], "--health-interval"),
+    ],
+)
+def test_impossible_sizes_and_intervals_are_usage_errors(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], option: str
+) -> None:
+    """Before: the proxy served with them (a zero health interval probes in a busy loop) or
+    failed with a traceback after binding its port."""
+
+    def served(_settings: object, log_level: str) -> None:
+        raise AssertionError("the proxy was started")
+
+    monkeypatch.setattr("agentic_kvc.proxy.server.run_proxy", served)
+    r = CliRunner().invoke(proxy, ["--engine", A, "--port", "0", *args])
+    assert r.exit_code == 2 and option in r.output and "Traceback" not in r.output

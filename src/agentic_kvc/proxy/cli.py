@@ -89,7 +89,7 @@ def _peer(text: str) -> dict[str, str]:
     "--scrape-interval",
     default=1.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0),
     help="Seconds between scrapes of each engine's /metrics (running, waiting, KV usage, "
     "block size); 0 turns scraping off.",
 )
@@ -97,7 +97,7 @@ def _peer(text: str) -> dict[str, str]:
     "--health-interval",
     default=1.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     help="Seconds between /health probes of an engine that is out of service.",
 )
 @click.option(
@@ -151,7 +151,7 @@ def _peer(text: str) -> dict[str, str]:
 )
 @click.option(
     "--block-size",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Router hashing block size (default: the engine's cache_config_info, else 16).",
 )
