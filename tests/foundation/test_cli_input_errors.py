@@ -194,3 +194,29 @@ def test_run_checks_the_generator_before_anything_runs(
         _no_traceback(result)
         assert "error: workload.generator: " in result.stderr and says in result.stderr
     assert not results.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["lifecycle", "decider-sim", "--sessions", "0"], "'--sessions': 0 is not in the range"),
+        (["lifecycle", "decider-sim", "--rate", "-1"], "'--rate': -1.0 is not in the range"),
+        (["lifecycle", "run", "--help"], None),  # the option exists where the range was added
+        (
+            ["replay", "w.jsonl", "--target", "http://127.0.0.1:9", "--time-scale", "-1"],
+            "'--time-scale': -1.0 is not in the range",
+        ),
+    ],
+)
+def test_nonsense_counts_and_rates_are_usage_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], says: str | None
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
+    result = CliRunner().invoke(main, args)
+    if says is None:
+        assert result.exit_code == 0 and "--reps" in result.output
+        return
+    assert result.exit_code == 2
+    _no_traceback(result)
+    assert says in result.output

@@ -29,7 +29,12 @@ def lifecycle() -> None:
     default=None,
     help="Output folder (default results/lifecycle/<grid>).",
 )
-@click.option("--reps", type=int, default=None, help="Kept repetitions (overrides the grid's).")
+@click.option(
+    "--reps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Kept repetitions (overrides the grid's).",
+)
 @click.option(
     "--c",
     "cs",
@@ -105,9 +110,15 @@ def report_cmd(records_dir: Path, tables: Path | None, figures: Path | None) -> 
     default=Path("results/lifecycle/decider_sim.jsonl"),
     show_default=True,
 )
-@click.option("--rate", "rates", type=float, multiple=True, default=(0.25, 0.5, 1.0))
+@click.option(
+    "--rate",
+    "rates",
+    type=click.FloatRange(min=0, min_open=True),
+    multiple=True,
+    default=(0.25, 0.5, 1.0),
+)
 @click.option("--seed", "seeds", type=int, multiple=True, default=(0, 1, 2, 3, 4))
-@click.option("--sessions", type=int, default=100, show_default=True)
+@click.option("--sessions", type=click.IntRange(min=1), default=100, show_default=True)
 def decider_sim_cmd(out: Path, rates: tuple[float, ...], seeds: tuple[int, ...], sessions: int):
     """Simulate calibrated_split vs fixed split thresholds (256, 2048) across session rates.
 

@@ -30,7 +30,7 @@ from agentic_kvc.metrics.summary import summarize
 )
 @click.option(
     "--time-scale",
-    type=float,
+    type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
     help="Multiply arrivals and think waits (0.5 = twice as fast, 0 = no waits).",
