@@ -43,3 +43,41 @@ def test_flush_writes_each_record_as_asdict_would(tmp_path: Path) -> None:
     # The hook gets the record's dict form (fields that are None and written only when set
     # are left out there, as in a run's requests.jsonl).
     assert "host_tokens" not in seen[0] and seen[1]["host_tokens"] == 256
+
+
+def test_a_path_that_cannot_be_written_fails_at_start(tmp_path: Path) -> None:
+    import pytest
+
+    from agentic_kvc.proxy.records import RecordPathError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RecordPathError, match=r"cannot write records to .*file/x\.jsonl"):
+        RecordSink(blocker / "x.jsonl")  # its folder would be a file
+
+
+def test_a_failed_write_keeps_its_records_for_the_next_flush(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "records.jsonl"
+    sink = RecordSink(path, max_buffer=2)
+    real_open = Path.open
+    broken = {"on": True}
+
+    def open_(self: Path, mode: str = "r", *a, **k):  # type: ignore[no-untyped-def]
+        if broken["on"] and self == path and "a" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(self, mode, *a, **k)
+
+    monkeypatch.setattr(Path, "open", open_)
+    a, b = _records()
+    sink.add(a)
+    sink.add(b)  # reaches max_buffer: the flush fails, both are kept
+    assert sink.failing and sink.written == 0 and path.read_bytes() == b""
+    sink.add(RequestRecord("r3", "s2", 0, 3.0, 10))  # no write attempt per request meanwhile
+    broken["on"] = False
+    sink.flush()
+    assert not sink.failing and sink.written == 3
+    assert [json.loads(x)["request_id"] for x in path.read_bytes().splitlines()] == [
+        "r1",
+        "r2",
+        "r3",
+    ]

@@ -261,10 +261,11 @@ def proxy(
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    from agentic_kvc.proxy.records import RecordPathError
     from agentic_kvc.proxy.server import ListenError
 
     try:
         run_proxy(settings, log_level=log_level)
-    except ListenError as exc:
+    except (ListenError, RecordPathError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

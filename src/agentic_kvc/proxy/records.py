@@ -3,11 +3,17 @@
 Encoding and writing happen off the request path: a finished request only appends its record
 to a list; a background task writes the list every `flush_interval_s` (or when it grows past
 `max_buffer`), and `close()` writes what is left at shutdown.
+
+The file is opened once at start-up, so a path that cannot be written is an error before the
+proxy serves (`RecordPathError`). A write that fails later (a full disk) keeps its records in
+the buffer, logs the failure and is tried again at the next flush: records are lost only if
+the proxy stops while the file still cannot be written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,11 @@ from agentic_kvc.metrics.records import RequestRecord
 # `encode(asdict(record))` at about a twentieth of the time (2 against 47 us a record), which
 # matters because a flush runs on the event loop, up to `max_buffer` records at once.
 _encode_lines = msgspec.json.Encoder().encode_lines
+log = logging.getLogger("agentic_kvc.proxy")
+
+
+class RecordPathError(OSError):
+    """The records file cannot be created or appended to."""
 
 
 class RecordSink:
@@ -38,8 +49,14 @@ class RecordSink:
         self._buffer: list[RequestRecord] = []
         self._task: asyncio.Task[None] | None = None
         self.written = 0
+        self.failing = False  # the last write failed: its records are still in the buffer
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("ab"):
+                    pass
+            except OSError as exc:
+                raise RecordPathError(f"cannot write records to {path}: {exc}") from None
 
     def start(self) -> None:
         if self.path is not None:
@@ -52,16 +69,30 @@ class RecordSink:
         if self.path is None:
             return
         self._buffer.append(record)
-        if len(self._buffer) >= self.max_buffer:
-            self.flush()
+        if len(self._buffer) >= self.max_buffer and not self.failing:
+            self.flush()  # (while failing, the background loop retries once an interval)
 
     def flush(self) -> None:
         if not self._buffer or self.path is None:
             return
-        rows, self._buffer = self._buffer, []
+        rows = self._buffer
         data = _encode_lines(rows)
-        with self.path.open("ab") as fh:
-            fh.write(data)
+        try:
+            with self.path.open("ab") as fh:
+                fh.write(data)
+        except OSError as exc:
+            # Kept for the next flush (a short write may have left part of a line: a reader of
+            # JSON lines reports that line, and every record is then written whole after it).
+            if not self.failing:
+                log.error(
+                    "cannot write %d records to %s (kept, retried): %s", len(rows), self.path, exc
+                )
+            self.failing = True
+            return
+        if self.failing:
+            log.warning("records written to %s again", self.path)
+            self.failing = False
+        self._buffer = []
         self.written += len(rows)
 
     async def _loop(self) -> None:
