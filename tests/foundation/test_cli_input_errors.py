@@ -220,3 +220,15 @@ def test_nonsense_counts_and_rates_are_usage_errors(
     assert result.exit_code == 2
     _no_traceback(result)
     assert says in result.output
+
+
+def test_replay_refuses_an_out_folder_it_cannot_write_before_replaying(tmp_path: Path) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps(GOOD_ROW) + "\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = ["replay", str(workload), "--target", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(main, [*args, "--out", str(blocker / "out")])
+    assert result.exit_code == 1
+    _no_traceback(result)
+    assert f"--out {blocker / 'out'}: cannot write there" in result.output

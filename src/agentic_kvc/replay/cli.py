@@ -106,12 +106,21 @@ def replay(
     from agentic_kvc.replay.prompts import target_model, token_fn
     from agentic_kvc.workload import load_workload
 
-    if out is not None and (out / "requests.jsonl").exists() and not overwrite:
+    if out is not None:
         # Checked before the replay, which may take hours, not when its records are written.
-        raise click.ClickException(
-            f"{out / 'requests.jsonl'}: an earlier replay's records; pass another --out, or "
-            "--overwrite to replace them"
-        )
+        if (out / "requests.jsonl").exists() and not overwrite:
+            raise click.ClickException(
+                f"{out / 'requests.jsonl'}: an earlier replay's records; pass another --out, "
+                "or --overwrite to replace them"
+            )
+        try:
+            import tempfile
+
+            out.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=out):
+                pass
+        except OSError as exc:
+            raise click.ClickException(f"--out {out}: cannot write there: {exc}") from None
     try:
         wcfg = WorkloadConfig(
             trace=str(workload_file),
