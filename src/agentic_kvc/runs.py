@@ -15,6 +15,7 @@ again: analysis never reads it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -185,7 +186,8 @@ def execute(
             error=f"{type(exc).__name__}: {exc}",
             failed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        atomic_write_json(run_dir / "manifest.json", manifest)
+        with contextlib.suppress(OSError):  # (a full disk): the run's own error matters more
+            atomic_write_json(run_dir / "manifest.json", manifest)
         raise
     manifest.update(
         backend_info=redact(result.extra),
