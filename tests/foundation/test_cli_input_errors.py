@@ -32,6 +32,16 @@ def _bad_trace(tmp_path: Path) -> Path:
     return path
 
 
+def _batch_good_then(
+    tmp_path: Path, base_config: dict[str, Any], second: Path, results: Path
+) -> Any:
+    """`akvc run-batch` of a valid generated-workload config, then `second`."""
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(base_config))
+    specs = [json.dumps([str(good)]), json.dumps([str(second)])]
+    return CliRunner().invoke(main, ["run-batch", *specs, "--results", str(results)])
+
+
 def _no_traceback(result: Any) -> None:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -71,12 +81,9 @@ def test_run_with_a_missing_trace_makes_no_run_directory(
 def test_run_batch_checks_every_trace_before_the_first_run(
     tmp_path: Path, base_config: dict[str, Any]
 ) -> None:
-    good = tmp_path / "good.yaml"
-    good.write_text(yaml.safe_dump(base_config))
-    missing = _trace_config(tmp_path, base_config, tmp_path / "absent.jsonl")
     results = tmp_path / "results"
-    specs = [json.dumps([str(good)]), json.dumps([str(missing)])]
-    result = CliRunner().invoke(main, ["run-batch", *specs, "--results", str(results)])
+    missing = _trace_config(tmp_path, base_config, tmp_path / "absent.jsonl")
+    result = _batch_good_then(tmp_path, base_config, missing, results)
     assert result.exit_code == 2
     _no_traceback(result)
     assert "spec 2" in result.stderr and "absent.jsonl" in result.stderr
@@ -86,12 +93,9 @@ def test_run_batch_checks_every_trace_before_the_first_run(
 def test_run_batch_keeps_the_runs_before_a_bad_trace_row(
     tmp_path: Path, base_config: dict[str, Any]
 ) -> None:
-    good = tmp_path / "good.yaml"
-    good.write_text(yaml.safe_dump(base_config))
-    bad = _trace_config(tmp_path, base_config, _bad_trace(tmp_path))
     results = tmp_path / "results"
-    specs = [json.dumps([str(good)]), json.dumps([str(bad)])]
-    result = CliRunner().invoke(main, ["run-batch", *specs, "--results", str(results)])
+    bad = _trace_config(tmp_path, base_config, _bad_trace(tmp_path))
+    result = _batch_good_then(tmp_path, base_config, bad, results)
     assert result.exit_code == 2
     _no_traceback(result)
     assert "spec 2" in result.stderr and "bad.jsonl:3" in result.stderr

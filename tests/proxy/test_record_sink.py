@@ -81,3 +81,48 @@ def test_a_failed_write_keeps_its_records_for_the_next_flush(tmp_path: Path, mon
         "r2",
         "r3",
     ]
+
+
+def test_a_short_write_is_cut_off_so_the_retry_repeats_nothing(tmp_path: Path, monkeypatch) -> None:
+    """A disk that fills mid-write leaves part of the data; the retry writes every record once,
+    whole, after the lines written before."""
+    path = tmp_path / "records.jsonl"
+    sink = RecordSink(path)
+    a, b = _records()
+    sink.add(a)
+    sink.flush()  # one good line first
+    real_open = Path.open
+    broken = {"on": True}
+
+    class Short:
+        def __init__(self, fh):  # type: ignore[no-untyped-def]
+            self.fh = fh
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            self.fh.close()
+
+        def tell(self) -> int:
+            return self.fh.tell()
+
+        def write(self, data: bytes) -> None:
+            self.fh.write(data[: len(data) // 2])
+            self.fh.flush()
+            raise OSError(28, "No space left on device")
+
+    def open_(self: Path, mode: str = "r", *a, **k):  # type: ignore[no-untyped-def]
+        fh = real_open(self, mode, *a, **k)
+        return Short(fh) if broken["on"] and self == path and "a" in mode else fh
+
+    monkeypatch.setattr(Path, "open", open_)
+    sink.add(b)
+    sink.add(RequestRecord("r3", "s2", 0, 3.0, 10))
+    sink.flush()
+    assert sink.failing and sink.written == 1
+    assert len(path.read_bytes().splitlines()) == 1  # the half-written part is gone
+    broken["on"] = False
+    sink.flush()
+    ids = [json.loads(x)["request_id"] for x in path.read_bytes().splitlines()]
+    assert ids == ["r1", "r2", "r3"] and sink.written == 3

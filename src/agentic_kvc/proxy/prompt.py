@@ -72,7 +72,7 @@ def _int_list(text: bytes) -> np.ndarray | None:
     # numpy clamps an integer beyond int64 to a bound, silently; the plain path then refuses
     # it as the short-body path does ("out of range", 400). Real token ids are far from both.
     lo, hi = _INT64_EDGES
-    if len(arr) and (arr.max() == hi or arr.min() == lo):
+    if arr.max() == hi or arr.min() == lo:  # (not empty: only "" reads as [], caught above)
         return None
     return arr
 

@@ -13,7 +13,9 @@ the proxy stops while the file still cannot be written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,12 +79,17 @@ class RecordSink:
             return
         rows = self._buffer
         data = _encode_lines(rows)
+        end = None
         try:
             with self.path.open("ab") as fh:
+                end = fh.tell()
                 fh.write(data)
         except OSError as exc:
-            # Kept for the next flush (a short write may have left part of a line: a reader of
-            # JSON lines reports that line, and every record is then written whole after it).
+            # Kept for the next flush; what a short write left is cut off again, so that the
+            # retry neither repeats records nor leaves half a line before them.
+            if end is not None:
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, end)
             if not self.failing:
                 log.error(
                     "cannot write %d records to %s (kept, retried): %s", len(rows), self.path, exc

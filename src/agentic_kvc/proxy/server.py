@@ -215,7 +215,11 @@ def uvicorn_config(app: ProxyApp, log_level: str = "warning") -> uvicorn.Config:
 def run_proxy(settings: ProxySettings, log_level: str = "info") -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM); records are flushed on the way out."""
     sock = bind_socket(settings.host, settings.port)  # first: a taken port fails at once
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except BaseException:
+        sock.close()
+        raise
     warn_if_exposed(settings.host, "the proxy")
     host, port = sock.getsockname()[:2]
     print(f"akvc proxy: policy {settings.policy} on http://{host}:{port}", flush=True)

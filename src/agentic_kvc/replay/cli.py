@@ -99,6 +99,7 @@ def replay(
     `vllm bench serve`. Prints the summary; failed requests are recorded, never waited on.
     """
     import json
+    import tempfile
 
     from agentic_kvc.config import WorkloadConfig
     from agentic_kvc.replay.driver import ReplaySettings
@@ -114,8 +115,6 @@ def replay(
                 "or --overwrite to replace them"
             )
         try:
-            import tempfile
-
             out.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile(dir=out):
                 pass
