@@ -55,7 +55,11 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.bench_summary import TIERS_UNSEEN, against_exact_links, excludes_zero
+from agentic_kvc.analysis.bench_summary.tiers import (
+    TIERS_UNSEEN,
+    against_exact_links,
+    excludes_zero,
+)
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.config import load_config

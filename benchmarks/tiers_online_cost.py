@@ -36,7 +36,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.bench_summary import worst_peer_of_today
+from agentic_kvc.analysis.bench_summary.tiers import worst_peer_of_today
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.analysis.studies.base import Section, StudyData

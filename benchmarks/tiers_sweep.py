@@ -15,7 +15,7 @@ table; what they share is here, in one place:
   host's facts and the git commit) and `command`, and per unit its batch's wall and CPU
   seconds, when it started and the 1-minute load average before and after.
 
-Two layouts, each the one its readers (analysis/bench_summary.py, analysis/headlines.py)
+Two layouts, each the one its readers (analysis/bench_summary/tiers.py, analysis/headlines.py)
 already take: "flat" (the units at the top level beside the three fields above, keys sorted:
 tiers_opening_*, tiers_online_cost) and "cells" (the units under `cells`, in sweep order, with
 top-level figures from a `headline` function: tiers_link_misspec).

@@ -239,7 +239,7 @@ def frame(rows: list[tuple[str, Any, list[dict[str, Any]]]], instances: int = 2)
 
 def as_json(r: PairedResult) -> dict[str, Any]:
     """A paired comparison as the tiers benchmarks' files hold it ({rel, ci, pairs}, fractions;
-    analysis/bench_summary.py and analysis/headlines.py read this form). Six digits: a
+    analysis/bench_summary/tiers.py and analysis/headlines.py read this form). Six digits: a
     percentage printed to 0.1 from it is the one the study prints from the unrounded value."""
     return {
         "rel": round(r.rel_diff, 6),

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.analysis.bench_summary import MET, NOT_MET, ROBUST_ONLINE
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MET
+from agentic_kvc.analysis.bench_summary.policies import ROBUST_ONLINE
 from tests.analysis.test_bench_summary import summarize, verdict
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentic_kvc.analysis.bench_summary import MET, NOT_MET
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MET
 from tests.analysis.test_bench_summary import summarize, verdict
 
 SPLIT = "predicted_ttft:split=true"

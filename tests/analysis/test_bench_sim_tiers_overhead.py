@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentic_kvc.analysis.bench_summary import MET, NO_GOAL, NOT_MEASURED, NOT_MET
+from agentic_kvc.analysis.bench_summary.core import MET, NO_GOAL, NOT_MEASURED, NOT_MET
 from tests.analysis.test_bench_summary import summarize, verdict
 
 

@@ -10,19 +10,18 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.analysis.bench_summary import (
+from agentic_kvc.analysis.bench_summary.core import (
     GENERIC_MAX_ROWS,
     MET,
     NO_GOAL,
     NOT_MEASURED,
     NOT_MET,
-    SIM_VS_VLLM_METRICS,
     UNREADABLE,
     BenchRow,
     registered,
-    render_markdown,
-    summarize_benchmarks,
 )
+from agentic_kvc.analysis.bench_summary.render import render_markdown, summarize_benchmarks
+from agentic_kvc.analysis.bench_summary.sim import SIM_VS_VLLM_METRICS
 
 # --- documents shaped like each script's output, with the goal-relevant figure as a parameter ---
 
@@ -466,7 +465,7 @@ def test_sim_scale_shows_the_repeats_spread_of_the_slowest_point(tmp_path: Path)
 
 def test_kv_link_summaries_read_the_gpu_measurements(tmp_path: Path) -> None:
     """The two GPU link files show the fitted link and the contention ratios they hold."""
-    from agentic_kvc.analysis.bench_summary import summarize_file
+    from agentic_kvc.analysis.bench_summary.render import summarize_file
 
     copy = {
         "benchmark": "kv_link_copy",

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentic_kvc.analysis.bench_summary import MET, NOT_MET, UNREADABLE, BenchRow, summarize_file
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MET, UNREADABLE, BenchRow
+from agentic_kvc.analysis.bench_summary.render import summarize_file
 
 CELL = "agentic-long, heavy-tailed pauses, 0.1 sessions/s"
 

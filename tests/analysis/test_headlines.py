@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentic_kvc.analysis.bench_summary import ROBUST_ONLINE
+from agentic_kvc.analysis.bench_summary.policies import ROBUST_ONLINE
 from agentic_kvc.analysis.headlines import (
     HEADLINES,
     MAX_HEADLINES,

@@ -25,13 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.bench_summary import (
-    ONLINE_GENERIC,
+from agentic_kvc.analysis.bench_summary.core import LayoutError
+from agentic_kvc.analysis.bench_summary.policies import (
     ROBUST_ONLINE,
+    robust_lead,
+    robust_metric,
+    robust_worse,
+)
+from agentic_kvc.analysis.bench_summary.render import summarize_file
+from agentic_kvc.analysis.bench_summary.tiers import (
+    ONLINE_GENERIC,
     TIER_GOAL_SETUP,
     TIERS_UNSEEN,
     TODAY_FORM,
-    LayoutError,
     against_exact_links,
     excludes_zero,
     form_cells,
@@ -40,10 +46,6 @@ from agentic_kvc.analysis.bench_summary import (
     link_grid,
     other_forms,
     ours_vs_peers,
-    robust_lead,
-    robust_metric,
-    robust_worse,
-    summarize_file,
     tier_gains,
     worst_peer_of_today,
 )

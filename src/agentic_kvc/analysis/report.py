@@ -305,7 +305,7 @@ ARCHIVED_BENCH_NOTE = (
 def benchmark_markdown(bench_dir: Path, report_dir: Path, archive_dir: Path | None = None) -> str:
     """One short table per benchmark file (figure, goal, verdict; the raw JSON linked): this
     checkout's own, then the archived ones it has not re-run."""
-    from agentic_kvc.analysis.bench_summary import render_markdown, summarize_benchmarks
+    from agentic_kvc.analysis.bench_summary.render import render_markdown, summarize_benchmarks
 
     def rendered(d: Path, skip: set[str]) -> str:
         # Links relative to REPORT.md, so they work on any checkout.

@@ -1,0 +1,59 @@
+"""Benchmarks in the report: per file, a few headline figures against their goals.
+
+Each `benchmarks/<name>.py` writes `results/bench/<file>.json` with a `"benchmark": <name>`
+field. A summariser registered under that name reads the figures its goal needs and returns
+rows (measure, value, goal, verdict); verdicts are recomputed here from the measured values,
+not copied from the script's own pass flags. A file of another benchmark gets a few of its
+top-level scalar facts; a file that cannot be read, or whose layout its summariser does not
+know (an older schema), says so in a row instead of failing the report.
+
+Modules: `core` (the row types, the registry, formatting), `render` (files to rows to the
+report's tables), and one module of summarisers per family of benchmarks: `proxy` (the request
+path), `inputs` (replay client, trace reading), `sim` (the simulator against references and
+real runs), `policies` (the policy sweeps), `tiers` and `tier_links` (issue 29).
+
+Goals and where they are stated:
+- policy_decision: median decision < 200 us, hashing 100k tokens < 5 ms (issue 4; the script's
+  `targets`).
+- proxy_overhead: akvc `unified` (estimated cache view), short streaming requests, added p50
+  <= 1 ms and p99 <= 2 ms over direct (issue 5; docs/proxy.md); and no more added p50 than
+  the faster vllm-router target of the same run (the standing goal, README/docs/proxy.md).
+- proxy_request_path: none (it explains the cost by prompt length; docs/proxy.md).
+- replay_crosscheck: TTFT and E2E p50 of `akvc replay` within 10% of aiperf's (issue 5).
+- sim_cache_check: LRU hit rate within 1 point of kvcache-simulator at every budget (issue 7).
+- sim_mdl: mean queueing delay within 5% of M/D/1 at every load (issue 7).
+- sim_speed: the default agentic workload on 8 instances >= 1,000x real time (issue 7).
+- sim_scale: >= 5,000x at 8 instances long-context, >= 200x at 128, the 1,024-instance run in
+  < 10 min within 4 GB (issue 16).
+- sim_vs_vllm (any file of that benchmark, e.g. a check with `--neighbours N`): simulated
+  TTFT/E2E p50/p90 inside the real repeats' range (and within 15% of their mean where the
+  script says), prefix-hit tokens exact (issue 16, item 5).
+- workload_load: reading and rebuilding the Mooncake trace, median < 5 s (issue 3).
+- policy_robustness: each policy of ours never significantly worse than the best peer (TTFT or
+  E2E p90) on any workload, and >= 20% lower TTFT p90 on one at E2E p90 not significantly
+  worse (issue 18; benchmarks/policy_robustness.py); each variant's paired difference from its
+  policy's default form, where significant (no goal: e.g. the step costs fitted online).
+- policy_split: predicted_ttft with split candidates never significantly worse than the same
+  policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
+- sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same
+  run HBM only, in every row (issue 29; benchmarks/sim_tiers_overhead.py).
+- kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
+  and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
+- tiers_agentic_seeds (its seeds and held-out files): goal 1 of issue 29 on the 128 GiB host
+  tier, the whole interval at or below -40%, in both readings; predicted_ttft never
+  significantly worse than a setup's best peer (goal 2's half these cells can judge).
+- tiers_link_misspec, tiers_online_cost: none (what predicted_ttft's lead over the best peer
+  with KV tiers needs: exact link numbers, seeing the tiers, the simulator's own step costs;
+  issue 29's goal 2, docs/kv_tiers/study_followups.md). The ranked findings read them too.
+- tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
+  predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
+  docs/kv_tiers/study_followups.md, TraceLab section 10).
+"""
+
+from agentic_kvc.analysis.bench_summary.render import (
+    render_markdown,
+    summarize_benchmarks,
+    summarize_file,
+)
+
+__all__ = ["render_markdown", "summarize_benchmarks", "summarize_file"]
