@@ -19,8 +19,15 @@ distribution (median 15 s, sigma 1.5, 5% tail) and a 16 GiB host tier. Each pair
 placements is compared on the same seeds (agentic_kvc.paired.paired_compare: 95% two-level
 bootstrap over seeds, then requests) on TTFT p50 / p90, E2E p90 and the HBM hit rate.
 
+`--finish-first`: the pre-registered check of finished sessions first (`sim.finish_first`,
+docs/kv_tiers/pause_aware.md): placements `none`, `finish_first`, `ttl30`, `ttl30_finish`, on
+both workloads with HBM only as well (host 0, 16, 128 GiB; the held-out one 0 and 16), each
+placement paired with the same one without finished-first eviction; routers predicted_ttft
+and sticky_least_loaded.
+
     .venv/bin/python benchmarks/pause_aware.py --out results/bench/pause_aware.json
     .venv/bin/python benchmarks/pause_aware.py --seeds 0 --workloads agentic_hi  # quick
+    .venv/bin/python benchmarks/pause_aware.py --finish-first  # results/bench/finish_first.json
 """
 
 from __future__ import annotations
@@ -79,6 +86,17 @@ COMPARE = [
 ]
 METRICS = ("ttft_p50", "ttft_p90", "e2e_p90", "hit_rate")
 
+# --finish-first (docs/kv_tiers/pause_aware.md, "Finished sessions first"): host GiB per GPU
+# per workload, the placements, and the pairs (each placement with and without it).
+FF_HOSTS = {"agentic_hi": [0.0, 16.0, 128.0], "held_out_slow_tools": [0.0, 16.0]}
+FF_PLACEMENTS = {
+    "none": [],
+    "finish_first": ["sim.finish_first=true"],
+    "ttl30": ["sim.kv_retention_ttl_s=30"],
+    "ttl30_finish": ["sim.kv_retention_ttl_s=30", "sim.finish_first=true"],
+}
+FF_COMPARE = [("none", "finish_first"), ("ttl30", "ttl30_finish")]
+
 
 def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     config = load_config(BASE, sets)
@@ -93,6 +111,7 @@ def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     for inst in fleet.instances:
         for k, v in inst.demoted.items():
             demoted[k] += v
+    demoted["finished_first"] = sum(inst.finished_first for inst in fleet.instances)
     info = {
         "cpu_s": cpu,
         "requests": len(rows),
@@ -109,30 +128,27 @@ def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, info
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("results/bench/pause_aware.json"))
-    ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--policy", default="predicted_ttft")
-    args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    names = args.workloads.split(",")
-    unknown = sorted(set(names) - set(WORKLOADS))
-    if unknown:
-        ap.error(f"--workloads: unknown {unknown}; known: {sorted(WORKLOADS)}")
+def measure(
+    policy: str,
+    names: list[str],
+    hosts_of: dict[str, list[float]],
+    placements: dict[str, list[str]],
+    compare: list[tuple[str, str]],
+    seeds: list[int],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every (workload, host, placement, seed) run under `policy`, and the paired comparisons
+    of each cell's placements."""
     runs: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
-    t_start = time.time()
     for name in names:
-        sets, hosts = WORKLOADS[name]
-        for host in hosts:
+        sets = WORKLOADS[name][0]
+        for host in hosts_of[name]:
             frames = []
-            for placement, extra in PLACEMENTS.items():
+            for placement, extra in placements.items():
                 for seed in seeds:
                     run_sets = [
                         *sets,
-                        f"policy.name={args.policy}",
+                        f"policy.name={policy}",
                         f"fleet.kv_tiers.host_gib={host}",
                         f"seed={seed}",
                         *extra,
@@ -140,12 +156,17 @@ def main() -> int:
                     rows, info = run_one(run_sets)
                     ttfts = sorted(r["ttft_s"] for r in rows if r.get("ttft_s") is not None)
                     info.update(
-                        workload=name, host_gib=host, placement=placement, seed=seed, sets=run_sets
+                        policy=policy,
+                        workload=name,
+                        host_gib=host,
+                        placement=placement,
+                        seed=seed,
+                        sets=run_sets,
                     )
                     info["ttft_p90_s"] = ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None
                     runs.append(info)
                     print(
-                        f"{name} host {host:g} {placement:6s} seed {seed}: TTFT p90 ~"
+                        f"{policy} {name} host {host:g} {placement:6s} seed {seed}: TTFT p90 ~"
                         f"{info['ttft_p90_s']:.2f} s, HBM {info['hbm_token_share']:.3f}, host "
                         f"{info['host_token_share']:.3f}, demoted {info['demoted']}, "
                         f"{info['cpu_s']:.1f} s CPU",
@@ -158,10 +179,10 @@ def main() -> int:
                     )
                     frames.append(df)
             frame = pl.concat(frames)
-            for base, cand in COMPARE:
+            for base, cand in compare:
                 for metric in METRICS:
                     r = paired_compare(frame, base, cand, metric).to_row()
-                    r.update(workload=name, host_gib=host)
+                    r.update(policy=policy, workload=name, host_gib=host)
                     comparisons.append(r)
                     print(
                         f"  {cand} vs {base} {metric}: {r['baseline_value']:.4g} -> "
@@ -169,16 +190,63 @@ def main() -> int:
                         f"{100 * r['ci_low']:+.1f}..{100 * r['ci_high']:+.1f}%)",
                         flush=True,
                     )
+    return runs, comparisons
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="default results/bench/<benchmark>.json")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument(
+        "--policy",
+        default=None,
+        help="routers, comma-separated (default predicted_ttft; with --finish-first "
+        "predicted_ttft,sticky_least_loaded)",
+    )
+    ap.add_argument(
+        "--finish-first",
+        action="store_true",
+        help="the pre-registered finished-sessions-first check (module docstring)",
+    )
+    args = ap.parse_args()
+    benchmark, placements, compare = "pause_aware", PLACEMENTS, COMPARE
+    hosts_of = {n: WORKLOADS[n][1] for n in WORKLOADS}
+    policies = ["predicted_ttft"]
+    if args.finish_first:
+        benchmark, placements, compare, hosts_of = (
+            "finish_first",
+            FF_PLACEMENTS,
+            FF_COMPARE,
+            FF_HOSTS,
+        )
+        policies = ["predicted_ttft", "sticky_least_loaded"]
+    if args.policy:
+        policies = args.policy.split(",")
+    out_path = args.out or Path(f"results/bench/{benchmark}.json")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    names = args.workloads.split(",")
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if unknown:
+        ap.error(f"--workloads: unknown {unknown}; known: {sorted(WORKLOADS)}")
+    runs: list[dict[str, Any]] = []
+    comparisons: list[dict[str, Any]] = []
+    t_start = time.time()
+    for policy in policies:
+        r, c = measure(policy, names, hosts_of, placements, compare, seeds)
+        runs += r
+        comparisons += c
     out = {
-        "benchmark": "pause_aware",
+        "benchmark": benchmark,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": hardware_info(),
         "parameters": {
             "base": str(BASE.relative_to(REPO)),
             "workloads": {n: WORKLOADS[n][0] for n in names},
-            "host_gib": {n: WORKLOADS[n][1] for n in names},
-            "placements": PLACEMENTS,
-            "policy": args.policy,
+            "host_gib": {n: hosts_of[n] for n in names},
+            "placements": placements,
+            "compare": compare,
+            "policies": policies,
             "seeds": seeds,
             "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap "
             "(seeds, requests)",
@@ -187,9 +255,9 @@ def main() -> int:
         "comparisons": comparisons,
         "wall_s": time.time() - t_start,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, out)
-    print(f"wrote {args.out}")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_path, out)
+    print(f"wrote {out_path}")
     return 0
 
 

@@ -167,6 +167,10 @@ class SimConfig(_Strict):
     # false: the keep half only (a predicted long pause or an expired hold is released as
     # vLLM releases, not demoted): the ablation of benchmarks/pause_aware.py.
     pause_demote: bool = True
+    # Finished sessions first (docs/kv_tiers/pause_aware.md): when a session's last turn ends
+    # (the finish signal), its blocks join the head of HBM's free queue, the first reused,
+    # instead of the tail (vLLM's LRU). Off (default): left out of the run id.
+    finish_first: bool = False
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
     # (calibrate/serving_fit.py) delays requests or slows steps by it; others ignore it.
@@ -213,6 +217,8 @@ class RunConfig(_Strict):
         if not self.sim.pause_aware:  # likewise
             del out["sim"]["pause_aware"], out["sim"]["pause_keep_max_s"]
             del out["sim"]["pause_demote"]
+        if not self.sim.finish_first:  # likewise
+            del out["sim"]["finish_first"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
         return out

@@ -72,6 +72,9 @@ class Seq:
     # its KV this long (None: the instance's TTL), or demote it below HBM at once.
     retain_ttl_s: float | None = None
     demote: bool = False
+    # Finished sessions first (sim.finish_first): the session's last turn; its blocks go to
+    # the head of the free queue when it finishes.
+    release_first: bool = False
     cached_tokens: int = -1  # local prefix hit at first admission (-1: not admitted yet)
     remote_tokens: int = 0  # prompt tokens received by KV transfer
     # KV tiers (sim/tiers.py): prompt tokens loaded from host / disk at first admission, the
@@ -211,6 +214,7 @@ class Instance:
         self.pause_aware = False
         self.pause_demote = True  # (off: the keep half alone; expired holds are released)
         self.demoted = {"turn_end": 0, "expired": 0}
+        self.finished_first = 0  # last turns released to the free queue's head
         # Prefill runs (see the module doc): on only when the owner says no one reads the
         # pool between steps; and not while a PD transfer may touch it mid-run (`_in_flight`:
         # remote KV loading here; `_held`: finished prefills whose blocks wait to be read).
@@ -730,6 +734,10 @@ class Instance:
                 elif s.demote:
                     self.demoted["turn_end"] += 1
                     self._demote(s.blocks, t)
+                    s.blocks = BlockTable()
+                elif s.release_first:
+                    self.finished_first += 1
+                    self.pool.release_first(s.blocks)
                     s.blocks = BlockTable()
                 elif not s.hold_blocks:
                     self.pool.release(s.blocks)

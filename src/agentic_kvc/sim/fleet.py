@@ -278,6 +278,7 @@ class SimFleet:
                 inst.pause_aware = True
                 inst.pause_demote = config.sim.pause_demote
         self.pause_demote = config.sim.pause_demote
+        self.finish_first = config.sim.finish_first
         self.max_sessions = config.replay.max_inflight_sessions
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
@@ -531,6 +532,8 @@ class SimFleet:
                 seq.retain_after = not hint.demote
                 seq.retain_ttl_s = hint.keep_s
                 seq.demote = hint.demote and self.pause_demote
+            # The finish signal (RequestView.last_turn), carried to the engine likewise.
+            seq.release_first = self.finish_first and k + 1 == len(srun.session.requests)
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 
@@ -679,13 +682,17 @@ class SimFleet:
             kv=KV_NEEDS_BLOCKS,
             retain_key=flight.request.session_id if self.retain else None,
             retain_after=self._retains(flight),
+            release_first=self.finish_first and self._last_turn(flight),
         )
         flight.decode_seq = seq
         self._submit(self.instances[d.decode], seq)
 
     def _retains(self, flight: Flight) -> bool:
+        return self.retain and not self._last_turn(flight)
+
+    def _last_turn(self, flight: Flight) -> bool:
         _flight, k = flight.prefill_seq.tag if flight.prefill_seq is not None else (None, 0)
-        return self.retain and k + 1 < len(flight.session.session.requests)
+        return k + 1 == len(flight.session.session.requests)
 
     def _start_transfer(self, inst: Instance, seq: Seq) -> None:
         if seq.reload is not None:  # a load from host memory / disk

@@ -4,6 +4,7 @@ the step costs, where sessions open; goals 1 and 2 over many seeds)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -419,3 +420,62 @@ def _tiers_agentic_seeds(doc: dict[str, Any]) -> list[Fig]:
         )
     )
     return out
+
+
+def _ff_where(c: Mapping[str, Any]) -> str:
+    host = float(field_at(c, "host_gib"))
+    tier = f"host {host:g} GiB" if host else "HBM only"
+    return f"{field_at(c, 'policy')}, {field_at(c, 'workload')}, {tier}, {field_at(c, 'baseline')}"
+
+
+def _ff_interval(c: Mapping[str, Any]) -> str:
+    lo, hi = (pct(float(field_at(c, k)), sign=True) for k in ("ci_low", "ci_high"))
+    return f"{pct(float(field_at(c, 'rel_diff')), sign=True)} [{lo}, {hi}]"
+
+
+def _at_least(k: int, n: int, p: float) -> float:
+    """P(at least k of n independent events of probability p): how often k of n 95%
+    intervals would lie below 0 (p = 0.025) with no effect at all."""
+    return 1.0 - sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k))
+
+
+@summariser("finish_first", "finished sessions' KV reused first (sim, pre-registered)")
+def _finish_first(doc: dict[str, Any]) -> list[Fig]:
+    """The pre-registered rule (docs/kv_tiers/pause_aware.md, "Finished sessions first"): it
+    helps if its TTFT p90 is significantly below the same placement without it somewhere, and
+    its TTFT and E2E p90 significantly above it nowhere."""
+    comps = field_at(doc, "comparisons")
+    by = {m: [c for c in comps if c["metric"] == m] for m in ("ttft_p90", "e2e_p90", "hit_rate")}
+    n = len(by["ttft_p90"])
+    lower = [c for c in by["ttft_p90"] if float(field_at(c, "ci_high")) < 0]
+    higher = [c for m in ("ttft_p90", "e2e_p90") for c in by[m] if float(c["ci_low"]) > 0]
+    hit_up = [c for c in by["hit_rate"] if float(field_at(c, "ci_low")) > 0]
+    best = min(by["ttft_p90"], key=lambda c: float(c["rel_diff"]), default=None)
+    where = "; ".join(f"{_ff_where(c)}: {_ff_interval(c)}" for c in lower) or "none"
+    worse = "; ".join(f"{_ff_where(c)} {c['metric']}: {_ff_interval(c)}" for c in higher)
+    return [
+        Fig(
+            "TTFT p90 against the same placement without it: significantly lower in",
+            f"{len(lower)} of {n} (router, cell, placement) pairs ({where})",
+            "at least 1",
+            verdict_of(bool(lower)),
+        ),
+        Fig(
+            "TTFT or E2E p90 significantly higher in",
+            f"{len(higher)} of {2 * n}" + (f" ({worse})" if worse else ""),
+            "none",
+            verdict_of(not higher),
+        ),
+        Fig(
+            "chance of as many lower by chance alone (no effect anywhere, pairs independent)",
+            pct(_at_least(len(lower), n, 0.025)),
+        ),
+        Fig(
+            "HBM hit rate significantly higher in",
+            f"{len(hit_up)} of {len(by['hit_rate'])}",
+        ),
+        Fig(
+            "largest TTFT p90 change",
+            f"{_ff_interval(best)} ({_ff_where(best)})" if best else "none",
+        ),
+    ]
