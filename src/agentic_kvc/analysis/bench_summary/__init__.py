@@ -45,6 +45,10 @@ Goals and where they are stated:
 - tiers_link_misspec, tiers_online_cost: none (what predicted_ttft's lead over the best peer
   with KV tiers needs: exact link numbers, seeing the tiers, the simulator's own step costs;
   issue 29's goal 2, docs/kv_tiers/study_followups.md). The ranked findings read them too.
+- finish_first: the pre-registered rule of docs/kv_tiers/pause_aware.md ("Finished sessions
+  first"): TTFT p90 significantly lower than the same placement without it for some router and
+  cell, TTFT and E2E p90 significantly higher for none; beside it, how often chance alone gives
+  as many wins.
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).
