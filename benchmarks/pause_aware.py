@@ -23,11 +23,14 @@ bootstrap over seeds, then requests) on TTFT p50 / p90, E2E p90 and the HBM hit 
 docs/kv_tiers/pause_aware.md): placements `none`, `finish_first`, `ttl30`, `ttl30_finish`, on
 both workloads with HBM only as well (host 0, 16, 128 GiB; the held-out one 0 and 16), each
 placement paired with the same one without finished-first eviction; routers predicted_ttft
-and sticky_least_loaded.
+and sticky_least_loaded. `--finish-first --confirm`: its confirmatory check (pre-registered
+beside it) on the tiers study's two traces at their higher load, `none` and `finish_first`,
+routers predicted_ttft, sticky_least_loaded and dynamo_kv.
 
     .venv/bin/python benchmarks/pause_aware.py --out results/bench/pause_aware.json
     .venv/bin/python benchmarks/pause_aware.py --seeds 0 --workloads agentic_hi  # quick
     .venv/bin/python benchmarks/pause_aware.py --finish-first  # results/bench/finish_first.json
+    .venv/bin/python benchmarks/pause_aware.py --finish-first --confirm
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import yaml
 
+from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.paired import paired_compare, request_frame
@@ -85,6 +90,8 @@ COMPARE = [
     ("pause_keep", "pause"),
 ]
 METRICS = ("ttft_p50", "ttft_p90", "e2e_p90", "hit_rate")
+# (name, base config, overrides, host GiB per GPU, replicate key, its values)
+Cell = tuple[str, Path, list[str], list[float], str, list[Any]]
 
 # --finish-first (docs/kv_tiers/pause_aware.md, "Finished sessions first"): host GiB per GPU
 # per workload, the placements, and the pairs (each placement with and without it).
@@ -97,9 +104,46 @@ FF_PLACEMENTS = {
 }
 FF_COMPARE = [("none", "finish_first"), ("ttl30", "ttl30_finish")]
 
+# --finish-first --confirm (pre-registered, docs/kv_tiers/pause_aware.md): the tiers study's two
+# traces at their higher load, as config/config.yaml sets them; name -> (experiment, host GiB,
+# replicate key, its values).
+CONFIRM_CELLS: dict[str, tuple[str, list[float], str, list[Any]]] = {
+    "mooncake_x0.2": (
+        "tiers_mooncake_hi",
+        [0.0, 16.0, 128.0],
+        "workload.window_s",
+        [[0, 600], [600, 1200], [1200, 1800]],
+    ),
+    "tracelab_x2": ("tiers_tracelab_hi", [0.0, 16.0], "seed", list(range(11))),
+}
+CONFIRM_PLACEMENTS = {k: FF_PLACEMENTS[k] for k in ("none", "finish_first")}
+CONFIRM_COMPARE = [("none", "finish_first")]
+CONFIRM_POLICIES = ["predicted_ttft", "sticky_least_loaded", "dynamo_kv"]
 
-def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    config = load_config(BASE, sets)
+
+def experiment(name: str) -> tuple[Path, list[str]]:
+    """An experiment of config/config.yaml: its base config and its `set` as overrides."""
+    exps = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["experiments"]
+    exp = next(e for e in exps if e["name"] == name)
+    sets = [override_item(k, v) for k, v in (exp.get("set") or {}).items()]
+    return REPO / exp["base"], sets
+
+
+def cells(names: list[str], hosts_of: dict[str, list[float]], seeds: list[int]) -> list[Cell]:
+    """The agentic-long workloads (WORKLOADS) as cells, replicated by seed."""
+    return [(name, BASE, WORKLOADS[name][0], hosts_of[name], "seed", list(seeds)) for name in names]
+
+
+def confirm_cells() -> list[Cell]:
+    out: list[Cell] = []
+    for name, (exp, hosts, key, reps) in CONFIRM_CELLS.items():
+        base, sets = experiment(exp)
+        out.append((name, base, sets, hosts, key, reps))
+    return out
+
+
+def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    config = load_config(base, sets)
     workload = load_workload(config.workload, config.seed)
     fleet = SimFleet(config, workload, profile_for(config))
     t0 = time.process_time()
@@ -113,6 +157,7 @@ def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             demoted[k] += v
     demoted["finished_first"] = sum(inst.finished_first for inst in fleet.instances)
     info = {
+        "instances": config.fleet.instances,
         "cpu_s": cpu,
         "requests": len(rows),
         "errors": sum(1 for r in rows if r.get("error")),
@@ -130,43 +175,40 @@ def run_one(sets: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def measure(
     policy: str,
-    names: list[str],
-    hosts_of: dict[str, list[float]],
+    cell_list: list[Cell],
     placements: dict[str, list[str]],
     compare: list[tuple[str, str]],
-    seeds: list[int],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every (workload, host, placement, seed) run under `policy`, and the paired comparisons
-    of each cell's placements."""
+    """Every (cell, host, placement, replicate) run under `policy`, and the paired
+    comparisons of each cell's placements (pairs: the same replicate)."""
     runs: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
-    for name in names:
-        sets = WORKLOADS[name][0]
-        for host in hosts_of[name]:
+    for name, base, sets, hosts, key, reps in cell_list:
+        for host in hosts:
             frames = []
             for placement, extra in placements.items():
-                for seed in seeds:
+                for i, rep in enumerate(reps):
                     run_sets = [
                         *sets,
                         f"policy.name={policy}",
                         f"fleet.kv_tiers.host_gib={host}",
-                        f"seed={seed}",
+                        override_item(key, rep),
                         *extra,
                     ]
-                    rows, info = run_one(run_sets)
+                    rows, info = run_one(run_sets, base)
                     ttfts = sorted(r["ttft_s"] for r in rows if r.get("ttft_s") is not None)
                     info.update(
                         policy=policy,
                         workload=name,
                         host_gib=host,
                         placement=placement,
-                        seed=seed,
+                        replicate=rep,
                         sets=run_sets,
                     )
                     info["ttft_p90_s"] = ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None
                     runs.append(info)
                     print(
-                        f"{policy} {name} host {host:g} {placement:6s} seed {seed}: TTFT p90 ~"
+                        f"{policy} {name} host {host:g} {placement:6s} {key} {rep}: TTFT p90 ~"
                         f"{info['ttft_p90_s']:.2f} s, HBM {info['hbm_token_share']:.3f}, host "
                         f"{info['host_token_share']:.3f}, demoted {info['demoted']}, "
                         f"{info['cpu_s']:.1f} s CPU",
@@ -174,18 +216,18 @@ def measure(
                     )
                     df = request_frame(rows).with_columns(
                         pl.lit(placement).alias("variant"),
-                        pl.lit(seed).alias("seed"),
-                        pl.lit(4).alias("instances"),
+                        pl.lit(i).alias("seed"),  # the replicate: what pairs the placements
+                        pl.lit(info["instances"]).alias("instances"),
                     )
                     frames.append(df)
             frame = pl.concat(frames)
-            for base, cand in compare:
+            for b, cand in compare:
                 for metric in METRICS:
-                    r = paired_compare(frame, base, cand, metric).to_row()
+                    r = paired_compare(frame, b, cand, metric).to_row()
                     r.update(policy=policy, workload=name, host_gib=host)
                     comparisons.append(r)
                     print(
-                        f"  {cand} vs {base} {metric}: {r['baseline_value']:.4g} -> "
+                        f"  {cand} vs {b} {metric}: {r['baseline_value']:.4g} -> "
                         f"{r['candidate_value']:.4g} ({100 * r['rel_diff']:+.1f}%, 95% CI "
                         f"{100 * r['ci_low']:+.1f}..{100 * r['ci_high']:+.1f}%)",
                         flush=True,
@@ -209,7 +251,14 @@ def main() -> int:
         action="store_true",
         help="the pre-registered finished-sessions-first check (module docstring)",
     )
+    ap.add_argument(
+        "--confirm",
+        action="store_true",
+        help="with --finish-first: its confirmatory check on the tiers study's traces",
+    )
     args = ap.parse_args()
+    if args.confirm and not args.finish_first:
+        ap.error("--confirm goes with --finish-first")
     benchmark, placements, compare = "pause_aware", PLACEMENTS, COMPARE
     hosts_of = {n: WORKLOADS[n][1] for n in WORKLOADS}
     policies = ["predicted_ttft"]
@@ -221,19 +270,23 @@ def main() -> int:
             FF_HOSTS,
         )
         policies = ["predicted_ttft", "sticky_least_loaded"]
-    if args.policy:
-        policies = args.policy.split(",")
-    out_path = args.out or Path(f"results/bench/{benchmark}.json")
     seeds = [int(s) for s in args.seeds.split(",")]
     names = args.workloads.split(",")
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         ap.error(f"--workloads: unknown {unknown}; known: {sorted(WORKLOADS)}")
+    cell_list = cells(names, hosts_of, seeds)
+    if args.confirm:
+        benchmark, placements, compare = "finish_first_confirm", CONFIRM_PLACEMENTS, CONFIRM_COMPARE
+        cell_list, policies = confirm_cells(), CONFIRM_POLICIES
+    if args.policy:
+        policies = args.policy.split(",")
+    out_path = args.out or Path(f"results/bench/{benchmark}.json")
     runs: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
     t_start = time.time()
     for policy in policies:
-        r, c = measure(policy, names, hosts_of, placements, compare, seeds)
+        r, c = measure(policy, cell_list, placements, compare)
         runs += r
         comparisons += c
     out = {
@@ -241,9 +294,16 @@ def main() -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": hardware_info(),
         "parameters": {
-            "base": str(BASE.relative_to(REPO)),
-            "workloads": {n: WORKLOADS[n][0] for n in names},
-            "host_gib": {n: hosts_of[n] for n in names},
+            "cells": [
+                {
+                    "name": name,
+                    "base": str(base.relative_to(REPO)),
+                    "set": sets,
+                    "host_gib": hosts,
+                    "replicates": {key: reps},
+                }
+                for name, base, sets, hosts, key, reps in cell_list
+            ],
             "placements": placements,
             "compare": compare,
             "policies": policies,

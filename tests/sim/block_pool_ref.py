@@ -46,6 +46,9 @@ class BlockPool:
         self.next_fresh = 0
         self.free: OrderedDict[int, None] = OrderedDict()
         self.evictions = 0  # cached blocks reused for other content
+        # Set by `release_first`: a block can then be reused before blocks that continue its
+        # prefix, so the cached set is no longer prefix-closed and `count_hit` walks.
+        self.holes = False
 
     @property
     def num_free(self) -> int:
@@ -66,6 +69,8 @@ class BlockPool:
         """
         n = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
         cached = self.cached
+        if self.holes:  # vLLM's walk, block by block, to the first miss
+            return next((j for j in range(n) if hashes[j] not in cached), n)
         if n == 0 or hashes[0] not in cached:
             return 0
         if hashes[n - 1] in cached:
@@ -146,6 +151,20 @@ class BlockPool:
             ref[b] -= 1
             if ref[b] == 0:
                 free[b] = None
+
+    def release_first(self, block_ids: Sequence[int]) -> None:
+        """`release`, but the blocks no one holds go to the head of the free queue, in the
+        order `release` would queue them."""
+        free, ref = self.free, self.ref
+        freed = []
+        for b in reversed(block_ids):
+            ref[b] -= 1
+            if ref[b] == 0:
+                freed.append(b)
+        for b in reversed(freed):
+            free[b] = None
+            free.move_to_end(b, last=False)
+        self.holes = self.holes or bool(block_ids)
 
     def reset(self) -> None:
         """Drop every cached hash (vLLM's reset_prefix_cache); blocks in use are kept."""

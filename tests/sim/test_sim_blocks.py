@@ -145,9 +145,13 @@ class Pair:
             self.new.allocate(self.tables[r], n)
             self.blocks[r].extend(self.ref.allocate(n))
 
-    def release(self, r: int) -> None:
-        self.new.release(self.tables.pop(r))
-        self.ref.release(self.blocks.pop(r))
+    def release(self, r: int, first: bool = False) -> None:
+        if first:  # to the head of the free queue (finished sessions first, demotion)
+            self.new.release_first(self.tables.pop(r))
+            self.ref.release_first(self.blocks.pop(r))
+        else:
+            self.new.release(self.tables.pop(r))
+            self.ref.release(self.blocks.pop(r))
         del self.n_cached[r]
 
 
@@ -177,7 +181,9 @@ def test_runs_pool_matches_the_per_block_model(
     pair = Pair(num_blocks)
     which = st.integers(0, len(chains) - 1)
     for _ in range(data.draw(st.integers(1, 40))):
-        op = data.draw(st.sampled_from(["admit", "admit", "cache", "grow", "release"]))
+        op = data.draw(
+            st.sampled_from(["admit", "admit", "cache", "grow", "release", "release_first"])
+        )
         held = sorted(pair.tables)
         if op == "admit":
             r = data.draw(which)
@@ -194,5 +200,33 @@ def test_runs_pool_matches_the_per_block_model(
         elif op == "grow":
             pair.grow(data.draw(st.sampled_from(held)), data.draw(st.integers(1, 3)))
         else:
-            pair.release(data.draw(st.sampled_from(held)))
+            pair.release(data.draw(st.sampled_from(held)), first=op == "release_first")
         pair.check(chains)
+
+
+def test_a_prefix_released_first_leaves_a_hole_the_pool_walks_and_recomputes() -> None:
+    """`release_first` puts a shared prefix ahead of an older continuation, so an allocation
+    can reuse the prefix while the continuation stays cached (a hole). Recomputing the chain
+    then hashes blocks the continuation still holds: both pools must hold them twice, and a
+    lookup must stop at the hole, as vLLM's walk does. (Found by finished-sessions-first runs
+    on the Mooncake trace: the by-piece pool assumed a prefix-closed cache.)"""
+    a, b, c = [1, 2, 3, 4], [1, 2, 5], [9, 10, 11, 12]
+    pair = Pair(7)
+    pair.admit(0, a, 4, 0)  # 4 fresh blocks
+    pair.cache(0, a, 4)
+    pair.release(0)  # queue: a's [1 2 3 4]
+    pair.admit(1, b, 3, 0)  # hits [1 2]; one fresh block
+    pair.cache(1, b, 3)
+    pair.release(1, first=True)  # queue: [5] [1 2], then the continuation [3 4]
+    pair.admit(2, c, 4, 0)  # the last 2 fresh, then [5] and 2 (from [1 2]'s tail)
+    pair.cache(2, c, 4)
+    assert pair.new.count_hit(a) == pair.ref.count_hit(a) == 1  # 1, then the hole at 2
+    pair.release(2, first=True)  # queue: c's four, [1], [3 4]
+    pair.check([a, b, c])
+    pair.admit(3, a, 4, 0)  # hits [1]; 3 of c's blocks
+    pair.cache(3, a, 4)  # hashes 3 and 4 are now held twice
+    assert set(pair.ref.dups) == {3, 4}
+    pair.check([a, b, c])
+    pair.release(3)
+    pair.admit(4, c, 4, 0)
+    pair.check([a, b, c])

@@ -120,6 +120,12 @@ class BlockPool:
         self.heads: dict[int, Piece] = {}
         self._by_block: dict[int, Piece] | None = None
         self.dups: dict[int, list[Piece]] = {}
+        # Set by `release_first`: blocks put at the head of the free queue may be a prefix that
+        # other cached pieces continue (a shared system prompt), so they can be reused while
+        # the continuation stays cached. The cache is then no longer prefix-closed, and a
+        # request that recomputes the prefix may hash a block the continuation holds: from then
+        # on `cache` checks every new hash, not only the first, before the by-piece path.
+        self.holes = False
         # The free queue. vLLM's starts with every block in id order and appends freed blocks
         # at its tail, so never-used blocks are always its head: they are kept as a count.
         self.next_fresh = 0
@@ -234,6 +240,11 @@ class BlockPool:
         cached = self._by_block
         if cached is None:
             return self._walk(hashes, n)[0]
+        if self.holes:  # not prefix-closed (`release_first`): vLLM's walk, to the first miss
+            for j in range(n):
+                if hashes[j] not in cached:
+                    return j
+            return n
         if n == 0 or hashes[0] not in cached:
             return 0
         if hashes[n - 1] in cached:
@@ -355,8 +366,10 @@ class BlockPool:
         cached = self._by_block
         if cached is None:
             # Prefix-closed: if the first new position is not cached, none after it is; and
-            # it could only be cached as a piece's first block (see `_walk`).
-            if hashes[0] not in self.heads:
+            # it could only be cached as a piece's first block (see `_walk`). With holes, a
+            # later position may be: it starts a piece, so its hash is a head.
+            heads = self.heads
+            if hashes[0] not in heads and (not self.holes or heads.keys().isdisjoint(hashes)):
                 if p.lo == start:
                     self.heads[hashes[0]] = p
                 table.n_unhashed -= full - start
@@ -400,6 +413,7 @@ class BlockPool:
         order `release` queues them: they are the next reused (pause-aware demotion)."""
         head = self._queue.next
         assert head is not None
+        self.holes = self.holes or bool(table.pieces)
         if table.n_unhashed:
             self._enqueue(Piece(None, 0, table.n_unhashed, 0), before=head)
         for p in reversed(table.pieces):
