@@ -440,6 +440,10 @@ def _at_least(k: int, n: int, p: float) -> float:
 
 
 @summariser("finish_first", "finished sessions' KV reused first (sim, pre-registered)")
+@summariser(
+    "finish_first_confirm",
+    "finished sessions' KV reused first, confirmatory check on the traces (sim, pre-registered)",
+)
 def _finish_first(doc: dict[str, Any]) -> list[Fig]:
     """The pre-registered rule (docs/kv_tiers/pause_aware.md, "Finished sessions first"): it
     helps if its TTFT p90 is significantly below the same placement without it somewhere, and
