@@ -479,7 +479,7 @@ def _finish_first(doc: dict[str, Any]) -> list[Fig]:
             f"{len(hit_up)} of {len(by['hit_rate'])}",
         ),
         Fig(
-            "largest TTFT p90 change",
+            "largest TTFT p90 change (point estimate, with its interval)",
             f"{_ff_interval(best)} ({_ff_where(best)})" if best else "none",
         ),
     ]
