@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.config import load_config
@@ -52,6 +51,9 @@ from agentic_kvc.runs import hardware_info
 from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.sim.run_backend import profile_for
 from agentic_kvc.workload import load_workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiers_sweep import study
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "config" / "runs" / "sim_h20_agentic_long.yaml"
@@ -121,14 +123,6 @@ CONFIRM_COMPARE = [("none", "finish_first")]
 CONFIRM_POLICIES = ["predicted_ttft", "sticky_least_loaded", "dynamo_kv"]
 
 
-def experiment(name: str) -> tuple[Path, list[str]]:
-    """An experiment of config/config.yaml: its base config and its `set` as overrides."""
-    exps = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["experiments"]
-    exp = next(e for e in exps if e["name"] == name)
-    sets = [override_item(k, v) for k, v in (exp.get("set") or {}).items()]
-    return REPO / exp["base"], sets
-
-
 def cells(names: list[str], hosts_of: dict[str, list[float]], seeds: list[int]) -> list[Cell]:
     """The agentic-long workloads (WORKLOADS) as cells, replicated by seed."""
     return [(name, BASE, WORKLOADS[name][0], hosts_of[name], "seed", list(seeds)) for name in names]
@@ -137,8 +131,9 @@ def cells(names: list[str], hosts_of: dict[str, list[float]], seeds: list[int]) 
 def confirm_cells() -> list[Cell]:
     out: list[Cell] = []
     for name, (exp, hosts, key, reps) in CONFIRM_CELLS.items():
-        base, sets = experiment(exp)
-        out.append((name, base, sets, hosts, key, reps))
+        exp_ = study(exp)  # config/config.yaml's base and `set` of that experiment
+        sets = [override_item(k, v) for k, v in exp_["set"].items()]
+        out.append((name, REPO / exp_["base"], sets, hosts, key, reps))
     return out
 
 

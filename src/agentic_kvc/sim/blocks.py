@@ -410,7 +410,8 @@ class BlockPool:
 
     def release_first(self, table: BlockTable) -> None:
         """`release`, but the blocks no one holds go to the head of the free queue, in the
-        order `release` queues them: they are the next reused (pause-aware demotion)."""
+        order `release` queues them: they are the next reused (pause-aware demotion, finished
+        sessions first). Sets `holes`: see `__init__`."""
         head = self._queue.next
         assert head is not None
         self.holes = self.holes or bool(table.pieces)

@@ -532,8 +532,8 @@ class SimFleet:
                 seq.retain_after = not hint.demote
                 seq.retain_ttl_s = hint.keep_s
                 seq.demote = hint.demote and self.pause_demote
-            # The finish signal (RequestView.last_turn), carried to the engine likewise.
-            seq.release_first = self.finish_first and k + 1 == len(srun.session.requests)
+            if self.finish_first:  # the finish signal (RequestView.last_turn), carried likewise
+                seq.release_first = k + 1 == len(srun.session.requests)
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 

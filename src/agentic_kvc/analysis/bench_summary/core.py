@@ -4,7 +4,7 @@ name to its summariser, and the formatting of values and verdicts."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,3 +89,25 @@ def tolerance_pct(x: float) -> str:
 
 def verdict_of(ok: bool | None) -> str:
     return NOT_MEASURED if ok is None else MET if ok else NOT_MET
+
+
+# --- paired rows ({rel_diff, ci_low, ci_high[, significant]}: agentic_kvc.paired's to_row) ----
+
+
+def above_zero(c: Mapping[str, Any]) -> bool:
+    """A paired row significantly above 0: its interval, unless the row says it is not
+    significant (`agentic_kvc.paired`: one pair never is, whatever its interval)."""
+    return float(c["ci_low"]) > 0 and c.get("significant", True) is not False
+
+
+def below_zero(c: Mapping[str, Any]) -> bool:
+    """A paired row significantly below 0 (as `above_zero`)."""
+    return float(c["ci_high"]) < 0 and c.get("significant", True) is not False
+
+
+def paired_cell(c: Mapping[str, Any]) -> str:
+    """A paired row as '+4.4% [-2.9, +9.0]'."""
+    return (
+        f"{pct(float(c['rel_diff']), sign=True)} [{float(c['ci_low']) * 100:+.1f}, "
+        f"{float(c['ci_high']) * 100:+.1f}]"
+    )

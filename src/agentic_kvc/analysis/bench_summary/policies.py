@@ -8,7 +8,10 @@ from typing import Any
 
 from agentic_kvc.analysis.bench_summary.core import (
     Fig,
+    above_zero,
+    below_zero,
     field_at,
+    paired_cell,
     pct,
     summariser,
     verdict_of,
@@ -26,23 +29,12 @@ def robust_metric(m: str) -> str:
     return f"{name.upper()} {q}"
 
 
-def _above(c: Mapping[str, Any]) -> bool:
-    """A paired row of the sweep significantly above 0: its interval, unless the row says it
-    is not significant (`agentic_kvc.paired`: one pair never is, whatever its interval)."""
-    return float(c["ci_low"]) > 0 and c.get("significant", True) is not False
-
-
-def _below(c: Mapping[str, Any]) -> bool:
-    """A paired row of the sweep significantly below 0 (as `_above`)."""
-    return float(c["ci_high"]) < 0 and c.get("significant", True) is not False
-
-
 def robust_worse(rows: Sequence[Mapping[str, Any]], policy: str) -> list[tuple[str, list[str]]]:
     """The robustness sweep's workloads where `policy` is significantly worse than the best
     peer (the interval above 0), each with the metrics where it is, by name."""
     out = []
     for r in rows:
-        worse = [m for m in ROBUST_METRICS if _above(field_at(r, policy, m))]
+        worse = [m for m in ROBUST_METRICS if above_zero(field_at(r, policy, m))]
         if worse:
             out.append((str(r["scenario"]), worse))
     return sorted(out)
@@ -54,7 +46,8 @@ def robust_lead(rows: Sequence[Mapping[str, Any]], policy: str) -> Mapping[str, 
     leads = [
         r
         for r in rows
-        if _below(field_at(r, policy, "ttft_p90")) and not _above(field_at(r, policy, "e2e_p90"))
+        if below_zero(field_at(r, policy, "ttft_p90"))
+        and not above_zero(field_at(r, policy, "e2e_p90"))
     ]
     return min(leads, key=lambda r: float(r[policy]["ttft_p90"]["rel_diff"]), default=None)
 
@@ -68,17 +61,9 @@ def robust_vs_default(
     for r in rows:
         for m in ROBUST_METRICS:
             c = field_at(r, "vs_default", variant, m)
-            if _above(c) or _below(c):
+            if above_zero(c) or below_zero(c):
                 out.append((str(r["scenario"]), m, c))
     return out
-
-
-def robust_cell(c: Mapping[str, Any]) -> str:
-    """A paired row of the sweep as '+4.4% [-2.9, +9.0]'."""
-    return (
-        f"{pct(float(c['rel_diff']), sign=True)} [{float(c['ci_low']) * 100:+.1f}, "
-        f"{float(c['ci_high']) * 100:+.1f}]"
-    )
 
 
 @summariser("policy_robustness", "our policies against the best peer on every workload (sim)")
@@ -110,7 +95,7 @@ def _policy_robustness(doc: dict[str, Any]) -> list[Fig]:
         paired = [r for r in rows if o in r.get("vs_default", {})]
         if paired:
             diff = robust_vs_default(paired, o)
-            listed = "; ".join(f"{n} {robust_metric(m)} {robust_cell(c)}" for n, m, c in diff)
+            listed = "; ".join(f"{n} {robust_metric(m)} {paired_cell(c)}" for n, m, c in diff)
             out.append(
                 Fig(
                     f"{o} vs {o.partition(':')[0]} (its default form): workloads where they "

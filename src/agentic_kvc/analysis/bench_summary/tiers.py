@@ -15,8 +15,11 @@ from agentic_kvc.analysis.bench_summary.core import (
     NOT_MET,
     Fig,
     LayoutError,
+    above_zero,
+    below_zero,
     field_at,
     num,
+    paired_cell,
     pct,
     summariser,
     verdict_of,
@@ -428,11 +431,6 @@ def _ff_where(c: Mapping[str, Any]) -> str:
     return f"{field_at(c, 'policy')}, {field_at(c, 'workload')}, {tier}, {field_at(c, 'baseline')}"
 
 
-def _ff_interval(c: Mapping[str, Any]) -> str:
-    lo, hi = (pct(float(field_at(c, k)), sign=True) for k in ("ci_low", "ci_high"))
-    return f"{pct(float(field_at(c, 'rel_diff')), sign=True)} [{lo}, {hi}]"
-
-
 def _at_least(k: int, n: int, p: float) -> float:
     """P(at least k of n independent events of probability p): how often k of n 95%
     intervals would lie below 0 (p = 0.025) with no effect at all."""
@@ -451,12 +449,12 @@ def _finish_first(doc: dict[str, Any]) -> list[Fig]:
     comps = field_at(doc, "comparisons")
     by = {m: [c for c in comps if c["metric"] == m] for m in ("ttft_p90", "e2e_p90", "hit_rate")}
     n = len(by["ttft_p90"])
-    lower = [c for c in by["ttft_p90"] if float(field_at(c, "ci_high")) < 0]
-    higher = [c for m in ("ttft_p90", "e2e_p90") for c in by[m] if float(c["ci_low"]) > 0]
-    hit_up = [c for c in by["hit_rate"] if float(field_at(c, "ci_low")) > 0]
+    lower = [c for c in by["ttft_p90"] if below_zero(c)]
+    higher = [c for m in ("ttft_p90", "e2e_p90") for c in by[m] if above_zero(c)]
+    hit_up = [c for c in by["hit_rate"] if above_zero(c)]
     best = min(by["ttft_p90"], key=lambda c: float(c["rel_diff"]), default=None)
-    where = "; ".join(f"{_ff_where(c)}: {_ff_interval(c)}" for c in lower) or "none"
-    worse = "; ".join(f"{_ff_where(c)} {c['metric']}: {_ff_interval(c)}" for c in higher)
+    where = "; ".join(f"{_ff_where(c)}: {paired_cell(c)}" for c in lower) or "none"
+    worse = "; ".join(f"{_ff_where(c)} {c['metric']}: {paired_cell(c)}" for c in higher)
     return [
         Fig(
             "TTFT p90 against the same placement without it: significantly lower in",
@@ -480,6 +478,6 @@ def _finish_first(doc: dict[str, Any]) -> list[Fig]:
         ),
         Fig(
             "largest TTFT p90 change (point estimate, with its interval)",
-            f"{_ff_interval(best)} ({_ff_where(best)})" if best else "none",
+            f"{paired_cell(best)} ({_ff_where(best)})" if best else "none",
         ),
     ]
