@@ -27,10 +27,17 @@ and sticky_least_loaded. `--finish-first --confirm`: its confirmatory check (pre
 beside it) on the tiers study's two traces at their higher load, `none` and `finish_first`,
 routers predicted_ttft, sticky_least_loaded and dynamo_kv.
 
+`--told` (and `--told --confirm`): the pre-registered check of the router's estimated view told
+of those releases (`sim.router_sees_release`, default true) against not told, finished-first
+and pause-aware placement, on the --finish-first cells (and traces), routers predicted_ttft and
+dynamo_kv; each run also reports the estimate's error (`estimate_error_share`).
+
     .venv/bin/python benchmarks/pause_aware.py --out results/bench/pause_aware.json
     .venv/bin/python benchmarks/pause_aware.py --seeds 0 --workloads agentic_hi  # quick
     .venv/bin/python benchmarks/pause_aware.py --finish-first  # results/bench/finish_first.json
     .venv/bin/python benchmarks/pause_aware.py --finish-first --confirm
+    .venv/bin/python benchmarks/pause_aware.py --told  # results/bench/finish_first_told.json
+    .venv/bin/python benchmarks/pause_aware.py --told --confirm
 """
 
 from __future__ import annotations
@@ -122,6 +129,22 @@ CONFIRM_PLACEMENTS = {k: FF_PLACEMENTS[k] for k in ("none", "finish_first")}
 CONFIRM_COMPARE = [("none", "finish_first")]
 CONFIRM_POLICIES = ["predicted_ttft", "sticky_least_loaded", "dynamo_kv"]
 
+# --told (pre-registered, docs/kv_tiers/pause_aware.md, "The router told of the releases"): the
+# same placements with the router's estimated view told of the releases (the default) and not
+# (`sim.router_sees_release=false`), on the --finish-first cells (and with --confirm, its
+# traces); routers that read the estimate (sticky_least_loaded does not: its runs would be
+# identical).
+UNTOLD = "sim.router_sees_release=false"
+TOLD_PLACEMENTS = {
+    "finish_first_untold": ["sim.finish_first=true", UNTOLD],
+    "finish_first": ["sim.finish_first=true"],
+    "pause_untold": ["sim.pause_aware=true", UNTOLD],
+    "pause": ["sim.pause_aware=true"],
+}
+TOLD_COMPARE = [("finish_first_untold", "finish_first"), ("pause_untold", "pause")]
+TOLD_CONFIRM_PLACEMENTS = {k: TOLD_PLACEMENTS[k] for k in ("finish_first_untold", "finish_first")}
+TOLD_POLICIES = ["predicted_ttft", "dynamo_kv"]
+
 
 def cells(names: list[str], hosts_of: dict[str, list[float]], seeds: list[int]) -> list[Cell]:
     """The agentic-long workloads (WORKLOADS) as cells, replicated by seed."""
@@ -151,8 +174,16 @@ def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], d
         for k, v in inst.demoted.items():
             demoted[k] += v
     demoted["finished_first"] = sum(inst.finished_first for inst in fleet.instances)
+    # How far the router's estimate of the chosen instance's HBM hit is from the engine's,
+    # as a share of prompt tokens (colocated requests; the estimated view's error).
+    est = [
+        abs(r["predicted_cached_tokens"] - (r["cached_tokens"] or 0))
+        for r in rows
+        if r.get("predicted_cached_tokens") is not None and not r.get("disaggregated")
+    ]
     info = {
         "instances": config.fleet.instances,
+        "estimate_error_share": sum(est) / n_in if est else None,
         "cpu_s": cpu,
         "requests": len(rows),
         "errors": sum(1 for r in rows if r.get("error")),
@@ -249,11 +280,19 @@ def main() -> int:
     ap.add_argument(
         "--confirm",
         action="store_true",
-        help="with --finish-first: its confirmatory check on the tiers study's traces",
+        help="with --finish-first or --told: its confirmatory check on the tiers study's traces",
+    )
+    ap.add_argument(
+        "--told",
+        action="store_true",
+        help="the pre-registered check of the router's estimate told of the releases "
+        "(finished first, pause-aware) against not told (module docstring)",
     )
     args = ap.parse_args()
-    if args.confirm and not args.finish_first:
-        ap.error("--confirm goes with --finish-first")
+    if args.confirm and not (args.finish_first or args.told):
+        ap.error("--confirm goes with --finish-first or --told")
+    if args.told and args.finish_first:
+        ap.error("--told and --finish-first are separate checks")
     benchmark, placements, compare = "pause_aware", PLACEMENTS, COMPARE
     hosts_of = {n: WORKLOADS[n][1] for n in WORKLOADS}
     policies = ["predicted_ttft"]
@@ -271,7 +310,22 @@ def main() -> int:
     if unknown:
         ap.error(f"--workloads: unknown {unknown}; known: {sorted(WORKLOADS)}")
     cell_list = cells(names, hosts_of, seeds)
-    if args.confirm:
+    if args.told:
+        benchmark, placements, compare, policies = (
+            "finish_first_told",
+            TOLD_PLACEMENTS,
+            TOLD_COMPARE,
+            TOLD_POLICIES,
+        )
+        cell_list = cells(names, FF_HOSTS, seeds)
+    if args.confirm and args.told:
+        benchmark, placements, compare = (
+            "finish_first_told_confirm",
+            TOLD_CONFIRM_PLACEMENTS,
+            TOLD_COMPARE[:1],
+        )
+        cell_list = confirm_cells()
+    elif args.confirm:
         benchmark, placements, compare = "finish_first_confirm", CONFIRM_PLACEMENTS, CONFIRM_COMPARE
         cell_list, policies = confirm_cells(), CONFIRM_POLICIES
     if args.policy:

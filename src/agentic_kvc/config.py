@@ -171,6 +171,11 @@ class SimConfig(_Strict):
     # (the finish signal), its blocks join the head of HBM's free queue, the first reused,
     # instead of the tail (vLLM's LRU). Off (default): left out of the run id.
     finish_first: bool = False
+    # Whether the router's estimated view is told of those releases (RouterState.finish: the
+    # released prompt goes to the front of its LRU, at once or when a hold runs out), as a
+    # router that sent the ask can be. false: the ablation of benchmarks/pause_aware.py
+    # --told; left out of the run id unless false with one of them on.
+    router_sees_release: bool = True
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
     # (calibrate/serving_fit.py) delays requests or slows steps by it; others ignore it.
@@ -219,6 +224,8 @@ class RunConfig(_Strict):
             del out["sim"]["pause_demote"]
         if not self.sim.finish_first:  # likewise
             del out["sim"]["finish_first"]
+        if self.sim.router_sees_release or not (self.sim.pause_aware or self.sim.finish_first):
+            del out["sim"]["router_sees_release"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
         return out

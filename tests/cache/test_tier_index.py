@@ -61,6 +61,31 @@ def test_disk_without_host_takes_hbm_evictions_for_the_whole_node() -> None:
     ]
 
 
+def test_a_demoted_prompt_is_written_below_and_evicted_first() -> None:
+    """Pause-aware demotion (`store_below`): the prompt is written to host at once and its HBM
+    blocks become the first evicted, ahead of an older prompt; a release to the front alone
+    (finished sessions first) writes nothing. With no host tier the node's disk takes it."""
+    idx = TieredPrefixIndex(1, hbm_blocks=8, host_blocks=8)
+    idx.record(0, B, 0.0)
+    idx.record(0, A, 1.0)
+    idx.demote(0, A, 2.0, store_below=True)
+    assert len(idx.host[0]) == 4 and idx.host[0].run(A, 0, 4) == 4
+    idx.record(0, [21, 22], 3.0)  # 10 blocks in 8: A's tail goes, not the older B
+    assert idx.tier_hits(_req(A), 1) == [TierHits(2 * BS, 2 * BS, 0)]
+    assert idx.tier_hits(_req(B), 1) == [TierHits(4 * BS)]
+    plain = TieredPrefixIndex(1, hbm_blocks=8, host_blocks=8)
+    plain.record(0, B, 0.0)
+    plain.record(0, A, 1.0)
+    plain.demote(0, A, 2.0)
+    assert len(plain.host[0]) == 0
+    plain.record(0, [21, 22], 3.0)
+    assert plain.tier_hits(_req(A), 1) == [TierHits(2 * BS, 2 * BS, 0)]  # (evicted to host)
+    disk = TieredPrefixIndex(2, 8, host_blocks=0, disk_blocks=8, disk_group=[0, 0])
+    disk.record(0, A, 0.0)
+    disk.demote(0, A, 1.0, store_below=True)
+    assert disk.tier_hits(_req(A), 2)[1] == TierHits(0, 0, 4 * BS)  # the node's disk
+
+
 def test_write_through_keeps_host_a_superset() -> None:
     idx = TieredPrefixIndex(1, 4, host_blocks=8, write_through=True)
     idx.record(0, A, 0.0)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
 from agentic_kvc.policy import Decision, RequestView
 from agentic_kvc.policy.fleet import RouterState
@@ -133,3 +134,63 @@ def test_unbounded_by_default_and_cap_validated() -> None:
     assert len(st_.affinity) == 500 and len(st_.session_turns) == 500
     with pytest.raises(ValueError, match="max_sessions"):
         RouterState(1, max_sessions=0)
+
+
+def _lru_hashes(cache: ChainedPrefixIndex, instance: int) -> list[int]:
+    return [h for h, _t in cache.lru(instance)]
+
+
+def test_finish_tells_the_estimate_of_a_release_to_the_front() -> None:
+    """A ticket marked `release_first` (finished sessions first, pause-aware demotion) moves
+    its prompt's blocks to the front of the estimate's LRU when it finishes, not before."""
+    cache = ChainedPrefixIndex(1, capacity_blocks=100)
+    state = RouterState(1, cache=cache)
+    a = RequestView("a", "sa", 1, 64, 8, block_hashes=(1, 2, 3, 4))
+    b = RequestView("b", "sb", 1, 32, 8, block_hashes=(11, 12))
+    ta = state.admit(a, Decision(0, 0, "WARM", "x"), now=1.0)
+    ta.release_first = True
+    tb = state.admit(b, Decision(0, 0, "WARM", "x"), now=2.0)
+    assert _lru_hashes(cache, 0) == [4, 3, 2, 1, 12, 11]
+    state.finish(tb, 4, now=3.0)  # not marked: nothing moves
+    assert _lru_hashes(cache, 0) == [4, 3, 2, 1, 12, 11]
+    state.admit(RequestView("c", "sc", 1, 16, 8, block_hashes=(21,)), Decision(0, 0, "W", "x"), 4.0)
+    state.finish(ta, 4, now=5.0)
+    assert _lru_hashes(cache, 0) == [4, 3, 2, 1, 12, 11, 21]  # already the oldest
+    tb2 = state.admit(b, Decision(0, 0, "WARM", "x"), now=6.0)
+    tb2.release_first = True
+    state.finish(tb2, 4, now=7.0)
+    assert _lru_hashes(cache, 0) == [12, 11, 4, 3, 2, 1, 21]
+
+
+def test_a_hold_that_runs_out_demotes_unless_the_session_came_back() -> None:
+    """`demote_after_s` (pause-aware placement's keep): the engine holds the KV, then demotes
+    it if the session's next turn has not arrived on that instance by the deadline."""
+    cache = ChainedPrefixIndex(2, capacity_blocks=100)
+    state = RouterState(2, cache=cache)
+    a = RequestView("a", "sa", 1, 32, 8, block_hashes=(1, 2))
+    b = RequestView("b", "sb", 1, 32, 8, block_hashes=(11, 12))
+    ta = state.admit(a, Decision(0, 0, "WARM", "x"), now=1.0)
+    tb = state.admit(b, Decision(0, 0, "WARM", "x"), now=2.0)
+    ta.demote_after_s = tb.demote_after_s = 10.0
+    state.finish(ta, 4, now=3.0)  # deadline 13
+    state.finish(tb, 4, now=4.0)  # deadline 14
+    state.view(12.9)
+    assert _lru_hashes(cache, 0) == [2, 1, 12, 11]
+    # b's next turn comes back to instance 0 before its deadline: its hold ends there.
+    state.admit(
+        RequestView("b2", "sb", 1, 48, 8, block_hashes=(11, 12, 13)), Decision(0, 0, "W", "x"), 13.5
+    )
+    assert _lru_hashes(cache, 0) == [2, 1, 13, 12, 11]  # a's deadline (13) passed: demoted
+    state.view(20.0)
+    assert _lru_hashes(cache, 0) == [2, 1, 13, 12, 11]  # b's hold ended with its turn
+    # A turn routed elsewhere does not end the hold where the KV sits.
+    tc = state.admit(
+        RequestView("c", "sc", 1, 16, 8, block_hashes=(31,)), Decision(0, 0, "W", "x"), 21.0
+    )
+    tc.demote_after_s = 5.0
+    state.finish(tc, 1, now=22.0)
+    state.admit(
+        RequestView("c2", "sc", 1, 32, 8, block_hashes=(31, 32)), Decision(1, 1, "W", "x"), 23.0
+    )
+    state.view(27.5)
+    assert _lru_hashes(cache, 0)[0] == 31

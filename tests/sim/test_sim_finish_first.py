@@ -32,6 +32,9 @@ def test_a_finished_sessions_blocks_go_before_a_paused_ones(first: bool) -> None
     # the 13 never-used, a0's partial and 6 of a0's: a0 keeps 24 (384 tokens).
     fleet = run_fleet(_workload(), {}, finish_first=first)
     assert _rec(fleet, "a1").cached_tokens == (24 if first else 4) * BS
+    # The router's estimate is told of the release (RouterState.finish: F's and C's prompts
+    # go to the front of its LRU), so it predicts what the engine holds.
+    assert _rec(fleet, "a1").predicted_cached_tokens == (24 if first else 4) * BS
     # The last turns of A, F and C are released first; none without the option.
     assert fleet.instances[0].finished_first == (3 if first else 0)
     assert _rec(fleet, "f").cached_tokens == 0 and _rec(fleet, "c").cached_tokens == 0
@@ -43,3 +46,17 @@ def test_finish_first_enters_the_run_id_only_when_on() -> None:
     assert "finish_first" not in off.canonical()["sim"]
     on = load_config(base, ["sim.finish_first=true"])
     assert on.canonical()["sim"]["finish_first"] is True and on.run_id() != off.run_id()
+    assert "router_sees_release" not in on.canonical()["sim"]
+    untold = load_config(base, ["sim.finish_first=true", "sim.router_sees_release=false"])
+    assert untold.run_id() not in (on.run_id(), off.run_id())
+    # Without finished-first (or pause-aware) eviction there is nothing to tell.
+    assert load_config(base, ["sim.router_sees_release=false"]).run_id() == off.run_id()
+
+
+def test_an_untold_router_predicts_plain_lru() -> None:
+    """The ablation (`sim.router_sees_release: false`): the engine releases finished sessions
+    first, the router's estimate still counts their blocks as the most recent, so it predicts
+    a1's hit as vLLM's plain LRU would leave it (4 blocks) while the engine holds 24."""
+    fleet = run_fleet(_workload(), {}, finish_first=True, router_sees_release=False)
+    a1 = _rec(fleet, "a1")
+    assert (a1.cached_tokens, a1.predicted_cached_tokens) == (24 * BS, 4 * BS)

@@ -115,6 +115,9 @@ class ChainedPrefixIndex(IndexClock):
         self._runs: list[deque[_Run]] = [deque() for _ in range(n_instances)]
         self._size = [0] * n_instances
         self._refs = [0] * n_instances
+        # Per instance: whether a `demote` may have left a hole (a continuation held after a
+        # block that is not), so that `record` must look for segments past its walk.
+        self._holed = [False] * n_instances
         # Fleet-wide (for `matched_blocks`): position-0 segments by first hash, and every
         # live segment head -> the instances holding a segment starting with it.
         self._groups: dict[int, _Group] = {}
@@ -136,6 +139,7 @@ class ChainedPrefixIndex(IndexClock):
             self._runs.append(deque())
             self._size.append(0)
             self._refs.append(0)
+            self._holed.append(False)
         return self._heads[instance]
 
     def _set_head(self, instance: int, h: int, r: _Run) -> None:
@@ -266,6 +270,38 @@ class ChainedPrefixIndex(IndexClock):
             j = e
         return out
 
+    @staticmethod
+    def _past_holes(
+        heads: dict[int, _Run], hashes: Sequence[int], j: int, n: int
+    ) -> list[tuple[_Run, int, int]]:
+        """Segments holding blocks of hashes[j:n] after a hole (`demote`), each with the
+        positions [start, end) the prompt shares with it; `_segments` walked to j."""
+        out: list[tuple[_Run, int, int]] = []
+        if heads.keys().isdisjoint(hashes[j:n]):  # the common case, at C speed
+            return out
+        while j < n:
+            k = next((p for p in range(j, n) if hashes[p] in heads), n)
+            if k == n:
+                break
+            r = heads[hashes[k]]
+            e = min(r.end, n)  # (r.a == k: a chained hash fixes its position)
+            hs, off = r.hashes, r.off
+            if hs[e - 1 - off] != hashes[e - 1]:
+                e = agree_until(hs, off, hashes, k + 1, e - 1)
+            out.append((r, k, e))
+            j = e
+        return out
+
+    def _take(self, instance: int, r: _Run, e: int) -> None:
+        """A record or demote takes segment r's head up to chain position e."""
+        hs, off = r.hashes, r.off
+        self._del_head(instance, hs[r.a - off], r)
+        if e < r.end:
+            r.a = e
+            self._set_head(instance, hs[e - off], r)
+        else:
+            r.a = r.end
+
     def record(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
         """The router sent a prompt with these full blocks to `instance` at time `now`."""
         self.advance(now)
@@ -273,21 +309,54 @@ class ChainedPrefixIndex(IndexClock):
         n = len(block_hashes)
         if n:
             # Held blocks (expired or not: a record refreshes them) move to the new run.
-            m = 0
+            m = held = 0
             for r, e in self._segments(heads, block_hashes, n):
-                hs, off = r.hashes, r.off
-                self._del_head(instance, hs[r.a - off], r)  # its head [a, e) goes to the new run
-                if e < r.end:
-                    r.a = e
-                    self._set_head(instance, hs[e - off], r)
-                else:
-                    r.a = r.end
-                m = e
+                self._take(instance, r, e)  # its head [a, e) goes to the new run
+                held = m = e
+            if self._holed[instance]:
+                for r, k, e in self._past_holes(heads, block_hashes, m, n):
+                    self._take(instance, r, e)
+                    held += e - k
             run = _Run(block_hashes, self._now)
             self._set_head(instance, block_hashes[0], run)
             self._runs[instance].append(run)
-            self._size[instance] += n - m
+            self._size[instance] += n - held
             self._refs[instance] += n
+        self._evict(instance)
+
+    def demote(
+        self, instance: int, block_hashes: Sequence[int], now: float, store_below: bool = False
+    ) -> None:
+        """The engine released this prompt's blocks to the head of its free queue (finished
+        sessions first, pause-aware demotion: `sim.blocks.BlockPool.release_first`): the
+        prompt's held prefix becomes the least recently used part of the instance's LRU,
+        evicted tail first before anything else, its touch time that of the oldest block held
+        (so LRU order and touch times still agree, and a TTL expires it no later than those).
+        `store_below`: no tier below HBM here (`TieredPrefixIndex.demote` reads it).
+
+        Other prompts that extend part of this prefix keep their place, so eviction can now
+        leave a hole (a prefix gone, a continuation still held), as it does in the engine; a
+        walk stops at the first missing block either way, as vLLM's lookup does."""
+        self.advance(now)
+        heads = self._ensure(instance)
+        self._evict(instance)  # expired runs off the front: what is left is in time order
+        cutoff, segments = self._cutoff(), []
+        for r, e in self._segments(heads, block_hashes, len(block_hashes)):
+            if r.t < cutoff:
+                break
+            segments.append((r, e))
+        if not segments:
+            return
+        runs = self._runs[instance]
+        t = runs[0].t  # live and not expired: the oldest touch held (runs are in time order)
+        for r, e in segments:
+            self._take(instance, r, e)
+        run = _Run(block_hashes, t)
+        run.end = segments[-1][1]
+        self._set_head(instance, block_hashes[0], run)
+        runs.appendleft(run)
+        self._refs[instance] += len(block_hashes)
+        self._holed[instance] = True
         self._evict(instance)
 
     def _evict(self, instance: int) -> None:
@@ -359,6 +428,7 @@ class ChainedPrefixIndex(IndexClock):
             self._del_head(instance, h, r)
         self._runs[instance].clear()
         self._size[instance] = self._refs[instance] = 0
+        self._holed[instance] = False
 
     def blocks(self, instance: int) -> int:
         """Blocks currently believed cached on `instance` (TTL-expired ones excluded)."""

@@ -121,6 +121,9 @@ class EstimatedPrefixIndex(IndexClock):
         self._owner: list[dict[int, _Record]] = [{} for _ in range(n_instances)]
         self._runs: list[deque[_Record]] = [deque() for _ in range(n_instances)]
         self._entries = [0] * n_instances
+        # Set by `demote`: the held sets may no longer be prefix-closed, so a match walks
+        # from the first block to the first miss instead of searching.
+        self._holes = False
 
     @property
     def n_instances(self) -> int:
@@ -152,6 +155,52 @@ class EstimatedPrefixIndex(IndexClock):
             self._runs[instance].append(run)
             self._entries[instance] += len(hashes)
         self._evict(instance)
+
+    def demote(
+        self, instance: int, block_hashes: Sequence[int], now: float, store_below: bool = False
+    ) -> None:
+        """The engine released this prompt's blocks to the head of its free queue: its held
+        prefix becomes the least recently used part of the LRU, tail first, touched when the
+        oldest block held was (`ChainedPrefixIndex.demote` says why; `store_below` is for a
+        tiered view). Sets `_holes`."""
+        self.advance(now)
+        owner = self._ensure(instance)
+        self._evict(instance)
+        get, cutoff = owner.get, self._cutoff()
+        m = self._held(get, cutoff, block_hashes, 0, len(block_hashes))
+        if not m:
+            return
+        held = list(dict.fromkeys(block_hashes[:m]))
+        # The oldest touch time still held (runs are in time order): the first run with a
+        # live entry (runs before it hold only entries touched again later).
+        runs = self._runs[instance]
+        oldest = next(r.t for r in runs if any(get(h) is r for h in r.hashes[: r.end]))
+        run = _Record(held, oldest)
+        owner.update(dict.fromkeys(held, run))
+        runs.appendleft(run)
+        self._entries[instance] += len(held)
+        self._holes = True
+        self._evict(instance)
+
+    def _held(
+        self,
+        get: Callable[[int], _Record | None],
+        cutoff: float,
+        hashes: Sequence[int],
+        lo: int,
+        hi: int,
+    ) -> int:
+        """Leading blocks of `hashes` held, known to lie in [lo, hi]: a binary search while
+        the held sets are prefix-closed, else a walk to the first miss (`demote`)."""
+        if not self._holes:
+            return _held_prefix(get, cutoff, hashes, lo, hi)
+        m = 0
+        for h in hashes:
+            run = get(h)
+            if run is None or run.t < cutoff:
+                break
+            m += 1
+        return m
 
     def _drop(self, instance: int, run: _Record, n: int | None = None) -> int:
         """Evict up to `n` (None: all) live entries of `run`, tail first; returns how many."""
@@ -236,6 +285,9 @@ class EstimatedPrefixIndex(IndexClock):
             run = get(first)
             if run is None or run.t < cutoff:
                 continue  # the common case: this instance never saw the prompt's head
+            if self._holes:
+                out[i] = self._held(get, cutoff, block_hashes, 0, nb)
+                continue
             run = get(last)
             if run is not None and run.t >= cutoff:
                 out[i] = nb
@@ -265,7 +317,7 @@ class EstimatedPrefixIndex(IndexClock):
         if not hashes or instance >= len(self._owner):
             return 0
         get, cutoff = self._owner[instance].get, self._cutoff()
-        return _held_prefix(get, cutoff, hashes, 0, len(hashes)) * request.block_size
+        return self._held(get, cutoff, hashes, 0, len(hashes)) * request.block_size
 
 
 class BlockIndex:

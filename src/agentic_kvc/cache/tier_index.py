@@ -185,6 +185,23 @@ class TieredPrefixIndex:
                 self.disk[self.disk_group[instance]].use_held(block_hashes, m, n)
         self.hbm.record(instance, block_hashes, now)
 
+    def demote(
+        self, instance: int, block_hashes: Sequence[int], now: float, store_below: bool = False
+    ) -> None:
+        """The engine released this prompt's blocks to the head of its free queue: HBM's
+        estimate makes them the least recently used (`ChainedPrefixIndex.demote`). With
+        `store_below` (pause-aware demotion, `sim.engine.Instance._demote`) the prompt is
+        first written to the top tier below HBM, unless write-through stored it already."""
+        self._probe = None
+        self._now = now
+        if store_below and block_hashes and not self.write_through:
+            top = self.host[instance] if self.host else None
+            if top is None and self.disk:
+                top = self.disk[self.disk_group[instance]]
+            if top is not None:
+                top.put([(0, list(block_hashes))], now)  # copied: stores trim their lists
+        self.hbm.demote(instance, block_hashes, now)
+
     def clear(self, instance: int) -> None:
         """Forget an instance's HBM and host tiers (a shared disk keeps what it holds)."""
         self._probe = None

@@ -18,6 +18,7 @@ time of the scrape so policies can tell stale values.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -68,6 +69,15 @@ class Ticket:
     on_decode: bool = False
     finished: bool = False
     observed: Any = None  # a stream observer's note on this request (StreamObserver)
+    # What the router asked the decode engine to do with the request's KV when it ends
+    # (set by the backend that sends the ask): release it to the head of the free queue
+    # (finished sessions first), after writing it below HBM (`store_below`: pause-aware
+    # demotion). `finish` tells the estimated view, which cannot see the engine do it.
+    release_first: bool = False
+    store_below: bool = False
+    # Or: hold it for this long, then demote it as above unless the session's next turn came
+    # first (pause-aware placement's keep; `sim.engine.Instance._unhold`).
+    demote_after_s: float | None = None
 
 
 class RouterState:
@@ -102,8 +112,15 @@ class RouterState:
         # A policy that fits its cost model online watches the streams (None: nothing does;
         # the backend sets it from the policy's `stream_observer`).
         self.observer: StreamObserverLike | None = None
+        # Held KV the engines will demote when the hold runs out (Ticket.demote_after_s):
+        # per (instance, session) as an engine keys its holds, (deadline, prompt blocks);
+        # and the deadlines in a heap.
+        self._holds: dict[tuple[int, str], tuple[float, Sequence[int]]] = {}
+        self._hold_heap: list[tuple[float, int, str]] = []
 
     def view(self, now: float) -> FleetView:
+        if self._hold_heap:
+            self._expire_holds(now)
         # A TTL-based cache view needs the clock at decision time, not only at record time.
         advance = getattr(self.cache, "advance", None)
         if advance is not None:
@@ -142,6 +159,10 @@ class RouterState:
             p.pending_disk_reload_tokens += disk
         sid = request.session_id
         if sid is not None:
+            if self._holds:
+                self._expire_holds(now)
+                if not decision.disaggregated:  # back where it is held, in time: kept
+                    self._holds.pop((decision.decode, sid), None)
             affinity = self.affinity
             if self.max_sessions is not None:
                 affinity.pop(sid, None)  # re-inserted last: most recently routed
@@ -204,6 +225,32 @@ class RouterState:
         else:  # failed before any token: the request never left the prefill instance
             self.instances[t.decision.prefill].num_requests -= 1
         t.finished = True
+        if t.release_first or t.demote_after_s is not None:  # (never, in the proxy today)
+            self._released(t, 0.0 if now is None else now)
+
+    def _released(self, t: Ticket, now: float) -> None:
+        """Tell the estimated view what the engine does with a finished request's KV (the
+        ticket's ask): demote it now, or when its hold runs out (`_expire_holds`)."""
+        if self.cache is None or not self.record_on_route or not hasattr(self.cache, "demote"):
+            return
+        if t.release_first:
+            self.cache.demote(t.decision.decode, t.request.block_hashes, now, t.store_below)
+        elif t.demote_after_s is not None and t.request.session_id is not None:
+            deadline = now + t.demote_after_s
+            key = (t.decision.decode, t.request.session_id)
+            self._holds[key] = (deadline, t.request.block_hashes)
+            heapq.heappush(self._hold_heap, (deadline, *key))
+
+    def _expire_holds(self, now: float) -> None:
+        """Demote, in deadline order, the held KV whose hold ran out by `now` (the engine
+        did so then; the estimate needs it before its next answer)."""
+        heap, holds = self._hold_heap, self._holds
+        while heap and heap[0][0] <= now:
+            deadline, instance, sid = heapq.heappop(heap)
+            held = holds.get((instance, sid))
+            if held is not None and held[0] == deadline:  # (else replaced or ended since)
+                del holds[instance, sid]
+                self.cache.demote(instance, held[1], deadline, True)  # type: ignore[union-attr]
 
     def set_healthy(self, instance: int, healthy: bool) -> None:
         self.instances[instance].healthy = healthy

@@ -279,6 +279,7 @@ class SimFleet:
                 inst.pause_demote = config.sim.pause_demote
         self.pause_demote = config.sim.pause_demote
         self.finish_first = config.sim.finish_first
+        self.router_sees_release = config.sim.router_sees_release
         self.max_sessions = config.replay.max_inflight_sessions
         self._heap: list[tuple[float, int, int, Any]] = []
         self._n = 0
@@ -534,6 +535,12 @@ class SimFleet:
                 seq.demote = hint.demote and self.pause_demote
             if self.finish_first:  # the finish signal (RequestView.last_turn), carried likewise
                 seq.release_first = k + 1 == len(srun.session.requests)
+            # The router's estimate learns of either release when the request finishes.
+            if self.router_sees_release:  # the estimate learns of it at the finish
+                ticket.release_first = seq.demote or seq.release_first
+                ticket.store_below = seq.demote
+                if hint is not None and not hint.demote and hint.keep_s > 0 and self.pause_demote:
+                    ticket.demote_after_s = hint.keep_s  # held, then demoted if still paused
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 
@@ -684,6 +691,7 @@ class SimFleet:
             retain_after=self._retains(flight),
             release_first=self.finish_first and self._last_turn(flight),
         )
+        flight.ticket.release_first = seq.release_first and self.router_sees_release
         flight.decode_seq = seq
         self._submit(self.instances[d.decode], seq)
 
