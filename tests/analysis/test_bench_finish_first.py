@@ -62,3 +62,19 @@ def test_the_chance_row_is_the_binomial_tail(tmp_path: Path) -> None:
     rows = summarize(tmp_path, "finish_first", doc(HELPED, FLAT))
     chance = next(r for r in rows if r.measure.startswith("chance of as many lower"))
     assert chance.value == "4.9%"
+
+
+def test_told_applies_the_rule_and_reports_the_estimates_error(tmp_path: Path) -> None:
+    told = {**HELPED, "baseline": "finish_first_untold"}
+    runs = [
+        {"placement": "finish_first", "estimate_error_share": 0.01},
+        {"placement": "finish_first", "estimate_error_share": 0.03},
+        {"placement": "finish_first_untold", "estimate_error_share": 0.05},
+        {"placement": "pause", "estimate_error_share": None},
+    ]
+    d = {"benchmark": "finish_first_told", "comparisons": [told, E2E_FLAT], "runs": runs}
+    rows = summarize(tmp_path, "finish_first_told", d)
+    lower = next(r for r in rows if "significantly lower in" in r.measure)
+    assert "against the router not told" in lower.measure and lower.verdict == MET
+    err = next(r for r in rows if "estimate's error" in r.measure)
+    assert err.value == "finish_first: 2.0% told, 5.0% not"  # pause: no error measured

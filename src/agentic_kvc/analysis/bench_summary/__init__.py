@@ -48,7 +48,8 @@ Goals and where they are stated:
 - finish_first: the pre-registered rule of docs/kv_tiers/pause_aware.md ("Finished sessions
   first"): TTFT p90 significantly lower than the same placement without it for some router and
   cell, TTFT and E2E p90 significantly higher for none; beside it, how often chance alone gives
-  as many wins.
+  as many wins. finish_first_told: the same rule for the router's estimate told of those
+  releases against not told, and the estimate's error both ways.
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

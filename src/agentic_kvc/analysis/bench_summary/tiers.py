@@ -446,6 +446,44 @@ def _finish_first(doc: dict[str, Any]) -> list[Fig]:
     """The pre-registered rule (docs/kv_tiers/pause_aware.md, "Finished sessions first"): it
     helps if its TTFT p90 is significantly below the same placement without it somewhere, and
     its TTFT and E2E p90 significantly above it nowhere."""
+    return _helps_rule(doc, "the same placement without it")
+
+
+@summariser(
+    "finish_first_told",
+    "the router's estimate told of finished-first and pause-aware releases (sim, pre-registered)",
+)
+@summariser(
+    "finish_first_told_confirm",
+    "the router's estimate told of finished-first releases, on the traces (sim, pre-registered)",
+)
+def _told(doc: dict[str, Any]) -> list[Fig]:
+    """The same rule for telling the router's estimate of the releases against not telling
+    it (docs/kv_tiers/pause_aware.md, "The router told of the releases"), and the estimate's
+    error both ways."""
+    out = _helps_rule(doc, "the router not told")
+    err: dict[str, list[float]] = {}
+    for r in field_at(doc, "runs"):
+        if r.get("estimate_error_share") is not None:
+            err.setdefault(str(r["placement"]), []).append(float(r["estimate_error_share"]))
+    shown = [
+        f"{p}: {pct(sum(err[p]) / len(err[p]))} told, "
+        f"{pct(sum(err[p + '_untold']) / len(err[p + '_untold']))} not"
+        for p in ("finish_first", "pause")
+        if err.get(p) and err.get(p + "_untold")
+    ]
+    out.append(
+        Fig(
+            "the estimate's error, |predicted - engine HBM hit| over prompt tokens (mean of runs)",
+            "; ".join(shown) or "none",
+        )
+    )
+    return out
+
+
+def _helps_rule(doc: dict[str, Any], against: str) -> list[Fig]:
+    """Significantly lower TTFT p90 somewhere, TTFT and E2E p90 significantly higher nowhere,
+    over the benchmark's paired comparisons (candidate against `against`)."""
     comps = field_at(doc, "comparisons")
     by = {m: [c for c in comps if c["metric"] == m] for m in ("ttft_p90", "e2e_p90", "hit_rate")}
     n = len(by["ttft_p90"])
@@ -457,7 +495,7 @@ def _finish_first(doc: dict[str, Any]) -> list[Fig]:
     worse = "; ".join(f"{_ff_where(c)} {c['metric']}: {paired_cell(c)}" for c in higher)
     return [
         Fig(
-            "TTFT p90 against the same placement without it: significantly lower in",
+            f"TTFT p90 against {against}: significantly lower in",
             f"{len(lower)} of {n} (router, cell, placement) pairs ({where})",
             "at least 1",
             verdict_of(bool(lower)),
