@@ -47,7 +47,7 @@ BASE = {
         "kv_cache_tokens": 24576,
     },
 }
-POLICIES = ["sglang_cache_aware", "predicted_ttft"]
+POLICIES = ["sglang_cache_aware", "dynamo_kv", "predicted_ttft"]
 SEEDS = [0, 1, 2]
 
 
@@ -170,7 +170,8 @@ def test_cell_rows_are_the_tables_rows(section) -> None:
             assert r.best_peer == min(peers, key=lambda x: x.summary["ttft_p90"]).router
         assert (r.vs_peer is not None) == (r.router == OURS and r.tier != CEILING)
         assert (r.vs_hbm is not None) == (r.tier not in (HBM_ONLY, CEILING))
-        assert r.best_hbm_only_peer == "sglang_cache_aware"  # the only peer here
+        hbm_peers = [x for x in rows if x.tier == HBM_ONLY and x.router != OURS]
+        assert r.best_hbm_only_peer == min(hbm_peers, key=lambda x: x.summary["ttft_p90"]).router
 
 
 def test_answer_names_setups_with_identical_results_once() -> None:
@@ -200,3 +201,19 @@ def test_answer_names_setups_with_identical_results_once() -> None:
     assert _setups(e2e_rows, with_peer=False, e2e=True) == (
         "trace x2, host 16 GiB; trace x2, host 128 GiB"
     )
+
+
+def test_the_narrower_reading_compares_ours_with_the_better_pricing_peer(section) -> None:
+    """Beside the best of all peers, the answer compares ours with the better of the peers
+    that price tiers (here dynamo_kv alone), setup by setup, from the same runs."""
+    s, data = section
+    rows = cell_rows(simulated(data.requests))
+    ours = [r for r in rows if r.router == OURS and r.tier not in (HBM_ONLY, CEILING)]
+    assert ours and all(r.pricing_peer == "dynamo_kv" for r in ours)
+    for r in ours:
+        at = simulated(data.requests).filter(pl.col("tier") == r.tier)
+        got = paired_compare(at, "dynamo_kv", OURS, "ttft_p90", by="policy", pair_on=("replicate",))
+        assert r.vs_pricing is not None and r.vs_pricing.rel_diff == got.rel_diff
+    bullet = next(b for b in s.answer.split("\n") if "peers that price tiers" in b)
+    assert "below the better one's TTFT p90 (significantly) in" in bullet
+    assert f"of {len(ours)} setups" in bullet
