@@ -14,6 +14,11 @@ and the proxy's hashes do and the simulator's `engine_block_hashes` do. Then:
   segment (chained hashes agree up to a point and differ after it; a partial segment takes a
   binary search).
 
+A `demote` (the engine released a prompt's blocks to the head of its free queue) moves the
+prompt's held segments to a new run at the LRU's front; its eviction can leave a hole (a
+continuation held after a block that is not), which a walk stops at, as vLLM's lookup does, and
+which `record` looks past (`_past_holes`) so that no hash is held twice.
+
 So `record`, eviction and matching cost O(segments touched) Python steps and no dict entry
 per block (the per-hash `EstimatedPrefixIndex` updates one entry per recorded block and
 deletes one per evicted block: issue 16's largest cost on long prompts). The recorded hash

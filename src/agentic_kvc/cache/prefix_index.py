@@ -93,7 +93,8 @@ class EstimatedPrefixIndex(IndexClock):
     (in LRU order or by touch time) than any block that extends it, and both LRU eviction and
     TTL expiry drop descendants no later than their ancestors: each instance's set stays
     prefix-closed. For a request, "block j is held" is then monotone in j (held up to some m,
-    absent after), and a binary search finds m.
+    absent after), and a binary search finds m. (`demote`, a release to the LRU's front that
+    vLLM's own order never makes, breaks this; after one, matches walk instead.)
 
     This mirrors vLLM, which frees a finished request's blocks tail first, so its free queue
     also evicts prompt tails before heads. What the estimate cannot know: blocks still pinned by

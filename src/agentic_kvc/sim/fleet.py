@@ -535,8 +535,7 @@ class SimFleet:
                 seq.demote = hint.demote and self.pause_demote
             if self.finish_first:  # the finish signal (RequestView.last_turn), carried likewise
                 seq.release_first = k + 1 == len(srun.session.requests)
-            # The router's estimate learns of either release when the request finishes.
-            if self.router_sees_release:  # the estimate learns of it at the finish
+            if self.router_sees_release:  # the estimate learns of either release at the finish
                 ticket.release_first = seq.demote or seq.release_first
                 ticket.store_below = seq.demote
                 if hint is not None and not hint.demote and hint.keep_s > 0 and self.pause_demote:
