@@ -234,6 +234,10 @@ def summary(rows: list[tiers.Row]) -> list[dict[str, Any]]:
                         "vs_hbm_only": paired(r.vs_hbm),
                         "vs_best_peer": paired(r.vs_peer),
                         "vs_best_peer_e2e": paired(r.vs_peer_e2e),
+                        # goal 2's narrower reading: the better of the peers pricing tiers
+                        "pricing_peer": r.pricing_peer,
+                        "vs_pricing_peer": paired(r.vs_pricing),
+                        "vs_pricing_peer_e2e": paired(r.vs_pricing_e2e),
                     },
                 }
             )

@@ -129,3 +129,29 @@ def test_a_file_without_numeric_comparisons_is_reported_not_fatal(summarise: Any
     rows = summarise(doc)
     assert rows[0].verdict == UNREADABLE
     assert "best_vs_best" in rows[0].value or "paired" in rows[0].value
+
+
+def test_the_narrower_reading_judges_ours_against_the_better_pricing_peer(summarise: Any) -> None:
+    """Files that carry ours against the better tier-pricing peer (dynamo_kv, llmd_precise)
+    get goal 2's narrower reading beside the broad one; older files do not."""
+    doc = _doc(best_vs_best=-0.6, same=-0.6, ours_tiered=0.05, ours_hbm=0.3)
+    assert not any("tier-pricing" in m for m in _rows(summarise(doc)))
+    ours = doc["rows"][-1]["paired"]
+    ours.update(
+        pricing_peer="dynamo_kv",
+        vs_pricing_peer=_p(-0.2, -0.3, -0.1),
+        vs_pricing_peer_e2e=_p(0.0, -0.02, 0.02),
+    )
+    doc["rows"][1]["paired"].update(  # HBM only: not goal 2's
+        pricing_peer="dynamo_kv",
+        vs_pricing_peer=_p(0.3, 0.2, 0.4),
+        vs_pricing_peer_e2e=_p(0.0, -0.02, 0.02),
+    )
+    rows = _rows(summarise(doc))
+    (broad,) = [v for m, v in rows.items() if "best peer (1 setups)" in m]
+    assert broad[1] == NOT_MET  # +5% against sticky_least_loaded
+    (narrow,) = [(m, v) for m, v in rows.items() if "tier-pricing" in m]
+    assert "(1 setups;" in narrow[0] and narrow[1] == ("none", MET)
+    ours["vs_pricing_peer_e2e"] = _p(0.03, 0.01, 0.05)
+    (narrow,) = [v for m, v in _rows(summarise(doc)).items() if "tier-pricing" in m]
+    assert narrow[1] == NOT_MET and "host 128 GiB vs dynamo_kv, E2E p90 +3.0%" in narrow[0]

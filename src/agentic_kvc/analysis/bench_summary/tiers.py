@@ -339,6 +339,21 @@ def tier_gains(doc: Mapping[str, Any]) -> list[TierGain]:
     return out
 
 
+def ours_vs_pricing_peers(doc: Mapping[str, Any]) -> list[OursVsPeer]:
+    """predicted_ttft against each tiered setup's better tier-pricing peer (goal 2's narrower
+    reading, `studies.tiers.PRICING_PEERS`), where the file has it (files written before
+    2026-11-30 do not)."""
+    out = []
+    for r in field_at(doc, "rows"):
+        got = field_at(r, "paired")
+        p, e = got.get("vs_pricing_peer"), got.get("vs_pricing_peer_e2e")
+        if p is None or e is None or field_at(r, "tiers") == HBM_ONLY:
+            continue
+        where = f"{field_at(r, 'cell')}, {field_at(r, 'tiers')} vs {got.get('pricing_peer')}"
+        out.append(OursVsPeer(where, p, e))
+    return out
+
+
 def ours_vs_peers(doc: Mapping[str, Any]) -> list[OursVsPeer]:
     """predicted_ttft against each tiered setup's best peer in a tiers_agentic_seeds file (goal
     2 is about tiers, so the HBM-only setups are left out)."""
@@ -422,6 +437,18 @@ def _tiers_agentic_seeds(doc: dict[str, Any]) -> list[Fig]:
             "; ".join(leads) or "none",
         )
     )
+    pricing = ours_vs_pricing_peers(doc)
+    if pricing:
+        worse = [f"{o.where}, {name} p90 {_interval(m)}" for o in pricing for name, m in o.worse()]
+        out.append(
+            Fig(
+                f"predicted_ttft vs each tiered setup's better tier-pricing peer ({len(pricing)} "
+                "setups; goal 2's narrower reading): significantly worse (TTFT or E2E p90)",
+                "; ".join(worse) or "none",
+                "none",
+                MET if not worse else NOT_MET,
+            )
+        )
     return out
 
 
