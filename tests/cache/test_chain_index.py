@@ -29,6 +29,12 @@ def rv(hashes: list[int]) -> RequestView:
     return RequestView("r", "s", 1, len(hashes), 1, block_hashes=hashes, block_size=1)
 
 
+def both(ref: EstimatedPrefixIndex, new: ChainedPrefixIndex, demote: bool, *args: object) -> None:
+    """The same `record` (or `demote`) on the per-hash index and the chained one."""
+    for idx in (ref, new):
+        (idx.demote if demote else idx.record)(*args)  # type: ignore[arg-type]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     ops=st.lists(
@@ -48,12 +54,7 @@ def test_segments_answer_as_the_per_hash_index(ops, probes, cap, ttl) -> None:
     for inst, path, dt, op in ops:
         now += dt
         hashes = block_hashes(path, 1)
-        if op == 0:
-            ref.demote(inst, hashes, now)
-            new.demote(inst, hashes, now)
-        else:
-            ref.record(inst, hashes, now)
-            new.record(inst, hashes, now)
+        both(ref, new, op == 0, inst, hashes, now)
         assert new.lru(inst) == ref.lru(inst)
         assert new.blocks(inst) == ref.blocks(inst)
         for k in [hashes, *keys]:
@@ -101,6 +102,15 @@ def fleet_maps(idx: ChainedPrefixIndex) -> tuple[dict, dict]:
     return groups, where
 
 
+def assert_fleet_maps(idx: ChainedPrefixIndex) -> None:
+    """The fleet-wide maps hold what the per-instance heads imply."""
+    groups, where = fleet_maps(idx)
+    assert {h: set(s) for h, s in idx._where.items()} == where
+    assert {
+        h: {i: r for m in g.by_c.values() for i, r in m.items()} for h, g in idx._groups.items()
+    } == groups
+
+
 shared = st.lists(st.integers(0, 1), min_size=0, max_size=6)  # a system prompt
 
 
@@ -132,17 +142,8 @@ def test_one_pass_match_answers_as_a_probe_per_instance(system, ops, probes, cap
             new.clear(inst)
             continue
         hashes = block_hashes((system if with_system else []) + path)
-        if op == 1:  # or a prompt is demoted to the LRU's front (holes: `demote`)
-            ref.demote(inst, hashes, now)
-            new.demote(inst, hashes, now)
-        else:
-            ref.record(inst, hashes, now)
-            new.record(inst, hashes, now)
-        groups, where = fleet_maps(new)
-        assert {h: set(s) for h, s in new._where.items()} == where
-        assert {
-            h: {i: r for m in g.by_c.values() for i, r in m.items()} for h, g in new._groups.items()
-        } == groups
+        both(ref, new, op == 1, inst, hashes, now)  # op 1: demoted to the LRU's front
+        assert_fleet_maps(new)
         for k in [hashes, *keys]:
             got = new.matched_blocks(k, n)
             assert got == new._matched_each(k, n) == ref.matched_blocks(k, n)
@@ -229,20 +230,11 @@ def test_demotions_answer_as_the_per_hash_index(ops, cap, ttl) -> None:
     for inst, base, k, dt, op in ops:
         now += dt
         hashes = block_hashes(BASES[base][:k])
-        if op == 0:
-            ref.demote(inst, hashes, now)
-            new.demote(inst, hashes, now)
-        else:
-            ref.record(inst, hashes, now)
-            new.record(inst, hashes, now)
+        both(ref, new, op == 0, inst, hashes, now)
         assert new.lru(inst) == ref.lru(inst)
         assert new.blocks(inst) == ref.blocks(inst)
         for key in keys:
             got = new.matched_blocks(key, 3)
             assert got == new._matched_each(key, 3) == ref.matched_blocks(key, 3)
             assert new.matched_tokens_at(rv(key), inst) == ref.matched_tokens_at(rv(key), inst)
-        groups, where = fleet_maps(new)
-        assert {h: set(s) for h, s in new._where.items()} == where
-        assert {
-            h: {i: r for m in g.by_c.values() for i, r in m.items()} for h, g in new._groups.items()
-        } == groups
+        assert_fleet_maps(new)

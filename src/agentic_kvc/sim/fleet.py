@@ -533,13 +533,15 @@ class SimFleet:
                 seq.retain_after = not hint.demote
                 seq.retain_ttl_s = hint.keep_s
                 seq.demote = hint.demote and self.pause_demote
+                if self.router_sees_release and self.pause_demote:  # told at the finish
+                    if hint.demote:
+                        ticket.release_first = ticket.store_below = True
+                    elif hint.keep_s > 0:
+                        ticket.demote_after_s = hint.keep_s  # held, then demoted if still paused
             if self.finish_first:  # the finish signal (RequestView.last_turn), carried likewise
                 seq.release_first = k + 1 == len(srun.session.requests)
-            if self.router_sees_release:  # the estimate learns of either release at the finish
-                ticket.release_first = seq.demote or seq.release_first
-                ticket.store_below = seq.demote
-                if hint is not None and not hint.demote and hint.keep_s > 0 and self.pause_demote:
-                    ticket.demote_after_s = hint.keep_s  # held, then demoted if still paused
+                if seq.release_first and self.router_sees_release:
+                    ticket.release_first = True
             flight.decode_seq = seq
             self._ingress(self.instances[decision.decode], seq)
 
