@@ -29,7 +29,10 @@ class FakeEngine:
         body = await request.json()
         rid = request.headers.get("x-request-id", "")
         sid = request.headers.get("x-session-id", "")
-        self.seen.append({"t": time.monotonic(), "id": rid, "session": sid, "body": body})
+        last = request.headers.get("x-session-last-turn")
+        self.seen.append(
+            {"t": time.monotonic(), "id": rid, "session": sid, "last": last, "body": body}
+        )
         if rid in self.fail_status:
             return web.json_response({"error": "boom"}, status=self.fail_status[rid])
         if rid in self.hang:

@@ -76,6 +76,17 @@ def test_closed_loop_waits_for_previous_turn_plus_think() -> None:
     assert body["ignore_eos"] and body["temperature"] == 0 and body["max_tokens"] == 4
 
 
+def test_each_request_says_whether_it_is_its_sessions_last_turn() -> None:
+    # The finish signal the simulator gives every policy (RequestView.last_turn).
+    eng = FakeEngine()
+    wl = Workload(
+        [Session("s", [_req("s", 0), _req("s", 1), _req("s", 2)]), Session("t", [_req("t", 0)])]
+    )
+    _run(eng, wl, time_scale=0.0)
+    last = {seen["id"]: seen["last"] for seen in eng.seen}
+    assert last == {"s-0": "false", "s-1": "false", "s-2": "true", "t-0": "true"}
+
+
 def test_time_scale_zero_skips_think_waits() -> None:
     wl = Workload([Session("s", [_req("s", 0), _req("s", 1, think=5.0)])])
     recs, wall = _run(FakeEngine(), wl, time_scale=0.0)

@@ -36,6 +36,7 @@ def test_cpu_plan_pins_one_core_per_instance(tiny_model, monkeypatch) -> None:
     assert any("share 2 cores" in n for n in plan.notes)
     s0, s2 = plan.specs[0], plan.specs[2]
     assert s0.env["VLLM_TARGET_DEVICE"] == "cpu" and s0.env["HF_HUB_OFFLINE"] == "1"
+    assert s0.env["AKVC_RELEASE_FIRST"] == "1"  # serve/vllm_release_first.py: asked per request
     assert s0.env["MY_PORT"] == f"p{s0.port}" and s0.env["SHARED"] == "x"
     assert _flag(s0.argv, "--port") == str(s0.port)
     assert _flag(s0.argv, "--block-size") == "32"
@@ -65,6 +66,7 @@ def test_cuda_plan_gives_one_gpu_each(tiny_model) -> None:
     plan = plan_fleet(FleetConfig(instances=2, gpu_memory_utilization=0.5), "cuda")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan.specs] == ["0", "1"]
     assert "VLLM_CPU_OMP_THREADS_BIND" not in plan.specs[0].env
+    assert plan.specs[0].env["AKVC_RELEASE_FIRST"] == "1"
     assert _flag(plan.specs[0].argv, "--gpu-memory-utilization") == "0.5"
     assert "--enforce-eager" not in plan.specs[0].argv
 

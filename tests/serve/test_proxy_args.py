@@ -37,6 +37,9 @@ def test_the_proxy_reads_back_the_configs_view_interval_timeout_and_roles() -> N
     assert got["upstream_timeout"] == 42.0 and list(got["roles"]) == ["prefill", "decode"]
     plain = load_config(BASE, [])
     assert "--role" not in proxy_args_for(plain)  # no roles, no --role
+    assert _parsed(proxy_args_for(plain))["finish_first"] is False
+    first = load_config(BASE, ["sim.finish_first=true"])  # on real engines too
+    assert _parsed(proxy_args_for(first))["finish_first"] is True
 
 
 def test_routers_real_starts_its_proxies_with_the_same_arguments() -> None:

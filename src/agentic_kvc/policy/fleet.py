@@ -225,7 +225,7 @@ class RouterState:
         else:  # failed before any token: the request never left the prefill instance
             self.instances[t.decision.prefill].num_requests -= 1
         t.finished = True
-        if t.release_first or t.demote_after_s is not None:  # (never, in the proxy today)
+        if t.release_first or t.demote_after_s is not None:  # (the proxy: --finish-first only)
             self._released(t, 0.0 if now is None else now)
 
     def _released(self, t: Ticket, now: float) -> None:

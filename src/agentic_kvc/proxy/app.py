@@ -49,6 +49,7 @@ from agentic_kvc.proxy.session import SOURCE_PREFIX, PrefixSessions, identify
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.proxy.stream import StreamTracker
 from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, UpstreamResponse
+from agentic_kvc.serve.vllm_release_first import XARG
 
 log = logging.getLogger("agentic_kvc.proxy")
 
@@ -329,7 +330,11 @@ class ProxyApp:
             if rid_header
             else f"{self._id_prefix}{next(self._id_counter):016x}"
         )
-        ident = identify(body, headers, self.settings.session_header)
+        try:
+            ident = identify(body, headers, self.settings.session_header)
+        except ValueError as exc:  # a finish signal that is not a boolean
+            await self._reject(send, path, 400, str(exc))
+            return
         session = ident.session
         try:
             token_ids, n_input = prompt_tokens(path, body, self.tokenizer, parsed_tokens)
@@ -371,7 +376,7 @@ class ProxyApp:
             self.prefix_sessions.remember(hashes, session)  # type: ignore[arg-type]
         turn = self.state.session_turns.get(session, 0) if session is not None else 0
         request = RequestView(
-            request_id, session, turn, n_input, max_tokens, hashes, self.block_size
+            request_id, session, turn, n_input, max_tokens, hashes, self.block_size, ident.last_turn
         )
         rec = RequestRecord(
             request_id=request_id,
@@ -397,6 +402,9 @@ class ProxyApp:
                 return
             decision.policy = decision.policy or self.settings.policy
             ticket = self.state.admit(request, decision, self.now())
+            # Finished sessions first: the decode engine frees the last turn's KV to the head of
+            # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
+            ticket.release_first = self.settings.finish_first and request.last_turn is True
             _fill_decision(rec, decision)
             if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
                 # A view that holds nothing below HBM (engines without offloading: no event
@@ -421,6 +429,7 @@ class ProxyApp:
                     await self._fail(send, path, rec, ticket, 502, rec.error or "refused")
                     return
                 retries -= 1
+                ticket.release_first = False  # the refused engine never held the prompt
                 self.state.finish(ticket)
                 if session is not None:  # the refused attempt was not a turn
                     self.state.session_turns[session] -= 1
@@ -490,15 +499,20 @@ class ProxyApp:
                 # D can still do the whole request: run it colocated there, and say why.
                 ticket = self._colocate_on_decode(ticket, rec, fallback)
                 decision = ticket.decision
-                if payload is None:
+                if ticket.release_first:
+                    payload = _encode(_with_release_first(body))
+                elif payload is None:
                     payload = _encode(body)
             else:
                 self.state.prefill_done(ticket, self.now())
                 rec.t_prefill_done = self.now()
                 rec.kv_transfer_tokens = result.kv_transfer_tokens
                 rec.prefill_cached_tokens = result.prefill_cached_tokens
-                payload = _encode(result.decode_body)
+                d_body = result.decode_body  # (P's request never carries the ask, as in sim)
+                payload = _encode(_with_release_first(d_body) if ticket.release_first else d_body)
                 pd_done = True
+        elif ticket.release_first:
+            payload = _encode(_with_release_first(body))
         elif payload is None:
             payload = _encode(body)
         assert target.pool is not None
@@ -667,6 +681,7 @@ class ProxyApp:
         """Replace a PD ticket whose prefill failed by a colocated one on its decode instance."""
         d = ticket.decision
         log.warning("request %s: PD fallback to colocated on %d: %s", rec.request_id, d.decode, why)
+        release_first, ticket.release_first = ticket.release_first, False  # (on the new one)
         self.state.finish(ticket)
         session = ticket.request.session_id
         if session is not None:  # admit counts the turn again
@@ -684,7 +699,9 @@ class ProxyApp:
         rec.pd_fallback = why
         rec.predicted_decode_cached_tokens = None
         self.metrics.decision(colo.route_class, colo.reason)
-        return self.state.admit(ticket.request, colo, self.now())
+        colocated = self.state.admit(ticket.request, colo, self.now())
+        colocated.release_first = release_first
+        return colocated
 
     def _done(self, path: str, rec: RequestRecord, ticket: Ticket, outcome: str) -> None:
         if rec.t_prefill_done is not None:
@@ -693,6 +710,13 @@ class ProxyApp:
         self.state.finish(ticket, rec.output_tokens, rec.t_done)
         self.metrics.request(path, outcome)
         self.records.add(rec)
+
+
+def _with_release_first(body: dict[str, Any]) -> dict[str, Any]:
+    """The request with vLLM's `vllm_xargs` asking the release-first plugin to free its KV to
+    the head of the free queue (a copy: a retry elsewhere re-sends the client's body)."""
+    xargs = body.get("vllm_xargs")
+    return {**body, "vllm_xargs": {**(xargs if isinstance(xargs, dict) else {}), XARG: 1}}
 
 
 def _fill_decision(rec: RequestRecord, d: Decision) -> None:

@@ -177,6 +177,14 @@ def _peer(text: str) -> dict[str, str]:
     "from the prompt.",
 )
 @click.option(
+    "--finish-first",
+    is_flag=True,
+    help="On a session's last turn (header x-session-last-turn or body metadata.last_turn), "
+    "ask the decode engine to free the turn's KV to the head of its free queue, so it is "
+    "reused before paused sessions' KV (needs engines started with AKVC_RELEASE_FIRST=1; "
+    "see docs/agents.md).",
+)
+@click.option(
     "--api-key",
     envvar="AKVC_PROXY_API_KEY",
     default=None,
@@ -215,6 +223,7 @@ def proxy(
     no_retry: bool,
     session_header: str | None,
     no_prefix_sessions: bool,
+    finish_first: bool,
     api_key: str | None,
     log_level: str,
 ) -> None:
@@ -251,6 +260,7 @@ def proxy(
             retry_refused=not no_retry,
             session_header=session_header,
             prefix_sessions=not no_prefix_sessions,
+            finish_first=finish_first,
             api_key=api_key or None,
             kv_events=list(kv_events) or None,
             kv_connector=kv_connector,  # type: ignore[arg-type]

@@ -17,6 +17,11 @@ An agent header is set by the agent for one conversation, so it outranks body fi
 gateway or SDK may fill with a per-user value. A parent session (a subagent's spawner) comes
 from `PARENT_HEADERS` or body `parent_session_id` / `metadata.parent_session_id`. Each
 request's record names the source it took (`session_source`).
+
+The session's finish signal (`RequestView.last_turn`: this turn is the session's last, so its
+KV is garbage once it ends) comes from the `x-session-last-turn` header (true/false, 1/0,
+yes/no) or the body's `metadata.last_turn` (a boolean). No agent client sends one today; the
+replay driver can (`--finish-signal`), and the simulator always knows it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ PARENT_HEADERS: tuple[bytes, ...] = (
     b"x-codex-parent-thread-id",
     b"x-claude-code-parent-agent-id",
 )
+LAST_TURN_HEADER = b"x-session-last-turn"
+_TRUE, _FALSE = frozenset(("1", "true", "yes")), frozenset(("0", "false", "no"))
 # Session source labels (RequestRecord.session_source).
 SOURCE_CONFIG = "config"
 SOURCE_PREFIX = "prefix"
@@ -58,6 +65,7 @@ class SessionIdentity:
     session: str | None
     source: str | None  # config | header:<name> | body:<field> | prefix | None (no session)
     parent: str | None = None
+    last_turn: bool | None = None  # the finish signal; None: the client did not say
 
 
 def _text(value: Any) -> str | None:
@@ -108,9 +116,30 @@ def _parent(body: Mapping[str, Any], hdrs: Mapping[bytes, str]) -> str | None:
     return found
 
 
+def _last_turn(body: Mapping[str, Any], hdrs: Mapping[bytes, str]) -> bool | None:
+    """The finish signal, or None; a value that is not a boolean is the request's error."""
+    value = hdrs.get(LAST_TURN_HEADER)
+    if value is not None:
+        word = value.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ValueError(
+            f"header {LAST_TURN_HEADER.decode()}: expected true/false, 1/0 or yes/no, got {value!r}"
+        )
+    meta = body.get("metadata")
+    found = meta.get("last_turn") if isinstance(meta, Mapping) else None
+    if found is None or isinstance(found, bool):
+        return found
+    raise ValueError(f"metadata.last_turn: expected a boolean, got {found!r}")
+
+
 # Every header and body field `identify` reads (besides the configured header): a request
 # with none of them names no session, and most requests of a client without one are such.
-_SESSION_HEADERS = frozenset(name for name, _ in AGENT_HEADERS) | frozenset(PARENT_HEADERS)
+_SESSION_HEADERS = (
+    frozenset(name for name, _ in AGENT_HEADERS)
+    | frozenset(PARENT_HEADERS)
+    | frozenset((LAST_TURN_HEADER,))
+)
 _SESSION_FIELDS = ("session_id", "metadata", "user", "parent_session_id")
 _NO_SESSION = SessionIdentity(None, None, None)
 
@@ -120,7 +149,8 @@ def identify(
     headers: Sequence[tuple[bytes, bytes]],
     session_header: str | None = None,
 ) -> SessionIdentity:
-    """The session named by configuration, agent headers or body (not the prompt fallback)."""
+    """The session named by configuration, agent headers or body (not the prompt fallback),
+    with its parent and finish signal. ValueError: a finish signal that is not a boolean."""
     if (
         not session_header
         and body.keys().isdisjoint(_SESSION_FIELDS)
@@ -129,18 +159,19 @@ def identify(
         return _NO_SESSION
     hdrs = _headers_dict(headers)
     parent = _parent(body, hdrs)
+    last = _last_turn(body, hdrs)
     if session_header:
         value = hdrs.get(session_header.lower().encode("latin-1"))
         if value:
-            return SessionIdentity(value, SOURCE_CONFIG, parent)
+            return SessionIdentity(value, SOURCE_CONFIG, parent, last)
     for name, _label in AGENT_HEADERS:
         value = hdrs.get(name)
         if value:
-            return SessionIdentity(value, f"header:{name.decode()}", parent)
+            return SessionIdentity(value, f"header:{name.decode()}", parent, last)
     found = _from_body(body)
     if found is not None:
-        return SessionIdentity(found[0], found[1], parent)
-    return SessionIdentity(None, None, parent)
+        return SessionIdentity(found[0], found[1], parent, last)
+    return SessionIdentity(None, None, parent, last)
 
 
 def session_from(body: Mapping[str, Any], headers: Sequence[tuple[bytes, bytes]]) -> str | None:

@@ -33,6 +33,10 @@ class ProxySettings:
     block_size: int | None = None  # router hashing block size; default: the engine's
     roles: list[Role] | None = None  # per engine; default all "combined"
     retry_refused: bool = True  # a refused connection is retried once on another engine
+    # Finished sessions first: a request carrying the finish signal (proxy/session.py) asks its
+    # decode engine to free its KV to the head of the free queue (vLLM with the release-first
+    # plugin, serve/vllm_release_first.py; the simulator's `sim.finish_first`).
+    finish_first: bool = False
     # Records' clock: seconds since this time.monotonic() value (default: proxy start), so a
     # run backend in the same machine can put proxy and client times on one clock.
     clock_origin: float | None = None

@@ -9,7 +9,8 @@ Agentic DAGs (`Request.depends_on`): a subagent session starts `think_s` after t
 spawned it finished, concurrently with its siblings; a join turn is sent `think_s` after its
 previous turn and every subagent it waits for finished (open loop: at its arrival or when its
 dependencies are done, whichever is later). Subagents run inside their parent's session slot
-and send `x-parent-session-id`.
+and send `x-parent-session-id`. Every request says whether it is its session's last turn
+(`x-session-last-turn`: the finish signal the simulator gives policies, proxy/session.py).
 
 `max_inflight_sessions` caps the sessions holding a slot at once (64 / 128 active agents): a
 session takes a slot when it starts and gives it back after its last turn; sessions whose start
@@ -135,6 +136,8 @@ class Replayer:
         needed = {d for deps in self._deps.values() for d in deps}
         self._done = {rid: asyncio.Event() for rid in needed}
         self._parent_of = {s.session_id: s.parent_session_id for s in workload.sessions}
+        # The finish signal (proxy/session.py), as the simulator gives it to every policy.
+        self._last_ids = {s.requests[-1].request_id for s in workload.sessions if s.requests}
         # Start order decides who queues first for a slot.
         sessions = sorted(workload.sessions, key=lambda s: (s.start_s, s.session_id))
         try:
@@ -209,7 +212,11 @@ class Replayer:
         body = completion_body(
             self.s.model, ids, req.output_tokens, req.session_id, stream=self.s.stream
         )
-        headers = {"x-session-id": req.session_id, "x-request-id": req.request_id}
+        headers = {
+            "x-session-id": req.session_id,
+            "x-request-id": req.request_id,
+            "x-session-last-turn": "true" if req.request_id in self._last_ids else "false",
+        }
         parent = self._parent_of.get(req.session_id)
         if parent is not None:
             headers["x-parent-session-id"] = parent

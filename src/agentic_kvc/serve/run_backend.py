@@ -280,7 +280,8 @@ def _fleet_for(
 
 def proxy_args_for(config: RunConfig) -> list[str]:
     """The proxy's command-line arguments that a run config fixes: its cache view, scrape
-    interval, request timeout and, under PD roles, one --role per instance (the KV events
+    interval, request timeout, finished-first eviction (`sim.finish_first`, on real engines
+    too) and, under PD roles, one --role per instance (the KV events
     endpoints come from the engines' launch plan and are added by the caller)."""
     args = [
         "--cache-view",
@@ -292,6 +293,8 @@ def proxy_args_for(config: RunConfig) -> list[str]:
     ]
     for role in config.fleet.roles or ():
         args += ["--role", role]
+    if config.sim.finish_first:  # the engines' side: serve/vllm_release_first.py
+        args.append("--finish-first")
     return args
 
 
