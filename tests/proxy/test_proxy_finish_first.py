@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentic_kvc.proxy.app import RELEASE_FIRST_XARG
 from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ServerThread
 from agentic_kvc.proxy.session import identify
@@ -16,6 +17,10 @@ from agentic_kvc.serve.vllm_release_first import XARG
 
 Fakes = list[tuple[FakeVLLM, ServerThread]]
 PROMPT = list(range(100, 164))  # 4 blocks of 16
+
+
+def test_the_proxy_asks_with_the_key_the_plugin_reads() -> None:
+    assert RELEASE_FIRST_XARG == XARG
 
 
 def _sent(fakes: Fakes) -> list[dict[str, Any]]:

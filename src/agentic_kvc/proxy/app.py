@@ -49,7 +49,6 @@ from agentic_kvc.proxy.session import SOURCE_PREFIX, PrefixSessions, identify
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.proxy.stream import StreamTracker
 from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, UpstreamResponse
-from agentic_kvc.serve.vllm_release_first import XARG
 
 log = logging.getLogger("agentic_kvc.proxy")
 
@@ -58,6 +57,9 @@ GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions"])
 JSON = b"application/json"
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
+# The `vllm_xargs` key the engines' release-first plugin reads (serve/vllm_release_first.py's
+# XARG; serve imports proxy, so it is spelled here too, and a test holds the two equal).
+RELEASE_FIRST_XARG = "akvc_release_first"
 _clock = time.monotonic
 # In `http.response.start`: write the head with the first body bytes (proxy/server.py).
 HOLD_HEADERS = "akvc.hold_headers"
@@ -716,7 +718,8 @@ def _with_release_first(body: dict[str, Any]) -> dict[str, Any]:
     """The request with vLLM's `vllm_xargs` asking the release-first plugin to free its KV to
     the head of the free queue (a copy: a retry elsewhere re-sends the client's body)."""
     xargs = body.get("vllm_xargs")
-    return {**body, "vllm_xargs": {**(xargs if isinstance(xargs, dict) else {}), XARG: 1}}
+    kept = xargs if isinstance(xargs, dict) else {}
+    return {**body, "vllm_xargs": {**kept, RELEASE_FIRST_XARG: 1}}
 
 
 def _fill_decision(rec: RequestRecord, d: Decision) -> None:
