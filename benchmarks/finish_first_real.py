@@ -29,7 +29,7 @@ import polars as pl
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json, read_jsonl
 from agentic_kvc.paired import paired_compare, request_frame
-from agentic_kvc.runs import execute
+from agentic_kvc.runs import execute, hardware_info
 from agentic_kvc.serve.run_backend import shared_fleets
 
 BASE = "config/runs/real_cpu_tiers.yaml"
@@ -111,8 +111,12 @@ def main() -> int:
     results = args.results or Path(tempfile.mkdtemp(prefix="akvc_finish_first_real_"))
     policies = args.policies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
+    t0 = time.monotonic()
     out: dict[str, Any] = {
+        "benchmark": "finish_first_real",
+        "machine": hardware_info(),
         "base": BASE,
+        "parameters": {"policies": policies, "seeds": seeds, "variants": VARIANTS},
         "command": "benchmarks/finish_first_real.py "
         + " ".join(f"--{k} {v}" for k, v in (("policies", args.policies), ("seeds", args.seeds))),
         "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap over seeds",
@@ -123,6 +127,7 @@ def main() -> int:
         runs, comparisons = run_all(backend, policies, seeds, results)
         out["runs"] += runs
         out["comparisons"] += comparisons
+        out["wall_s"] = round(time.monotonic() - t0, 1)
         atomic_write_json(args.out, out)  # what is done is kept if a later backend fails
     return 0
 

@@ -49,7 +49,9 @@ Goals and where they are stated:
   first"): TTFT p90 significantly lower than the same placement without it for some router and
   cell, TTFT and E2E p90 significantly higher for none; beside it, how often chance alone gives
   as many wins. finish_first_told: the same rule for the router's estimate told of those
-  releases against not told, and the estimate's error both ways.
+  releases against not told, and the estimate's error both ways. finish_first_real: on real
+  vLLM engines (the release-first plugin), the real hit-rate change has the simulated one's sign
+  for every router; on the real engines the same helps rule.
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

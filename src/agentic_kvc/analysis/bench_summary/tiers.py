@@ -546,3 +546,66 @@ def _helps_rule(doc: dict[str, Any], against: str) -> list[Fig]:
             f"{paired_cell(best)} ({_ff_where(best)})" if best else "none",
         ),
     ]
+
+
+def _pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -> Any:
+    return next(
+        (c for c in comps if (c["backend"], c["policy"], c["metric"]) == (backend, policy, metric)),
+        None,
+    )
+
+
+@summariser(
+    "finish_first_real",
+    "finished sessions' KV reused first on real vLLM engines, beside the simulator "
+    "(pre-registered)",
+)
+def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
+    """The two rules of docs/kv_tiers/pause_aware.md, "On real vLLM engines": the real hit-rate
+    change has the simulated one's sign for every router; and on the real engines TTFT p90
+    significantly lower somewhere, TTFT and E2E p90 significantly higher nowhere."""
+    comps = field_at(doc, "comparisons")
+    policies = sorted({str(c["policy"]) for c in comps})
+    shown, same = [], []
+    for p in policies:
+        sim, real = _pick(comps, "sim", p, "hit_rate"), _pick(comps, "vllm", p, "hit_rate")
+        if sim is None or real is None:
+            continue
+        same.append((float(sim["rel_diff"]) > 0) == (float(real["rel_diff"]) > 0))
+        shown.append(f"{p}: simulated {paired_cell(sim)}, real {paired_cell(real)}")
+    real = [c for c in comps if c["backend"] == "vllm"]
+    ttft = [c for c in real if c["metric"] == "ttft_p90"]
+    lower = [c for c in ttft if below_zero(c)]
+    higher = [c for c in real if c["metric"] in ("ttft_p90", "e2e_p90") and above_zero(c)]
+    loads = [
+        float(r["load1_replay"])
+        for r in field_at(doc, "runs")
+        if r.get("backend") == "vllm" and r.get("load1_replay") is not None
+    ]
+    return [
+        Fig(
+            "HBM hit rate, finished-first vs LRU, per router: the real change has the "
+            "simulated one's sign",
+            "; ".join(shown) or "none measured",
+            "same sign for every router",
+            verdict_of(all(same) if same else None),
+        ),
+        Fig(
+            "real engines: TTFT p90 significantly lower in",
+            f"{len(lower)} of {len(ttft)} routers"
+            + "".join(f"; {c['policy']} {paired_cell(c)}" for c in ttft),
+            "at least 1",
+            verdict_of(bool(lower) if ttft else None),
+        ),
+        Fig(
+            "real engines: TTFT or E2E p90 significantly higher in",
+            f"{len(higher)} of {2 * len(ttft)}"
+            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in higher),
+            "none",
+            verdict_of(not higher if ttft else None),
+        ),
+        Fig(
+            "machine load during the real replays (1-minute average)",
+            f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded",
+        ),
+    ]

@@ -1,0 +1,66 @@
+"""The finish_first_real benchmark's summary applies its two pre-registered rules
+(docs/kv_tiers/pause_aware.md, "On real vLLM engines"): the real hit-rate change has the
+simulated one's sign for every router; on the real engines TTFT p90 is significantly lower
+somewhere and TTFT or E2E p90 significantly higher nowhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MEASURED, NOT_MET
+from tests.analysis.test_bench_summary import summarize, verdict
+
+
+def comp(backend: str, policy: str, metric: str, rel: float, lo: float, hi: float) -> dict:
+    return {
+        "backend": backend,
+        "policy": policy,
+        "metric": metric,
+        "rel_diff": rel,
+        "ci_low": lo,
+        "ci_high": hi,
+    }
+
+
+def doc(*comps: dict, loads: tuple[float, ...] = (1.2, 2.5)) -> dict:
+    runs = [{"backend": "vllm", "load1_replay": x} for x in loads]
+    return {"benchmark": "finish_first_real", "comparisons": list(comps), "runs": runs}
+
+
+SIM_UP = [comp("sim", p, "hit_rate", 0.16, 0.05, 0.3) for p in ("a", "b")]
+REAL_UP = [comp("vllm", p, "hit_rate", 0.1, -0.02, 0.2) for p in ("a", "b")]
+FLAT = [comp("vllm", p, m, 0.02, -0.1, 0.1) for p in ("a", "b") for m in ("ttft_p90", "e2e_p90")]
+
+
+def test_the_same_sign_on_both_backends_meets_the_direction_rule(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, *FLAT))
+    assert verdict(rows, "simulated one's sign") == MET
+    direction = next(r for r in rows if "simulated one's sign" in r.measure)
+    assert "a: simulated +16.0% [+5.0, +30.0], real +10.0% [-2.0, +20.0]" in direction.value
+    # No latency gain: the second rule's first half is not met, its second half is.
+    assert verdict(rows, "TTFT p90 significantly lower in") == NOT_MET
+    assert verdict(rows, "significantly higher in") == MET
+    load = next(r for r in rows if r.measure.startswith("machine load"))
+    assert load.value == "1.2-2.5"
+
+
+def test_a_real_change_of_the_other_sign_fails_the_direction_rule(tmp_path: Path) -> None:
+    down = comp("vllm", "b", "hit_rate", -0.05, -0.2, 0.1)
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, REAL_UP[0], down, *FLAT))
+    assert verdict(rows, "simulated one's sign") == NOT_MET
+
+
+def test_a_real_gain_and_a_real_loss(tmp_path: Path) -> None:
+    gain = comp("vllm", "a", "ttft_p90", -0.2, -0.3, -0.05)
+    loss = comp("vllm", "b", "e2e_p90", 0.15, 0.02, 0.3)
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, gain, loss))
+    assert verdict(rows, "TTFT p90 significantly lower in") == MET
+    assert verdict(rows, "significantly higher in") == NOT_MET
+    higher = next(r for r in rows if "significantly higher in" in r.measure)
+    assert higher.value.startswith("1 of 2") and "b e2e_p90 +15.0%" in higher.value
+
+
+def test_only_simulated_runs_are_not_measured(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, loads=()))
+    assert verdict(rows, "simulated one's sign") == NOT_MEASURED
+    assert verdict(rows, "TTFT p90 significantly lower in") == NOT_MEASURED
