@@ -23,7 +23,7 @@ def comp(backend: str, policy: str, metric: str, rel: float, lo: float, hi: floa
 
 
 def doc(*comps: dict, loads: tuple[float, ...] = (1.2, 2.5)) -> dict:
-    runs = [{"backend": "vllm", "load1_replay": x} for x in loads]
+    runs = [{"backend": "vllm", "load1_replay": {"mean": x, "max": x + 1}} for x in loads]
     return {"benchmark": "finish_first_real", "comparisons": list(comps), "runs": runs}
 
 
@@ -41,7 +41,7 @@ def test_the_same_sign_on_both_backends_meets_the_direction_rule(tmp_path: Path)
     assert verdict(rows, "TTFT p90 significantly lower in") == NOT_MET
     assert verdict(rows, "significantly higher in") == MET
     load = next(r for r in rows if r.measure.startswith("machine load"))
-    assert load.value == "1.2-2.5"
+    assert load.value == "1.2-2.5, 3.5"
 
 
 def test_a_real_change_of_the_other_sign_fails_the_direction_rule(tmp_path: Path) -> None:
