@@ -107,13 +107,18 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--backends", default="sim,vllm", help="sim runs first: seconds")
     ap.add_argument("--results", type=Path, default=None, help="keep the run directories here")
+    ap.add_argument(
+        "--name",
+        default="finish_first_real",
+        help="the file's `benchmark` field (finish_first_real_seeds: the confirmatory seeds)",
+    )
     args = ap.parse_args()
     results = args.results or Path(tempfile.mkdtemp(prefix="akvc_finish_first_real_"))
     policies = args.policies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.monotonic()
     out: dict[str, Any] = {
-        "benchmark": "finish_first_real",
+        "benchmark": args.name,
         "machine": hardware_info(),
         "base": BASE,
         "parameters": {"policies": policies, "seeds": seeds, "variants": VARIANTS},

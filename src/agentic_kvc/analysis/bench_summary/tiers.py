@@ -560,6 +560,11 @@ def _pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -
     "finished sessions' KV reused first on real vLLM engines, beside the simulator "
     "(pre-registered)",
 )
+@summariser(
+    "finish_first_real_seeds",
+    "finished sessions' KV reused first on real vLLM engines, confirmatory run on ten more "
+    "seeds (pre-registered)",
+)
 def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
     """The two rules of docs/kv_tiers/pause_aware.md, "On real vLLM engines": the real hit-rate
     change has the simulated one's sign for every router; and on the real engines TTFT p90
