@@ -123,7 +123,10 @@ def main() -> int:
         "base": BASE,
         "parameters": {"policies": policies, "seeds": seeds, "variants": VARIANTS},
         "command": "benchmarks/finish_first_real.py "
-        + " ".join(f"--{k} {v}" for k, v in (("policies", args.policies), ("seeds", args.seeds))),
+        + " ".join(
+            f"--{k} {v}"
+            for k, v in (("policies", args.policies), ("seeds", args.seeds), ("name", args.name))
+        ),
         "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap over seeds",
         "runs": [],
         "comparisons": [],
