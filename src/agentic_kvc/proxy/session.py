@@ -21,7 +21,7 @@ request's record names the source it took (`session_source`).
 The session's finish signal (`RequestView.last_turn`: this turn is the session's last, so its
 KV is garbage once it ends) comes from the `x-session-last-turn` header (true/false, 1/0,
 yes/no) or the body's `metadata.last_turn` (a boolean). No agent client sends one today; the
-replay driver can (`--finish-signal`), and the simulator always knows it.
+replay driver sends it on every request, as the simulator gives it to every policy.
 """
 
 from __future__ import annotations
