@@ -50,7 +50,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_all(
-    backend: str, policies: list[str], seeds: list[int], results: Path
+    backend: str, policies: list[str], seeds: list[int], results: Path, extra: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     runs: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
@@ -61,7 +61,7 @@ def run_all(
                 order = list(VARIANTS) if seed % 2 == 0 else list(VARIANTS)[::-1]
                 for variant in order:
                     sets = [f"backend={backend}", f"seed={seed}", f"policy.name={policy}"]
-                    config = load_config(BASE, [*sets, VARIANTS[variant]])
+                    config = load_config(BASE, [*sets, *extra, VARIANTS[variant]])
                     t0 = time.monotonic()
                     run_dir = execute(config, results)
                     rows = list(read_jsonl(run_dir / "requests.jsonl"))
@@ -112,6 +112,9 @@ def main() -> int:
         default="finish_first_real",
         help="the file's `benchmark` field (finish_first_real_seeds: the confirmatory seeds)",
     )
+    ap.add_argument(
+        "--set", action="append", default=[], help="a config override for every run (repeat)"
+    )
     args = ap.parse_args()
     results = args.results or Path(tempfile.mkdtemp(prefix="akvc_finish_first_real_"))
     policies = args.policies.split(",")
@@ -126,13 +129,14 @@ def main() -> int:
         + " ".join(
             f"--{k} {v}"
             for k, v in (("policies", args.policies), ("seeds", args.seeds), ("name", args.name))
-        ),
+        )
+        + "".join(f" --set {s}" for s in args.set),
         "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap over seeds",
         "runs": [],
         "comparisons": [],
     }
     for backend in args.backends.split(","):
-        runs, comparisons = run_all(backend, policies, seeds, results)
+        runs, comparisons = run_all(backend, policies, seeds, results, args.set)
         out["runs"] += runs
         out["comparisons"] += comparisons
         out["wall_s"] = round(time.monotonic() - t0, 1)
