@@ -37,18 +37,6 @@ METRICS = ("hit_rate", "ttft_p50", "ttft_p90", "e2e_p90")
 VARIANTS = {"lru": "sim.finish_first=false", "finish_first": "sim.finish_first=true"}
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in rows if not r.get("error")]
-    prompt = sum(r.get("input_tokens") or 0 for r in ok)
-    ttfts = sorted(r["ttft_s"] for r in ok if r.get("ttft_s") is not None)
-    return {
-        "requests": len(rows),
-        "errors": len(rows) - len(ok),
-        "hit_rate": sum(r.get("cached_tokens") or 0 for r in ok) / prompt if prompt else None,
-        "ttft_p90_s": ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None,
-    }
-
-
 def run_all(
     backend: str, policies: list[str], seeds: list[int], results: Path, extra: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -67,6 +55,7 @@ def run_all(
                     rows = list(read_jsonl(run_dir / "requests.jsonl"))
                     manifest = json.loads((run_dir / "manifest.json").read_text())
                     load = manifest.get("backend_info", {}).get("host_load", {})
+                    overall = json.loads((run_dir / "summary.json").read_text())["overall"]
                     info = {
                         "backend": backend,
                         "policy": policy,
@@ -75,7 +64,10 @@ def run_all(
                         "run_id": run_dir.name,
                         "wall_s": round(time.monotonic() - t0, 1),
                         "load1_replay": load.get("replay", {}).get("load1"),
-                        **_summary(rows),
+                        "requests": overall["count"],
+                        "errors": overall["errors"],
+                        "hit_rate": overall["prefix_hit_rate"],
+                        "ttft_p90_s": overall["ttft_s"]["p90"],
                     }
                     runs.append(info)
                     print(json.dumps(info), flush=True)

@@ -25,12 +25,11 @@ from typing import Any
 import httpx
 import pytest
 
-from agentic_kvc.config import FleetConfig
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
 from agentic_kvc.serve.launcher import VllmFleet
 from agentic_kvc.serve.vllm_release_first import ENV
-from tests.integration.test_real_vllm_kv_tier import BLOCK, HBM_TOKENS, _await, complete
+from tests.integration.test_real_vllm_kv_tier import BLOCK, _await, complete, small_engine
 
 pytestmark = pytest.mark.vllm  # about a minute: the only real check of the flagged path
 A_BLOCKS, F_BLOCKS, C_TOKENS = 40, 40, 2400
@@ -38,13 +37,7 @@ A_BLOCKS, F_BLOCKS, C_TOKENS = 40, 40, 2400
 
 @pytest.fixture(scope="module")
 def engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmFleet]:
-    cfg = FleetConfig(
-        instances=1,
-        model=str(tiny_model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        kv_cache_tokens=HBM_TOKENS,
-    )
+    cfg = small_engine(tiny_model)
     logs = tmp_path_factory.mktemp("finish_first_logs")
     with VllmFleet.from_config(cfg, logs, device="cpu", startup_timeout_s=400) as fleet:
         assert fleet.plan.specs[0].env[ENV] == "1"  # the launcher turns the plugin on

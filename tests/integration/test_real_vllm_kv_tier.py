@@ -42,6 +42,18 @@ PROMPT = 3000
 ROUNDS = 5  # the median of 5 pairs: one slow round on a loaded host does not decide it
 
 
+def small_engine(tiny_model: Path, **more: Any) -> FleetConfig:
+    """One tiny-model engine with the small KV cache these tests spill out of (HBM_TOKENS)."""
+    return FleetConfig(
+        instances=1,
+        model=str(tiny_model),
+        block_size=BLOCK,
+        max_num_seqs=8,
+        kv_cache_tokens=HBM_TOKENS,
+        **more,
+    )
+
+
 def counters(url: str) -> dict[str, float]:
     """The engine's counters that say where prompt tokens came from, summed over labels
     other than `source`."""
@@ -129,14 +141,7 @@ def kv() -> KVLaunch:
 def tier_engine(
     tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, kv: KVLaunch
 ) -> Iterator[VllmFleet]:
-    cfg = FleetConfig(
-        instances=1,
-        model=str(tiny_model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        kv_cache_tokens=HBM_TOKENS,
-        kv_tiers=KVTiersConfig(host_gib=1 / 16, write_through=True),
-    )
+    cfg = small_engine(tiny_model, kv_tiers=KVTiersConfig(host_gib=1 / 16, write_through=True))
     logs = tmp_path_factory.mktemp("kv_tier_logs")
     with VllmFleet.from_config(
         cfg,

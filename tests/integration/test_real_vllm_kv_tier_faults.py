@@ -31,10 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from agentic_kvc.config import FleetConfig, KVTiersConfig
+from agentic_kvc.config import KVTiersConfig
 from agentic_kvc.serve.host_copy_offload_connector import FAULT_FILE_ENV
 from agentic_kvc.serve.launcher import VllmFleet
-from tests.integration.test_real_vllm_kv_tier import BLOCK, HBM_TOKENS, complete, counters
+from tests.integration.test_real_vllm_kv_tier import BLOCK, complete, counters, small_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.reliability]
 PROMPT = 3000
@@ -66,12 +66,8 @@ def engine(
 ) -> Iterator[tuple[VllmFleet, Path, Path]]:
     fault_file = tmp_path_factory.mktemp("kv_tier_fault") / "fault"
     disk = tier_dir[0] / "kv"
-    cfg = FleetConfig(
-        instances=1,
-        model=str(tiny_model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        kv_cache_tokens=HBM_TOKENS,
+    cfg = small_engine(
+        tiny_model,
         # 64 MiB of slots in a 64 MiB file system: the file is sparse, so it fills as written
         # (the tests before the disk-full one use about 40 MiB of it).
         kv_tiers=KVTiersConfig(disk_gib=1 / 16, disk_path=str(disk), write_through=True),

@@ -501,10 +501,6 @@ class ProxyApp:
                 # D can still do the whole request: run it colocated there, and say why.
                 ticket = self._colocate_on_decode(ticket, rec, fallback)
                 decision = ticket.decision
-                if ticket.release_first:
-                    payload = _encode(_with_release_first(body))
-                elif payload is None:
-                    payload = _encode(body)
             else:
                 self.state.prefill_done(ticket, self.now())
                 rec.t_prefill_done = self.now()
@@ -513,10 +509,11 @@ class ProxyApp:
                 d_body = result.decode_body  # (P's request never carries the ask, as in sim)
                 payload = _encode(_with_release_first(d_body) if ticket.release_first else d_body)
                 pd_done = True
-        elif ticket.release_first:
-            payload = _encode(_with_release_first(body))
-        elif payload is None:
-            payload = _encode(body)
+        if not pd_done:  # colocated, or D alone after a failed prefill
+            if ticket.release_first:
+                payload = _encode(_with_release_first(body))
+            elif payload is None:
+                payload = _encode(body)
         assert target.pool is not None
         up_headers = {"content-type": "application/json", "x-request-id": rec.request_id}
         try:

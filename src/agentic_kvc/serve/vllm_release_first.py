@@ -13,8 +13,9 @@ They still hit until an allocation takes them, as `BlockPool.release_first` in `
 models.
 
 Loaded by vLLM from the `vllm.general_plugins` entry point in every vLLM process; it patches
-only where `AKVC_RELEASE_FIRST=1` is set in the engine's environment (the launcher sets it with
-`fleet.finish_first`), so other engines run vLLM unchanged. Written against vLLM 0.32; on a
+only where `AKVC_RELEASE_FIRST=1` is set in the engine's environment (serve/launcher.py sets it
+on every engine it starts; a request without the flag takes vLLM's own path), so engines started
+otherwise run vLLM unchanged. Written against vLLM 0.32; on a
 vLLM without these internals it logs why and patches nothing. A request whose blocks vLLM must
 free later (`defer_block_free`: a KV consumer with several batches in flight) is freed the
 usual way.
