@@ -11,6 +11,13 @@ and the machine's load is recorded per run. The same configs run on the simulato
 (`backend=sim`). Paired per router over seeds (agentic_kvc.paired.paired_compare: 95% two-level
 bootstrap): HBM hit rate, TTFT p50 / p90, E2E p90.
 
+`--replicates N` runs each seed's pair N times (the variants' order alternating from one
+replicate to the next) and pairs on (seed, replicate): on a shared 2-core machine one real run's
+TTFT p90 (the 5th slowest of ~45 requests) moves with the machine's state as much as with the
+variant, so a pair of single runs per seed under-states what a rerun would show
+(docs/kv_tiers/pause_aware.md, "Where the real tail loss comes from"). The simulator is
+deterministic: its replicates would be copies, so it runs once per seed whatever N.
+
     flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/finish_first_real.py \\
         --out results/bench/finish_first_real.json
 """
@@ -38,20 +45,28 @@ VARIANTS = {"lru": "sim.finish_first=false", "finish_first": "sim.finish_first=t
 
 
 def run_all(
-    backend: str, policies: list[str], seeds: list[int], results: Path, extra: list[str]
+    backend: str,
+    policies: list[str],
+    seeds: list[int],
+    results: Path,
+    extra: list[str],
+    replicates: int = 1,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     runs: list[dict[str, Any]] = []
     comparisons: list[dict[str, Any]] = []
+    reps = 1 if backend == "sim" else replicates
     with shared_fleets():
         for policy in policies:
             frames = []
-            for seed in seeds:
-                order = list(VARIANTS) if seed % 2 == 0 else list(VARIANTS)[::-1]
+            for seed, rep in ((s, r) for s in seeds for r in range(reps)):
+                order = list(VARIANTS) if (seed + rep) % 2 == 0 else list(VARIANTS)[::-1]
                 for variant in order:
                     sets = [f"backend={backend}", f"seed={seed}", f"policy.name={policy}"]
                     config = load_config(BASE, [*sets, *extra, VARIANTS[variant]])
                     t0 = time.monotonic()
-                    run_dir = execute(config, results)
+                    # A replicate is the same config, so the same run id: its own folder, or
+                    # `execute` would hand back the first replicate's complete run.
+                    run_dir = execute(config, results / f"replicate{rep}" if reps > 1 else results)
                     rows = list(read_jsonl(run_dir / "requests.jsonl"))
                     manifest = json.loads((run_dir / "manifest.json").read_text())
                     load = manifest.get("backend_info", {}).get("host_load", {})
@@ -60,6 +75,7 @@ def run_all(
                         "backend": backend,
                         "policy": policy,
                         "seed": seed,
+                        "replicate": rep,
                         "variant": variant,
                         "run_id": run_dir.name,
                         "wall_s": round(time.monotonic() - t0, 1),
@@ -75,12 +91,15 @@ def run_all(
                         request_frame(rows).with_columns(
                             pl.lit(variant).alias("variant"),
                             pl.lit(seed).alias("seed"),
+                            pl.lit(rep).alias("replicate"),
                             pl.lit(config.fleet.instances).alias("instances"),
                         )
                     )
             frame = pl.concat(frames)
             for metric in METRICS:
-                r = paired_compare(frame, "lru", "finish_first", metric).to_row()
+                r = paired_compare(
+                    frame, "lru", "finish_first", metric, pair_on=("seed", "replicate")
+                ).to_row()
                 r.update(backend=backend, policy=policy)
                 comparisons.append(r)
                 print(
@@ -100,6 +119,12 @@ def main() -> int:
     ap.add_argument("--backends", default="sim,vllm", help="sim runs first: seconds")
     ap.add_argument("--results", type=Path, default=None, help="keep the run directories here")
     ap.add_argument(
+        "--replicates",
+        type=int,
+        default=1,
+        help="real runs of each seed's pair (paired on seed and replicate; the simulator once)",
+    )
+    ap.add_argument(
         "--name",
         default="finish_first_real",
         help="the file's `benchmark` field (finish_first_real_seeds: the confirmatory seeds)",
@@ -116,19 +141,26 @@ def main() -> int:
         "benchmark": args.name,
         "machine": hardware_info(),
         "base": BASE,
-        "parameters": {"policies": policies, "seeds": seeds, "variants": VARIANTS},
+        "parameters": {
+            "policies": policies,
+            "seeds": seeds,
+            "replicates": args.replicates,
+            "variants": VARIANTS,
+        },
         "command": "benchmarks/finish_first_real.py "
         + " ".join(
             f"--{k} {v}"
             for k, v in (("policies", args.policies), ("seeds", args.seeds), ("name", args.name))
         )
+        + (f" --replicates {args.replicates}" if args.replicates > 1 else "")
         + "".join(f" --set {s}" for s in args.set),
-        "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap over seeds",
+        "paired": "agentic_kvc.paired.paired_compare, 95% two-level bootstrap over (seed, "
+        "replicate) pairs",
         "runs": [],
         "comparisons": [],
     }
     for backend in args.backends.split(","):
-        runs, comparisons = run_all(backend, policies, seeds, results, args.set)
+        runs, comparisons = run_all(backend, policies, seeds, results, args.set, args.replicates)
         out["runs"] += runs
         out["comparisons"] += comparisons
         out["wall_s"] = round(time.monotonic() - t0, 1)
