@@ -64,3 +64,39 @@ def test_only_simulated_runs_are_not_measured(tmp_path: Path) -> None:
     rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, loads=()))
     assert verdict(rows, "simulated one's sign") == NOT_MEASURED
     assert verdict(rows, "TTFT p90 significantly lower in") == NOT_MEASURED
+
+
+def test_replicates_show_the_per_pair_spread(tmp_path: Path) -> None:
+    # Seed 1: up in both replicates; seed 2: down in both; seed 3: one each way.
+    p90 = {(1, 0): (1.0, 1.5), (1, 1): (1.0, 1.2), (2, 0): (2.0, 1.0), (2, 1): (1.0, 0.5)}
+    p90 |= {(3, 0): (1.0, 2.0), (3, 1): (2.0, 1.0)}
+    runs = [
+        {
+            "backend": "vllm",
+            "policy": "a",
+            "seed": seed,
+            "replicate": rep,
+            "variant": variant,
+            "ttft_p90_s": value,
+            "load1_replay": {"mean": 1.0, "max": 2.0},
+        }
+        for (seed, rep), pair in p90.items()
+        for variant, value in zip(("lru", "finish_first"), pair, strict=True)
+    ]
+    d = doc(*SIM_UP, *REAL_UP, *FLAT) | {"runs": runs, "benchmark": "finish_first_real_replicates"}
+    rows = summarize(tmp_path, "finish_first_real_replicates", d)
+    spread = next(r for r in rows if "per (seed, replicate) pair" in r.measure)
+    assert spread.value == (
+        "median x0.85, range x0.50-x2.00; above 1 in 3 of 6 pairs; above 1 in every replicate "
+        "for seeds 1, below 1 in every replicate for seeds 2 (of 3 seeds)"
+    )
+
+
+def test_one_replicate_adds_no_spread_row(tmp_path: Path) -> None:
+    runs = [
+        {"backend": "vllm", "policy": "a", "seed": 1, "replicate": 0, "variant": v}
+        | {"ttft_p90_s": 1.0, "load1_replay": {"mean": 1.0, "max": 2.0}}
+        for v in ("lru", "finish_first")
+    ]
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, *FLAT) | {"runs": runs})
+    assert not [r for r in rows if "per (seed, replicate) pair" in r.measure]

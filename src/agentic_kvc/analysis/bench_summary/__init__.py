@@ -52,7 +52,8 @@ Goals and where they are stated:
   releases against not told, and the estimate's error both ways. finish_first_real: on real
   vLLM engines (the release-first plugin), the real hit-rate change has the simulated one's sign
   for every router; on the real engines the same helps rule (finish_first_real_seeds: the
-  confirmatory run on ten more seeds).
+  confirmatory run on ten more seeds; finish_first_real_replicates: those seeds three times
+  over, paired on seed and replicate, with the per-pair spread of the TTFT p90 change).
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

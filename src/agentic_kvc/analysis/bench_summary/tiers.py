@@ -5,6 +5,7 @@ the step costs, where sessions open; goals 1 and 2 over many seeds)."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -548,6 +549,41 @@ def _helps_rule(doc: dict[str, Any], against: str) -> list[Fig]:
     ]
 
 
+def _replicate_spread(runs: list[dict[str, Any]]) -> list[Fig]:
+    """With real replicates (`--replicates`): per router, the ratio of the two variants' TTFT
+    p90 per (seed, replicate) pair, and the seeds where it is above 1 in every replicate (a
+    single pair per seed hides how much a rerun moves it)."""
+    real = [r for r in runs if r.get("backend") == "vllm" and "replicate" in r]
+    if len({r["replicate"] for r in real}) < 2:
+        return []
+    p90: dict[tuple[str, int, int], dict[str, float]] = {}
+    for r in real:
+        key = (str(r["policy"]), int(r["seed"]), int(r["replicate"]))
+        p90.setdefault(key, {})[str(r["variant"])] = float(r["ttft_p90_s"])
+    figs = []
+    for policy in sorted({k[0] for k in p90}):
+        ratios: dict[int, list[float]] = {}
+        for (p, seed, _rep), v in sorted(p90.items()):
+            if p == policy and {"lru", "finish_first"} <= v.keys() and v["lru"] > 0:
+                ratios.setdefault(seed, []).append(v["finish_first"] / v["lru"])
+        flat = sorted(x for xs in ratios.values() for x in xs)
+        if not flat:
+            continue
+        always = [s for s, xs in ratios.items() if all(x > 1 for x in xs)]
+        never = [s for s, xs in ratios.items() if all(x < 1 for x in xs)]
+        figs.append(
+            Fig(
+                f"{policy}, real: TTFT p90 finished-first / LRU per (seed, replicate) pair",
+                f"median x{statistics.median(flat):.2f}, range x{flat[0]:.2f}-x{flat[-1]:.2f}; "
+                f"above 1 in {sum(x > 1 for x in flat)} of {len(flat)} pairs; above 1 in every "
+                f"replicate for seeds {', '.join(map(str, always)) or 'none'}, below 1 in "
+                f"every replicate for seeds {', '.join(map(str, never)) or 'none'} "
+                f"(of {len(ratios)} seeds)",
+            )
+        )
+    return figs
+
+
 def _pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -> Any:
     return next(
         (c for c in comps if (c["backend"], c["policy"], c["metric"]) == (backend, policy, metric)),
@@ -564,6 +600,11 @@ def _pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -
     "finish_first_real_seeds",
     "finished sessions' KV reused first on real vLLM engines, confirmatory run on ten more "
     "seeds (pre-registered)",
+)
+@summariser(
+    "finish_first_real_replicates",
+    "finished sessions' KV reused first on real vLLM engines, the confirmatory seeds three "
+    "times over, paired on seed and replicate (pre-registered)",
 )
 def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
     """The two rules of docs/kv_tiers/pause_aware.md, "On real vLLM engines": the real hit-rate
@@ -588,6 +629,7 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
         if r.get("backend") == "vllm" and isinstance(r.get("load1_replay"), dict)
     ]
     return [
+        *_replicate_spread(field_at(doc, "runs")),
         Fig(
             "HBM hit rate, finished-first vs LRU, per router: the real change has the "
             "simulated one's sign",
