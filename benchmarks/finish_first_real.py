@@ -133,6 +133,8 @@ def main() -> int:
         "--set", action="append", default=[], help="a config override for every run (repeat)"
     )
     args = ap.parse_args()
+    if args.replicates < 1:
+        ap.error(f"--replicates must be >= 1, got {args.replicates}")
     results = args.results or Path(tempfile.mkdtemp(prefix="akvc_finish_first_real_"))
     policies = args.policies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
