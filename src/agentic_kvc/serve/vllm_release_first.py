@@ -10,7 +10,12 @@ a request carrying `vllm_xargs: {"akvc_release_first": 1}` (the proxy adds it on
 last turn with `--finish-first`) frees its blocks to the free queue's *head*
 (`FreeKVCacheBlockQueue.prepend_n`), in the order vLLM would have appended them (tail first).
 They still hit until an allocation takes them, as `BlockPool.release_first` in `sim/blocks.py`
-models.
+models. One difference from the simulator: vLLM keeps never-used and unhashed free blocks at
+the queue's head too, and `prepend_n` puts the released blocks before them, so here they are
+reused before never-used blocks, where the simulator takes never-used blocks first. It matters
+only while an engine still has never-used blocks (the first minutes of a large GPU pool; the
+tiny CPU engines of the real runs fill within a few requests); inserting after the unhashed
+head would need a walk over it per release.
 
 Loaded by vLLM from the `vllm.general_plugins` entry point in every vLLM process; it patches
 only where `AKVC_RELEASE_FIRST=1` is set in the engine's environment (serve/launcher.py sets it
