@@ -54,6 +54,8 @@ Goals and where they are stated:
   for every router; on the real engines the same helps rule (finish_first_real_seeds: the
   confirmatory run on ten more seeds; finish_first_real_replicates: those seeds three times
   over, paired on seed and replicate, with the per-pair spread of the TTFT p90 change).
+- estimate_view_gap: none (the estimated cache view against the exact one on the tiers study's
+  traces: whether its errors move predicted_ttft, and each view's error in expected HBM hits).
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

@@ -659,3 +659,73 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
             else "not recorded",
         ),
     ]
+
+
+@summariser(
+    "estimate_view_gap",
+    "the estimated cache view against the exact one (KV events) on the tiers study's traces",
+)
+def _estimate_view_gap(doc: dict[str, Any]) -> list[Fig]:
+    """Per cell: what the exact view changes for predicted_ttft (TTFT p90, and whether any
+    decision moved), the gap to sticky_least_loaded with each view, and how far each view's
+    expected HBM hit is from the engine's (docs/kv_tiers/study_followups.md, "The estimated
+    view's errors")."""
+    comps = field_at(doc, "comparisons")
+    runs = field_at(doc, "runs")
+    cells = sorted({(str(c["workload"]), float(c["host_gib"])) for c in comps})
+
+    def comp(cell: tuple[str, float], base: str, cand: str) -> dict[str, Any] | None:
+        return next(
+            (
+                c
+                for c in comps
+                if (c["workload"], float(c["host_gib"])) == cell
+                and (c["baseline"], c["candidate"], c["metric"]) == (base, cand, "ttft_p90")
+            ),
+            None,
+        )
+
+    def error(cell: tuple[str, float], variant: str) -> str:
+        rs = [
+            r
+            for r in runs
+            if (r["workload"], float(r["host_gib"]), r["variant"]) == (*cell, variant)
+            and r.get("over_share") is not None
+        ]
+        if not rs:
+            return "-"
+        over = sum(float(r["over_share"]) for r in rs) / len(rs)
+        under = sum(float(r["under_share"]) for r in rs) / len(rs)
+        return f"{pct(over)} over / {pct(under)} under"
+
+    figs = []
+    for cell in cells:
+        where = f"{cell[0]}, host {cell[1]:g} GiB"
+        exact = comp(cell, "predicted_ttft", "predicted_ttft_exact")
+        est_gap = comp(cell, "sticky_least_loaded", "predicted_ttft")
+        exact_gap = comp(cell, "sticky_least_loaded", "predicted_ttft_exact")
+        if exact is None or est_gap is None or exact_gap is None:
+            continue
+        same = int(exact.get("n_differ", -1)) == 0
+        figs.append(
+            Fig(
+                f"{where}: predicted_ttft TTFT p90, exact view vs estimated",
+                "every request placed as with the estimate, TTFT identical"
+                if same
+                else paired_cell(exact),
+            )
+        )
+        figs.append(
+            Fig(
+                f"{where}: predicted_ttft vs sticky_least_loaded, TTFT p90, estimated / exact",
+                f"{paired_cell(est_gap)} / {paired_cell(exact_gap)}",
+            )
+        )
+        figs.append(
+            Fig(
+                f"{where}: expected HBM hit minus the engine's, share of prompt tokens "
+                "(predicted_ttft), estimated; exact",
+                f"{error(cell, 'predicted_ttft')}; {error(cell, 'predicted_ttft_exact')}",
+            )
+        )
+    return figs
