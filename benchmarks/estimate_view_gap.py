@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pause_aware import confirm_cells, run_one  # a sibling script (benchmarks/ is on the path)
+from pause_aware import confirm_cells, run_in_cell  # a sibling script (benchmarks/ is on the path)
 
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.io import atomic_write_json
@@ -90,21 +90,15 @@ def main() -> int:
             frames = []
             for variant, (policy, extra) in VARIANTS.items():
                 for i, rep in enumerate(reps):
-                    run_sets = [
-                        *sets,
-                        f"policy.name={policy}",
-                        f"fleet.kv_tiers.host_gib={host}",
-                        override_item(key, rep),
-                        *extra,
-                    ]
-                    rows, info = run_one(run_sets, base)
-                    ttfts = sorted(r["ttft_s"] for r in rows if r.get("ttft_s") is not None)
+                    rows, info = run_in_cell(
+                        base, sets, policy, host, override_item(key, rep), extra
+                    )
                     row = {
                         "workload": name,
                         "host_gib": host,
                         "variant": variant,
                         "replicate": rep,
-                        "ttft_p90_s": ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None,
+                        "ttft_p90_s": info["ttft_p90_s"],
                         "hbm_token_share": info["hbm_token_share"],
                         "cpu_s": info["cpu_s"],
                         **estimate_error(rows),

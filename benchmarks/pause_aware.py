@@ -199,6 +199,26 @@ def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], d
     return rows, info
 
 
+def run_in_cell(
+    base: Path, sets: list[str], policy: str, host_gib: float, replicate: str, extra: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One run of a cell (`run_one`): its overrides, then the policy, the host tier (GiB per
+    GPU), the replicate's override and the variant's; its info also carries those overrides
+    (`sets`) and the run's TTFT p90 (the order statistic)."""
+    run_sets = [
+        *sets,
+        f"policy.name={policy}",
+        f"fleet.kv_tiers.host_gib={host_gib}",
+        replicate,
+        *extra,
+    ]
+    rows, info = run_one(run_sets, base)
+    ttfts = sorted(r["ttft_s"] for r in rows if r.get("ttft_s") is not None)
+    info["sets"] = run_sets
+    info["ttft_p90_s"] = ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None
+    return rows, info
+
+
 def measure(
     policy: str,
     cell_list: list[Cell],
@@ -214,24 +234,16 @@ def measure(
             frames = []
             for placement, extra in placements.items():
                 for i, rep in enumerate(reps):
-                    run_sets = [
-                        *sets,
-                        f"policy.name={policy}",
-                        f"fleet.kv_tiers.host_gib={host}",
-                        override_item(key, rep),
-                        *extra,
-                    ]
-                    rows, info = run_one(run_sets, base)
-                    ttfts = sorted(r["ttft_s"] for r in rows if r.get("ttft_s") is not None)
+                    rows, info = run_in_cell(
+                        base, sets, policy, host, override_item(key, rep), extra
+                    )
                     info.update(
                         policy=policy,
                         workload=name,
                         host_gib=host,
                         placement=placement,
                         replicate=rep,
-                        sets=run_sets,
                     )
-                    info["ttft_p90_s"] = ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else None
                     runs.append(info)
                     print(
                         f"{policy} {name} host {host:g} {placement:6s} {key} {rep}: TTFT p90 ~"
