@@ -100,3 +100,10 @@ def test_one_replicate_adds_no_spread_row(tmp_path: Path) -> None:
     ]
     rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, *FLAT) | {"runs": runs})
     assert not [r for r in rows if "per (seed, replicate) pair" in r.measure]
+
+
+def test_a_single_replicate_run_says_so(tmp_path: Path) -> None:
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, *FLAT))
+    assert any(r.measure == "real runs per seed and variant" for r in rows)
+    rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, loads=()))
+    assert not any(r.measure == "real runs per seed and variant" for r in rows)

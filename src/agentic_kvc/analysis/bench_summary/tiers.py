@@ -628,8 +628,20 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
         for r in field_at(doc, "runs")
         if r.get("backend") == "vllm" and isinstance(r.get("load1_replay"), dict)
     ]
+    spread = _replicate_spread(field_at(doc, "runs"))
     return [
-        *_replicate_spread(field_at(doc, "runs")),
+        *spread,
+        *(
+            []
+            if spread or not ttft
+            else [
+                Fig(
+                    "real runs per seed and variant",
+                    "1: a rerun of the same pairs can move a pair's TTFT p90 several fold "
+                    "(finish_first_real_replicates runs each pair three times)",
+                )
+            ]
+        ),
         Fig(
             "HBM hit rate, finished-first vs LRU, per router: the real change has the "
             "simulated one's sign",
