@@ -39,6 +39,16 @@ rule report:
 # images it published before and writes the current ones.
 REPORT_FIGURES = "report_figures"
 
+# The code that turns records into REPORT.md: inputs, so that an edit to an analysis or summary
+# module re-renders the report (Snakemake's code trigger sees the rule's own code only).
+REPORT_CODE = sorted(
+    [
+        *(str(p) for p in Path("src/agentic_kvc/analysis").rglob("*.py")),
+        "src/agentic_kvc/paired.py",
+        "workflow/scripts/render_report.py",
+    ]
+)
+
 
 rule render_report:
     """Render REPORT.md (and the per-run page it links to); every number in them is computed
@@ -50,6 +60,7 @@ rule render_report:
         records=run_outputs("requests.jsonl") + archived_records(),
         notebooks=expand(f"{RESULTS}/notebooks/{{notebook}}.ipynb", notebook=config["notebooks"]),
         bench=REPORT_BENCH,
+        code=REPORT_CODE,
     output:
         report="REPORT.md",
         runs=f"{RESULTS}/report/runs.md",
