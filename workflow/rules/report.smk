@@ -40,13 +40,16 @@ rule report:
 REPORT_FIGURES = "report_figures"
 
 # The code that turns records into REPORT.md: inputs, so that an edit to an analysis or summary
-# module re-renders the report (Snakemake's code trigger sees the rule's own code only).
+# module re-renders the report (Snakemake's code trigger sees the rule's own code only). Those
+# of a checkout only: a workflow run against an installed package has no src/ to watch.
 REPORT_CODE = sorted(
-    [
+    p
+    for p in [
         *(str(p) for p in Path("src/agentic_kvc/analysis").rglob("*.py")),
         "src/agentic_kvc/paired.py",
         "workflow/scripts/render_report.py",
     ]
+    if Path(p).is_file()
 )
 
 
