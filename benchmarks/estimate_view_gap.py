@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pause_aware import confirm_cells, run_in_cell  # a sibling script (benchmarks/ is on the path)
+from pause_aware import (
+    confirm_cells,
+    estimate_error,
+    run_in_cell,
+)  # a sibling script (benchmarks/ is on the path)
 
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.io import atomic_write_json
@@ -52,24 +56,6 @@ COMPARE = [
 ]
 METRICS = ("ttft_p90", "e2e_p90", "hit_rate")
 HOSTS = [0.0, 16.0]
-
-
-def estimate_error(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The view's expected HBM hit on the chosen instance against the engine's, as shares of
-    all prompt tokens: over-predicted and under-predicted apart (colocated requests)."""
-    n_in = sum(r["input_tokens"] or 0 for r in rows)
-    d = [
-        r["predicted_cached_tokens"] - (r["cached_tokens"] or 0)
-        for r in rows
-        if r.get("predicted_cached_tokens") is not None and not r.get("disaggregated")
-    ]
-    if not d or not n_in:
-        return {"over_share": None, "under_share": None, "requests_over": None}
-    return {
-        "over_share": sum(x for x in d if x > 0) / n_in,
-        "under_share": -sum(x for x in d if x < 0) / n_in,
-        "requests_over": sum(x > 0 for x in d) / len(d),
-    }
 
 
 def main() -> int:
@@ -101,7 +87,7 @@ def main() -> int:
                         "ttft_p90_s": info["ttft_p90_s"],
                         "hbm_token_share": info["hbm_token_share"],
                         "cpu_s": info["cpu_s"],
-                        **estimate_error(rows),
+                        **{k: v for k, v in estimate_error(rows).items() if k != "share"},
                     }
                     runs.append(row)
                     print(row, flush=True)

@@ -160,6 +160,26 @@ def confirm_cells() -> list[Cell]:
     return out
 
 
+def estimate_error(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """How far the router's expected HBM hit on the chosen instance is from the engine's, as
+    shares of all prompt tokens (colocated requests): in all (`share`), over-predicted and
+    under-predicted apart, and the share of requests over-predicted. None without predictions."""
+    n_in = sum(r["input_tokens"] or 0 for r in rows)
+    d = [
+        r["predicted_cached_tokens"] - (r["cached_tokens"] or 0)
+        for r in rows
+        if r.get("predicted_cached_tokens") is not None and not r.get("disaggregated")
+    ]
+    if not d or not n_in:
+        return dict.fromkeys(("share", "over_share", "under_share", "requests_over"))
+    return {
+        "share": sum(abs(x) for x in d) / n_in,
+        "over_share": sum(x for x in d if x > 0) / n_in,
+        "under_share": -sum(x for x in d if x < 0) / n_in,
+        "requests_over": sum(x > 0 for x in d) / len(d),
+    }
+
+
 def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     config = load_config(base, sets)
     workload = load_workload(config.workload, config.seed)
@@ -174,16 +194,9 @@ def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], d
         for k, v in inst.demoted.items():
             demoted[k] += v
     demoted["finished_first"] = sum(inst.finished_first for inst in fleet.instances)
-    # How far the router's estimate of the chosen instance's HBM hit is from the engine's,
-    # as a share of prompt tokens (colocated requests; the estimated view's error).
-    est = [
-        abs(r["predicted_cached_tokens"] - (r["cached_tokens"] or 0))
-        for r in rows
-        if r.get("predicted_cached_tokens") is not None and not r.get("disaggregated")
-    ]
     info = {
         "instances": config.fleet.instances,
-        "estimate_error_share": sum(est) / n_in if est else None,
+        "estimate_error_share": estimate_error(rows)["share"],
         "cpu_s": cpu,
         "requests": len(rows),
         "errors": sum(1 for r in rows if r.get("error")),

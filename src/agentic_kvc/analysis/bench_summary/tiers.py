@@ -637,8 +637,8 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
             else [
                 Fig(
                     "real runs per seed and variant",
-                    "1: a rerun of the same pairs can move a pair's TTFT p90 several fold "
-                    "(finish_first_real_replicates runs each pair three times)",
+                    "1: the intervals carry no rerun-to-rerun spread of a pair "
+                    "(finish_first_real_replicates repeats the pairs)",
                 )
             ]
         ),
