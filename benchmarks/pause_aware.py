@@ -194,6 +194,7 @@ def run_one(sets: list[str], base: Path = BASE) -> tuple[list[dict[str, Any]], d
         for k, v in inst.demoted.items():
             demoted[k] += v
     demoted["finished_first"] = sum(inst.finished_first for inst in fleet.instances)
+    demoted["refreshed_on_arrival"] = sum(inst.refreshed for inst in fleet.instances)
     info = {
         "instances": config.fleet.instances,
         "estimate_error_share": estimate_error(rows)["share"],

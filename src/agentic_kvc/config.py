@@ -176,6 +176,11 @@ class SimConfig(_Strict):
     # router that sent the ask can be. false: the ablation of benchmarks/pause_aware.py
     # --told; left out of the run id unless false with one of them on.
     router_sees_release: bool = True
+    # A request's cached prefix becomes the most recent free KV when it arrives at its
+    # instance, not when it is admitted (vLLM: a waiting request's hit stays where it is in the
+    # free queue, so the requests admitted ahead of it can evict it; docs/kv_tiers/
+    # study_followups.md, "Prefixes lost while queued"). Off (default): left out of the run id.
+    refresh_on_arrival: bool = False
     # CPU hosts: the mean number of the host's other threads ready to run during the run (a
     # real run records it as host_load's others_runnable). A profile with a background term
     # (calibrate/serving_fit.py) delays requests or slows steps by it; others ignore it.
@@ -224,6 +229,8 @@ class RunConfig(_Strict):
             del out["sim"]["pause_demote"]
         if not self.sim.finish_first:  # likewise
             del out["sim"]["finish_first"]
+        if not self.sim.refresh_on_arrival:  # likewise
+            del out["sim"]["refresh_on_arrival"]
         if self.sim.router_sees_release or not (self.sim.pause_aware or self.sim.finish_first):
             del out["sim"]["router_sees_release"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged

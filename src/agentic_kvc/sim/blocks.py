@@ -311,6 +311,27 @@ class BlockPool:
             table.pieces.append(p)
         table.n_hashed = hit.n
 
+    def refresh(self, hit: Hit) -> int:
+        """The free blocks of `hit` move to the free queue's tail, as if just released (tail
+        first, so the prompt's head is reused last): a request waiting to be admitted keeps
+        its prefix ahead of older free blocks. Blocks in use stay as they are. Returns how
+        many blocks moved. `sim.refresh_on_arrival`: vLLM leaves a waiting request's hit
+        where it is until the request is scheduled (docs/kv_tiers/study_followups.md)."""
+        cached, hashes = self._by_block, hit.hashes
+        assert (hit.pieces is None) == (cached is not None)
+        free: list[Piece] = []
+        for k, (a, b) in enumerate(hit.groups):
+            p = hit.pieces[k] if hit.pieces is not None else cached[hashes[a]]  # type: ignore[index]
+            if p.ref:
+                continue
+            if a != p.lo or b != p.hi:
+                p = self._carve(p, a, b)
+            free.append(p)
+        for p in reversed(free):
+            self._dequeue(p)
+            self._enqueue(p)
+        return sum(p.hi - p.lo for p in free)
+
     def allocate(self, table: BlockTable, n: int) -> None:
         """Add `n` blocks from the head of the free queue to `table` (caller checked
         `num_free`)."""

@@ -215,6 +215,10 @@ class Instance:
         self.pause_demote = True  # (off: the keep half alone; expired holds are released)
         self.demoted = {"turn_end": 0, "expired": 0}
         self.finished_first = 0  # last turns released to the free queue's head
+        # sim.refresh_on_arrival: a request's cached prefix becomes the most recent free KV
+        # when it arrives, not when it is admitted (`submit`); `refreshed` counts the blocks.
+        self.refresh_on_arrival = False
+        self.refreshed = 0
         # Prefill runs (see the module doc): on only when the owner says no one reads the
         # pool between steps; and not while a PD transfer may touch it mid-run (`_in_flight`:
         # remote KV loading here; `_held`: finished prefills whose blocks wait to be read).
@@ -767,6 +771,14 @@ class Instance:
 
     def submit(self, seq: Seq) -> None:
         self.waiting.append(seq)
+        if self.refresh_on_arrival and seq.num_computed == 0 and seq.kv != KV_NEEDS_BLOCKS:
+            # Its cached prefix becomes the most recent free KV now, not at admission: the
+            # requests admitted ahead of it then evict other blocks first.
+            max_blocks = (seq.num_tokens - 1) // self.bs
+            hashes = (
+                seq.hashes if max_blocks <= len(seq.hashes) else seq.block_hashes(0, max_blocks)
+            )
+            self.refreshed += self.pool.refresh(self.pool.lookup(hashes, max_blocks))
 
     def kv_landed(self, seq: Seq) -> None:
         """The transfer for a remote prefill, or a load from a tier below HBM, finished: the

@@ -225,11 +225,13 @@ class SimFleet:
             self.probes_pools
             or profile.contended_cost is not None  # a step's cost depends on the others
             or config.policy.cache_view == "exact"  # routing reads the pools
+            or config.sim.refresh_on_arrival  # so does an arrival (Instance.submit)
             # a shared disk is read by other instances mid-run (a run evicts at planning)
             or (self.tiers is not None and self.tiers.shared_disk)
         )
         for inst in self.instances:
             inst.prefill_runs = closed_form and runs
+            inst.refresh_on_arrival = config.sim.refresh_on_arrival
             inst.seq_name = _seq_name
         self.policy = get_policy(config.policy.name, policy_params(config))
         roles = fc.roles
