@@ -76,3 +76,16 @@ def test_pd_fleet_forks_split_to_each_prefill_candidate() -> None:
         assert row["placements"]["split:0"] == [0, d] and row["placements"]["split:1"] == [1, d]
         assert "least_loaded" not in row["placements"]  # no instance does both here
         assert set(row["outcomes"]) == set(row["placements"])
+
+
+def test_a_regret_run_leaves_no_cyclic_garbage_behind() -> None:
+    """Its forks are cycles made while the collector was off; a process that runs many regret
+    runs (benchmarks/queued_prefix_loss.py) kept every run's until it ran out of memory."""
+    import gc
+
+    config = cfg(**{"policy.name": "unified"})
+    workload = load_workload(config.workload, config.seed)
+    gc.collect()
+    _records, rows = run_regret(config, workload, PROFILE, RegretSettings(every=3))
+    assert rows
+    assert gc.collect() < 1000

@@ -21,6 +21,7 @@ byte-identical to a plain run's (tests/instruments/test_regret.py).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,6 +171,11 @@ class RegretFleet(SimFleet):
             return super().run()
         finally:
             forget(self._shared)
+            # The forks are cyclic garbage (hundreds of MB per run) and the run had the
+            # collector off (`no_cycle_collection`, which moves survivors to the oldest
+            # generation, rarely collected): a process running many regret runs (a benchmark)
+            # would keep them all. One full pass frees them here.
+            gc.collect()
 
     def _release(self, srun: SessionRun, k: int) -> None:
         n = self._decisions

@@ -10,7 +10,7 @@ know (an older schema), says so in a row instead of failing the report.
 Modules: `core` (the row types, the registry, formatting), `render` (files to rows to the
 report's tables), and one module of summarisers per family of benchmarks: `proxy` (the request
 path), `inputs` (replay client, trace reading), `sim` (the simulator against references and
-real runs), `policies` (the policy sweeps), `tiers` and `tier_links` (issue 29).
+real runs), `policies` (the policy sweeps), `tiers`, `tier_links` and `prefix_cache` (issue 29).
 
 Goals and where they are stated:
 - policy_decision: median decision < 200 us, hashing 100k tokens < 5 ms (issue 4; the script's
@@ -56,6 +56,11 @@ Goals and where they are stated:
   over, paired on seed and replicate, with the per-pair spread of the TTFT p90 change).
 - estimate_view_gap: none (the estimated cache view against the exact one on the tiers study's
   traces: whether its errors move predicted_ttft, and each view's error in expected HBM hits).
+- queued_prefix_loss: none (its pre-registered reading per cell: whether the decisions whose
+  request loses its prefix while queued are wrong, docs/kv_tiers/study_followups.md).
+- refresh_on_arrival: the pre-registered rule of docs/kv_tiers/study_followups.md ("Refreshing
+  a waiting request's prefix"): TTFT p90 significantly lower for some (cell, host, router), TTFT
+  and E2E p90 significantly higher for none.
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

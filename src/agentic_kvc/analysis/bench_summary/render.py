@@ -14,6 +14,7 @@ from typing import Any
 from agentic_kvc.analysis.bench_summary import (  # noqa: F401
     inputs,
     policies,
+    prefix_cache,
     proxy,
     sim,
     tier_links,
