@@ -42,6 +42,7 @@ def test_repeat_zero_is_not_in_the_canonical_form(base_config: dict[str, Any]) -
     dumped["sim"].pop("pause_keep_max_s")
     dumped["sim"].pop("pause_demote")
     assert dumped["sim"].pop("finish_first") is False
+    assert dumped["sim"].pop("refresh_on_arrival") is False
     assert dumped["sim"].pop("router_sees_release") is True  # (told: only false enters)
     assert dumped["fleet"].pop("kv_tiers")["host_gib"] == 0
     assert dumped == cfg.canonical()

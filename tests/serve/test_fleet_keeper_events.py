@@ -153,3 +153,52 @@ def test_flush_sends_a_one_token_prompt_to_every_engine(monkeypatch) -> None:
     flush_kv_events(["http://a", "http://b"], "tiny")
     assert [u for u, _ in sent] == ["http://a/v1/completions", "http://b/v1/completions"]
     assert all(b["prompt"] == [0] and b["max_tokens"] == 1 for _, b in sent)
+
+
+def test_refresh_on_arrival_reaches_the_engines_env_and_keys_the_kept_fleet(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """`sim.refresh_on_arrival` turns the engines' plugin on (serve/vllm_refresh_on_arrival.py)
+    through the launcher's env, and a kept fleet is not shared between runs with and without it."""
+    from agentic_kvc.serve.vllm_refresh_on_arrival import ENV
+
+    started: list[dict[str, Any]] = []
+
+    def from_config(fleet: Any, logs: Path, device: str, **kw: Any) -> _StubFleet:
+        started.append(kw)
+        return _StubFleet()
+
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(run_backend, "reset_prefix_caches", lambda urls, external=False: None)
+    keeper = FleetKeeper()
+    try:
+        for refresh in (False, False, True):
+            cfg = _config(0.0, "round_robin")
+            cfg.sim.refresh_on_arrival = refresh
+            with _fleet_for(cfg, tmp_path / "logs", {}, keeper):
+                pass
+    finally:
+        keeper.close()
+    assert len(started) == 2  # the second run takes the first's fleet; the third does not
+    assert [ENV in e for e in started[0]["per_instance_env"]] == [False, False]
+    assert [e.get(ENV) for e in started[1]["per_instance_env"]] == ["1", "1"]
+    # Without a keeper the env goes through the launcher's extra_env.
+    started.clear()
+    cfg = _config(0.0, "round_robin")
+    cfg.sim.refresh_on_arrival = True
+
+    class _Own(_StubFleet):
+        def __enter__(self) -> _Own:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.stop()
+
+    def own(fleet: Any, logs: Path, device: str, **kw: Any) -> _Own:
+        started.append(kw)
+        return _Own()
+
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(own))
+    with _fleet_for(cfg, tmp_path / "logs2", {}, None):
+        pass
+    assert started == [{"extra_env": {ENV: "1"}}]

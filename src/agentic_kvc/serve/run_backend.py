@@ -40,6 +40,7 @@ from agentic_kvc.serve.kv_transfer_flags import (
 from agentic_kvc.serve.launcher import VllmFleet
 from agentic_kvc.serve.sampler import InstanceSampler
 from agentic_kvc.serve.services import ProxyProcess
+from agentic_kvc.serve.vllm_refresh_on_arrival import ENV as REFRESH_ON_ARRIVAL
 from agentic_kvc.workload.model import Workload
 
 # Proxy-only fields of the breakdown record; the client measures the rest itself.
@@ -259,15 +260,19 @@ def _fleet_for(
     (connector state, e.g. NIXL handshakes, is not something a cache reset clears):
     `kv_plan` empty, or only KV events (`events_only`, sockets in the keeper's directory).
     A KV tier (`fleet.kv_tiers`) is part of the fleet config, and the keeper empties it."""
+    more_env = engine_env_for(config)
     if keeper is None or (kv_plan and not events_only):
-        with VllmFleet.from_config(config.fleet, logs, device_for(config), **kv_plan) as fleet:
+        with VllmFleet.from_config(
+            config.fleet, logs, device_for(config), extra_env=more_env, **kv_plan
+        ) as fleet:
             yield fleet, None
         return
     n = config.fleet.instances
     args = kv_plan.get("per_instance_args")
-    env = [{**DEV_MODE_ENV, **e} for e in kv_plan.get("per_instance_env") or [{}] * n]
+    env = [{**DEV_MODE_ENV, **more_env, **e} for e in kv_plan.get("per_instance_env") or [{}] * n]
     key = json.dumps(
-        [config.fleet.model_dump(mode="json"), device_for(config), args], sort_keys=True
+        [config.fleet.model_dump(mode="json"), device_for(config), args, more_env],
+        sort_keys=True,
     )
 
     def start() -> VllmFleet:
@@ -276,6 +281,13 @@ def _fleet_for(
         )
 
     yield keeper.fleet(key, start, logs.parent, reset_external=config.fleet.kv_tiers.enabled)
+
+
+def engine_env_for(config: RunConfig) -> dict[str, str]:
+    """Engine environment a run config fixes beyond `fleet.vllm_env`: the refresh-on-arrival
+    plugin (serve/vllm_refresh_on_arrival.py) where `sim.refresh_on_arrival` is on, on real
+    engines as in the simulator."""
+    return {REFRESH_ON_ARRIVAL: "1"} if config.sim.refresh_on_arrival else {}
 
 
 def proxy_args_for(config: RunConfig) -> list[str]:
