@@ -126,3 +126,14 @@ def test_the_plugin_is_registered_and_patches_only_when_asked(
     # A request id vLLM already knows (a streamed input's next chunk) is not looked up again.
     patched(sched, a1)
     assert [b.block_id for b in m.block_pool.free_block_queue.get_all_free_blocks()] == after
+
+
+def test_a_vllm_without_the_hooks_is_refused_with_a_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agentic_kvc.serve.vllm_internals import v1_scheduler
+
+    assert v1_scheduler(roa.ENV, ("add_request",), ("prefix_cache_lookup_enabled",)) is not None
+    assert v1_scheduler(roa.ENV, ("no_such_method",), ("nor_this",)) is None
+    assert "Scheduler.no_such_method, KVCacheManager.nor_this" in caplog.text
+    assert roa.ENV in caplog.text

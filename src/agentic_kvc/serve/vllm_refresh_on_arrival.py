@@ -23,13 +23,13 @@ logs why and patches nothing.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
+from agentic_kvc.serve.vllm_internals import v1_scheduler
+
 ENV = "AKVC_REFRESH_ON_ARRIVAL"
 
-log = logging.getLogger(__name__)
 _patched = False
 
 
@@ -61,16 +61,8 @@ def patch_scheduler() -> bool:
     global _patched
     if _patched:
         return True
-    try:
-        from vllm.v1.core.kv_cache_manager import KVCacheManager
-        from vllm.v1.core.sched.scheduler import Scheduler
-    except ImportError as exc:
-        log.warning("%s: vLLM's v1 scheduler not importable (%s); not patched", ENV, exc)
-        return False
-    if not hasattr(Scheduler, "add_request") or not hasattr(
-        KVCacheManager, "prefix_cache_lookup_enabled"
-    ):
-        log.warning("%s: this vLLM lacks add_request / prefix_cache_lookup_enabled", ENV)
+    Scheduler = v1_scheduler(ENV, ("add_request",), ("prefix_cache_lookup_enabled",))
+    if Scheduler is None:
         return False
     plain = Scheduler.add_request
 

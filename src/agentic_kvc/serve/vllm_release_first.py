@@ -28,15 +28,15 @@ usual way.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
+from agentic_kvc.serve.vllm_internals import v1_scheduler
+
 ENV = "AKVC_RELEASE_FIRST"
 XARG = "akvc_release_first"  # the key in SamplingParams.extra_args (the API's `vllm_xargs`)
 
-log = logging.getLogger(__name__)
 _patched = False
 
 
@@ -68,14 +68,8 @@ def patch_scheduler() -> bool:
     global _patched
     if _patched:
         return True
-    try:
-        from vllm.v1.core.sched.scheduler import Scheduler
-    except ImportError as exc:
-        log.warning("%s: vLLM's v1 scheduler not importable (%s); not patched", ENV, exc)
-        return False
-    needed = ("_free_request_blocks", "_request_blocks_can_be_freed")
-    if not all(hasattr(Scheduler, n) for n in needed):
-        log.warning("%s: this vLLM's Scheduler lacks %s; not patched", ENV, needed)
+    Scheduler = v1_scheduler(ENV, ("_free_request_blocks", "_request_blocks_can_be_freed"))
+    if Scheduler is None:
         return False
     plain = Scheduler._free_request_blocks
 
