@@ -346,13 +346,17 @@ class Instance:
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _lookup(self, seq: Seq) -> Hit:
-        """The cached prefix, at most num_tokens - 1 tokens (vLLM's cap)."""
+    def _pool_hit(self, seq: Seq) -> Hit:
+        """The pool's cached prefix of `seq`, at most num_tokens - 1 tokens (vLLM's cap)."""
         max_blocks = (seq.num_tokens - 1) // self.bs
         # A preempted request also looks up its generated blocks. (The prompt's own list
         # otherwise: the lookup only reads it.)
         hashes = seq.hashes if max_blocks <= len(seq.hashes) else seq.block_hashes(0, max_blocks)
-        out = self.pool.lookup(hashes, max_blocks)
+        return self.pool.lookup(hashes, max_blocks)
+
+    def _lookup(self, seq: Seq) -> Hit:
+        """The cached prefix at admission, counted in the prefix-cache statistics."""
+        out = self._pool_hit(seq)
         self.prefix_queries += seq.num_tokens
         self.prefix_hits += out.n * self.bs
         return out
@@ -774,11 +778,7 @@ class Instance:
         if self.refresh_on_arrival and seq.num_computed == 0 and seq.kv != KV_NEEDS_BLOCKS:
             # Its cached prefix becomes the most recent free KV now, not at admission: the
             # requests admitted ahead of it then evict other blocks first.
-            max_blocks = (seq.num_tokens - 1) // self.bs
-            hashes = (
-                seq.hashes if max_blocks <= len(seq.hashes) else seq.block_hashes(0, max_blocks)
-            )
-            self.refreshed += self.pool.refresh(self.pool.lookup(hashes, max_blocks))
+            self.refreshed += self.pool.refresh(self._pool_hit(seq))
 
     def kv_landed(self, seq: Seq) -> None:
         """The transfer for a remote prefill, or a load from a tier below HBM, finished: the
