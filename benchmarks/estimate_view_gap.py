@@ -32,12 +32,13 @@ import polars as pl
 from pause_aware import (
     confirm_cells,
     estimate_error,
+    paired_frame,
     run_in_cell,
 )  # a sibling script (benchmarks/ is on the path)
 
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.io import atomic_write_json
-from agentic_kvc.paired import paired_compare, request_frame
+from agentic_kvc.paired import paired_compare
 from agentic_kvc.runs import hardware_info
 
 # variant -> (policy, extra overrides)
@@ -91,13 +92,7 @@ def main() -> int:
                     }
                     runs.append(row)
                     print(row, flush=True)
-                    frames.append(
-                        request_frame(rows).with_columns(
-                            pl.lit(variant).alias("variant"),
-                            pl.lit(i).alias("seed"),  # the replicate: what pairs the variants
-                            pl.lit(info["instances"]).alias("instances"),
-                        )
-                    )
+                    frames.append(paired_frame(rows, variant, i, info["instances"]))
             frame = pl.concat(frames)
             for b, cand in COMPARE:
                 for metric in METRICS:

@@ -233,6 +233,16 @@ def run_in_cell(
     return rows, info
 
 
+def paired_frame(rows: list[dict[str, Any]], variant: str, replicate: int, instances: int) -> Any:
+    """One run's requests as agentic_kvc.paired reads them: labelled with its variant and its
+    replicate's index (the `seed` column, what pairs the variants)."""
+    return request_frame(rows).with_columns(
+        pl.lit(variant).alias("variant"),
+        pl.lit(replicate).alias("seed"),
+        pl.lit(instances).alias("instances"),
+    )
+
+
 def measure(
     policy: str,
     cell_list: list[Cell],
@@ -266,12 +276,7 @@ def measure(
                         f"{info['cpu_s']:.1f} s CPU",
                         flush=True,
                     )
-                    df = request_frame(rows).with_columns(
-                        pl.lit(placement).alias("variant"),
-                        pl.lit(i).alias("seed"),  # the replicate: what pairs the placements
-                        pl.lit(info["instances"]).alias("instances"),
-                    )
-                    frames.append(df)
+                    frames.append(paired_frame(rows, placement, i, info["instances"]))
             frame = pl.concat(frames)
             for b, cand in compare:
                 for metric in METRICS:

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pause_aware import run_in_cell  # sibling scripts (benchmarks/ is on the path)
+from pause_aware import paired_frame, run_in_cell  # sibling scripts (benchmarks/ is on the path)
 from tiers_sweep import WINDOWS, study
 
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.io import atomic_write_json
-from agentic_kvc.paired import paired_compare, request_frame
+from agentic_kvc.paired import paired_compare
 from agentic_kvc.runs import hardware_info
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,13 +125,7 @@ def main() -> int:
                             "cpu_s": round(info["cpu_s"], 3),
                         }
                         runs.append(row)
-                        frames.append(
-                            request_frame(rows).with_columns(
-                                pl.lit(variant).alias("variant"),
-                                pl.lit(i).alias("seed"),  # the replicate: what pairs them
-                                pl.lit(info["instances"]).alias("instances"),
-                            )
-                        )
+                        frames.append(paired_frame(rows, variant, i, info["instances"]))
                 frame = pl.concat(frames)
                 for metric in METRICS:
                     r = paired_compare(frame, "off", "refresh", metric).to_row()

@@ -5,16 +5,13 @@ requests admitted ahead of it evict older blocks first. Block counts computed by
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from agentic_kvc.config import load_config
 from agentic_kvc.sim.blocks import BlockPool
-from agentic_kvc.sim.fleet import SimFleet
 from agentic_kvc.workload.model import Block, Request, Session, Workload
 from tests.sim.test_sim_blocks import fill
-from tests.sim.test_sim_tiers import BS, PROFILE, _rec
+from tests.sim.test_sim_tiers import BS, _rec, run_fleet
 
 
 def test_refresh_moves_free_blocks_behind_newer_ones() -> None:
@@ -72,33 +69,13 @@ def _workload() -> Workload:
     )
 
 
-def _run(**sim: Any) -> SimFleet:
-    config = load_config(
-        {
-            "backend": "sim",
-            "workload": {"generator": {"sessions": 1}},  # replaced below
-            "fleet": {
-                "instances": 1,
-                "kv_cache_tokens": 64 * BS,
-                "block_size": BS,
-                "max_num_seqs": 1,
-            },
-            "sim": sim,
-        }
-    )
-    fleet = SimFleet(config, _workload(), PROFILE)
-    fleet.run()
-    assert all(r.error is None and r.t_done is not None for r in fleet.records)
-    return fleet
-
-
 @pytest.mark.parametrize("refresh", [False, True])
 def test_a_queued_turn_keeps_its_prefix_when_refreshed(refresh: bool) -> None:
     # When B ends the free queue holds 3 never-used blocks, a0's partial block, a0's 30, D's
     # 20 and B's 10 (LRU order). C takes 20 from the head: without the refresh 16 of a0's
     # (tail first), so a1 finds 14 of its 30 blocks; refreshed at a1's arrival, a0's blocks
     # moved behind D's, C takes 16 of D's and a1 finds all 30.
-    fleet = _run(refresh_on_arrival=refresh)
+    fleet = run_fleet(_workload(), {}, {"max_num_seqs": 1}, refresh_on_arrival=refresh)
     assert _rec(fleet, "a1").cached_tokens == (30 if refresh else 14) * BS
     # Only a1 arrives with a hit: its 30 blocks moved.
     assert fleet.instances[0].refreshed == (30 if refresh else 0)

@@ -40,9 +40,12 @@ def _run(tiers: dict[str, Any], pause_s: float = 5.0, **sim: Any) -> SimFleet:
     return run_fleet(_workload(pause_s), tiers, **sim)
 
 
-def run_fleet(wl: Workload, tiers: dict[str, Any], **sim: Any) -> SimFleet:
-    """`wl` on one instance with a 64-block HBM, `tiers` below it; every request completes.
-    (test_sim_pause_aware.py drives its own workloads through it.)"""
+def run_fleet(
+    wl: Workload, tiers: dict[str, Any], fleet: dict[str, Any] | None = None, **sim: Any
+) -> SimFleet:
+    """`wl` on one instance with a 64-block HBM, `tiers` below it (`fleet`: more fleet fields);
+    every request completes. (test_sim_pause_aware.py and others drive their own workloads
+    through it.)"""
     config = load_config(
         {
             "backend": "sim",
@@ -52,6 +55,7 @@ def run_fleet(wl: Workload, tiers: dict[str, Any], **sim: Any) -> SimFleet:
                 "kv_cache_tokens": 64 * BS,
                 "block_size": BS,
                 "kv_tiers": tiers,
+                **(fleet or {}),
             },
             "sim": sim,
         }
