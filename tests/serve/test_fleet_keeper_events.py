@@ -202,3 +202,39 @@ def test_refresh_on_arrival_reaches_the_engines_env_and_keys_the_kept_fleet(
     with _fleet_for(cfg, tmp_path / "logs2", {}, None):
         pass
     assert started == [{"extra_env": {ENV: "1"}}]
+
+
+@pytest.mark.parametrize(("keep", "starts"), [(1, 3), (2, 2)])
+def test_a_keeper_of_two_alternates_two_launches_without_restarting(
+    monkeypatch, tmp_path: Path, keep: int, starts: int
+) -> None:
+    """Interleaved variants that need engines launched apart (refresh on and off) keep both
+    fleets with `keep=2`; with one, each switch stops a fleet and starts the other. The two
+    engine environments get event-socket directories of their own."""
+    started: list[_StubFleet] = []
+
+    def from_config(fleet: Any, logs: Path, device: str, **kw: Any) -> _StubFleet:
+        started.append(_StubFleet())
+        return started[-1]
+
+    monkeypatch.setattr(run_backend.VllmFleet, "from_config", staticmethod(from_config))
+    monkeypatch.setattr(run_backend, "reset_prefix_caches", lambda urls, external=False: None)
+    keeper = FleetKeeper(keep)
+    try:
+        for refresh in (False, True, True, False):
+            cfg = _config(0.0, "round_robin")
+            cfg.sim.refresh_on_arrival = refresh
+            with _fleet_for(cfg, tmp_path / f"run{len(started)}" / "logs", {}, keeper):
+                pass
+        plain, refreshed = keeper.events_dir_for({}), keeper.events_dir_for({"A": "1"})
+        assert plain == keeper.events_dir and plain != refreshed
+        assert [f.stopped for f in started] == [True] * (starts - keep) + [False] * keep
+    finally:
+        keeper.close()
+    assert len(started) == starts and all(f.stopped for f in started)
+    assert not Path(plain).exists() and not Path(refreshed).exists()
+
+
+def test_a_keeper_keeps_at_least_one_fleet() -> None:
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        FleetKeeper(0)

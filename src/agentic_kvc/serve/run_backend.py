@@ -130,30 +130,45 @@ DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 class FleetKeeper:
-    """Keeps one fleet running between consecutive real runs that launch it identically
-    (a batch of runs that differ only in the policy): its start-up, about 30 s of a 2-core
-    machine, is paid once per batch. Each run starts from empty prefix caches (vLLM's
-    development-mode reset), so runs stay independent of their order; the
-    pipeline still rotates the order per repeat so that no variant always runs first.
+    """Keeps the fleets of consecutive real runs that launch them identically (a batch of runs
+    that differ only in the policy): a fleet's start-up, about 30 s of a 2-core machine, is
+    paid once per batch. Each run starts from empty prefix caches (vLLM's development-mode
+    reset), so runs stay independent of their order; the pipeline still rotates the order per
+    repeat so that no variant always runs first.
 
-    A fleet with KV events (the exact view) is kept too: its event sockets live in the
-    keeper's own directory (`events_dir`), so consecutive runs launch it with the same flags,
-    and each run's proxy subscribes afresh to an engine whose caches were just emptied. A
-    fleet with a KV tier below HBM (`fleet.kv_tiers`) has the tier emptied as well
-    (`reset_external`), so no run inherits another's offloaded blocks."""
+    `keep` fleets are kept at once (default 1: a run that needs another launch stops the kept
+    one). Runs that alternate between two engine launches (an engine plugin on and off,
+    interleaved so that the machine's state falls on both alike) keep both with `keep=2`; the
+    fleet not in use is idle, its engines waiting for work.
 
-    def __init__(self) -> None:
-        self._key: str | None = None
-        self._fleet: VllmFleet | None = None
-        self._owner: str | None = None  # run directory whose logs/ hold the engines' logs
-        self._events_dir: str | None = None
+    A fleet with KV events (the exact view) is kept too: its event sockets live in a directory
+    of the keeper's (`events_dir_for`, one per engine environment, so two kept fleets never
+    share a socket), consecutive runs launch it with the same flags, and each run's proxy
+    subscribes afresh to an engine whose caches were just emptied. A fleet with a KV tier below
+    HBM (`fleet.kv_tiers`) has the tier emptied as well (`reset_external`), so no run inherits
+    another's offloaded blocks."""
+
+    def __init__(self, keep: int = 1) -> None:
+        if keep < 1:
+            raise ValueError(f"FleetKeeper: keep must be >= 1, got {keep}")
+        self.keep = keep
+        # key -> (fleet, the run directory whose logs/ hold its engines' logs); least recently
+        # used first.
+        self._fleets: dict[str, tuple[VllmFleet, str]] = {}
+        self._events_dirs: dict[str, str] = {}
 
     @property
     def events_dir(self) -> str:
-        """A short directory for the kept fleet's KV-event sockets (made on first use)."""
-        if self._events_dir is None:
-            self._events_dir = tempfile.mkdtemp(prefix="akvc-ev-")
-        return self._events_dir
+        """The event-socket directory of fleets launched with no extra engine environment."""
+        return self.events_dir_for({})
+
+    def events_dir_for(self, engine_env: dict[str, str]) -> str:
+        """A short directory for the KV-event sockets of kept fleets whose engines run with
+        `engine_env` (`engine_env_for`; made on first use)."""
+        tag = json.dumps(engine_env, sort_keys=True)
+        if tag not in self._events_dirs:
+            self._events_dirs[tag] = tempfile.mkdtemp(prefix="akvc-ev-")
+        return self._events_dirs[tag]
 
     def fleet(
         self, key: str, start: Any, run_dir: Path, reset_external: bool = False
@@ -161,26 +176,31 @@ class FleetKeeper:
         """The running fleet for `key` (reset; its KV tier too with `reset_external`), or a
         new one from `start()`; and the run directory that started it when it is shared,
         else None."""
-        if self._fleet is not None and self._key == key and self._fleet.all_alive():
-            reset_prefix_caches(self._fleet.urls, external=reset_external)
+        kept = self._fleets.pop(key, None)
+        if kept is not None and kept[0].all_alive():
+            self._fleets[key] = kept  # most recently used
+            fleet = kept[0]
+            reset_prefix_caches(fleet.urls, external=reset_external)
             if reset_external:
-                flush_kv_events(self._fleet.urls, self._fleet.model_name)
-            return self._fleet, self._owner
-        self._stop_fleet()  # its event sockets' directory stays: `start` may name it
-        self._fleet = start().start()
-        self._key, self._owner = key, str(run_dir)
-        return self._fleet, None
+                flush_kv_events(fleet.urls, fleet.model_name)
+            return fleet, kept[1]
+        if kept is not None:
+            kept[0].stop()
+        while len(self._fleets) >= self.keep:  # the least recently used goes
+            self._fleets.pop(next(iter(self._fleets)))[0].stop()
+        fleet = start().start()
+        self._fleets[key] = (fleet, str(run_dir))
+        return fleet, None
 
-    def _stop_fleet(self) -> None:
-        if self._fleet is not None:
-            fleet, self._fleet, self._key = self._fleet, None, None
-            fleet.stop()
+    def _stop_fleets(self) -> None:
+        while self._fleets:
+            self._fleets.popitem()[1][0].stop()
 
     def close(self) -> None:
-        self._stop_fleet()
-        if self._events_dir is not None:
-            shutil.rmtree(self._events_dir, ignore_errors=True)
-            self._events_dir = None
+        self._stop_fleets()
+        for folder in self._events_dirs.values():
+            shutil.rmtree(folder, ignore_errors=True)
+        self._events_dirs.clear()
 
 
 def reset_prefix_caches(urls: list[str], timeout_s: float = 30.0, external: bool = False) -> None:
@@ -223,11 +243,12 @@ _SHARED: FleetKeeper | None = None  # set by `shared_fleets()`
 
 
 @contextlib.contextmanager
-def shared_fleets() -> Iterator[FleetKeeper]:
-    """Within this block, consecutive real runs of this process share their fleet when they
-    launch it identically (`akvc run-batch`); it is stopped when the block ends."""
+def shared_fleets(keep: int = 1) -> Iterator[FleetKeeper]:
+    """Within this block, real runs of this process share their fleet when they launch it
+    identically (`akvc run-batch`), up to `keep` fleets at once (`FleetKeeper`); they are
+    stopped when the block ends."""
     global _SHARED
-    keeper, previous = FleetKeeper(), _SHARED
+    keeper, previous = FleetKeeper(keep), _SHARED
     _SHARED = keeper
     try:
         yield keeper
@@ -332,7 +353,7 @@ def _run_vllm(
         config.fleet.roles,
         detect_device(device_for(config)),
         events_dir=(
-            keeper.events_dir
+            keeper.events_dir_for(engine_env_for(config))
             if keeper is not None and events_only and config.policy.cache_view == "exact"
             else None
         ),

@@ -6,6 +6,7 @@ and patches nothing."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,3 +28,10 @@ def v1_scheduler(env: str, needed: Sequence[str], manager_needs: Sequence[str] =
         log.warning("%s: this vLLM lacks %s; not patched", env, ", ".join(missing))
         return None
     return Scheduler
+
+
+def announce(env: str, patched: str) -> None:
+    """One line in the engine's log saying the plugin is active (a real run's logs then show
+    which engines ran it). Printed, not logged: the plugin's logger has no handler in vLLM's
+    processes, whose logging configures only vLLM's own loggers."""
+    print(f"agentic_kvc: {env}=1: {patched} patched", file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agentic_kvc.serve.vllm_internals import v1_scheduler
+from agentic_kvc.serve.vllm_internals import announce, v1_scheduler
 
 ENV = "AKVC_REFRESH_ON_ARRIVAL"
 
@@ -74,6 +74,7 @@ def patch_scheduler() -> bool:
 
     Scheduler.add_request = add_request  # type: ignore[method-assign]
     _patched = True
+    announce(ENV, "Scheduler.add_request")
     return True
 
 

@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from agentic_kvc.serve.vllm_internals import v1_scheduler
+from agentic_kvc.serve.vllm_internals import announce, v1_scheduler
 
 ENV = "AKVC_RELEASE_FIRST"
 XARG = "akvc_release_first"  # the key in SamplingParams.extra_args (the API's `vllm_xargs`)
@@ -83,6 +83,7 @@ def patch_scheduler() -> bool:
 
     Scheduler._free_request_blocks = _free_request_blocks  # type: ignore[method-assign]
     _patched = True
+    announce(ENV, "Scheduler._free_request_blocks")
     return True
 
 
