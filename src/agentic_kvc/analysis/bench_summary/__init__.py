@@ -10,7 +10,8 @@ know (an older schema), says so in a row instead of failing the report.
 Modules: `core` (the row types, the registry, formatting), `render` (files to rows to the
 report's tables), and one module of summarisers per family of benchmarks: `proxy` (the request
 path), `inputs` (replay client, trace reading), `sim` (the simulator against references and
-real runs), `policies` (the policy sweeps), `tiers`, `tier_links` and `prefix_cache` (issue 29).
+real runs), `policies` (the policy sweeps), `tiers`, `tier_links` and `prefix_cache` (issue 29);
+`engine_variant` holds what the summaries of an engine-side variant on real engines share.
 
 Goals and where they are stated:
 - policy_decision: median decision < 200 us, hashing 100k tokens < 5 ms (issue 4; the script's
@@ -60,7 +61,11 @@ Goals and where they are stated:
   request loses its prefix while queued are wrong, docs/kv_tiers/study_followups.md).
 - refresh_on_arrival: the pre-registered rule of docs/kv_tiers/study_followups.md ("Refreshing
   a waiting request's prefix"): TTFT p90 significantly lower for some (cell, host, router), TTFT
-  and E2E p90 significantly higher for none.
+  and E2E p90 significantly higher for none. refresh_on_arrival_real: on real vLLM engines (the
+  refresh plugin), valid only if the refresh runs' engines and no others announce the plugin;
+  no harm (no router's TTFT or E2E p90 significantly higher, no request errors with it on); the
+  simulator's prediction, no change, holds if no real TTFT p90, E2E p90 or hit-rate change is
+  significant.
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

@@ -18,6 +18,12 @@ from agentic_kvc.analysis.bench_summary.core import (
     summariser,
     verdict_of,
 )
+from agentic_kvc.analysis.bench_summary.engine_variant import (
+    pick,
+    real_load,
+    replicate_spread,
+    variant_names,
+)
 
 
 @summariser(
@@ -196,4 +202,66 @@ def _refresh_on_arrival(doc: dict[str, Any]) -> list[Fig]:
                 f"{where(best)} {paired_cell(best)} / {where(worst)} {paired_cell(worst)}",
             )
         )
+    return figs
+
+
+@summariser(
+    "refresh_on_arrival_real",
+    "a waiting request's prefix refreshed on arrival on real vLLM engines, beside the "
+    "simulator (pre-registered)",
+)
+def _refresh_on_arrival_real(doc: dict[str, Any]) -> list[Fig]:
+    """The rules of docs/kv_tiers/study_followups.md, "Refreshing a waiting request's prefix on
+    real engines": valid if the refresh runs' engines, and only theirs, announce the plugin;
+    no harm if no router's TTFT or E2E p90 is significantly higher and the refresh runs have no
+    request errors; the simulator's prediction (no change) holds if no real TTFT p90, E2E p90
+    or hit-rate change is significant."""
+    comps = field_at(doc, "comparisons")
+    runs = [r for r in field_at(doc, "runs") if r.get("backend") == "vllm"]
+    base, cand = variant_names(doc, ("plain", "refresh"))
+    real = [c for c in comps if c["backend"] == "vllm"]
+    metrics = ("ttft_p90", "e2e_p90", "hit_rate")
+    figs = replicate_spread(field_at(doc, "runs"), base, cand, "refreshed / plain")
+    on = [int(r.get("engines_with_plugin", -1)) for r in runs if r["variant"] == cand]
+    off = [int(r.get("engines_with_plugin", -1)) for r in runs if r["variant"] == base]
+    valid = bool(on) and min(on) >= 1 and len(set(on)) == 1 and off and max(off) == 0
+    figs.append(
+        Fig(
+            "engines announcing the plugin: refresh runs / plain runs (min-max)",
+            f"{min(on)}-{max(on)} / {min(off)}-{max(off)}" if on and off else "not measured",
+            "all of a refresh run's, none of a plain run's",
+            verdict_of(valid if on and off else None),
+        )
+    )
+    for policy in sorted({str(c["policy"]) for c in real}):
+        cells = []
+        for m in metrics:
+            r, s = pick(comps, "vllm", policy, m), pick(comps, "sim", policy, m)
+            if r is not None:
+                sim = f" (simulated {paired_cell(s)})" if s is not None else ""
+                cells.append(f"{m} {paired_cell(r)}{sim}")
+        figs.append(Fig(f"{policy}, real, refresh vs plain", "; ".join(cells)))
+    higher = [c for c in real if c["metric"] in ("ttft_p90", "e2e_p90") and above_zero(c)]
+    errors = sum(int(r.get("errors", 0)) for r in runs if r["variant"] == cand)
+    judged = [c for c in real if c["metric"] in metrics]
+    moved = [c for c in judged if above_zero(c) or below_zero(c)]
+    measured = bool(real)
+    figs += [
+        Fig(
+            "does no harm: TTFT or E2E p90 significantly higher / request errors with it on",
+            f"{len(higher)} of {sum(c['metric'] in ('ttft_p90', 'e2e_p90') for c in real)}"
+            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in higher)
+            + f" / {errors}",
+            "none / 0",
+            verdict_of(not higher and errors == 0 if measured else None),
+        ),
+        Fig(
+            "the simulator's prediction (no change) holds: real changes significant",
+            f"{len(moved)} of {len(judged)}"
+            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in moved),
+            "none",
+            verdict_of(not moved if measured else None),
+        ),
+        real_load(doc),
+    ]
     return figs

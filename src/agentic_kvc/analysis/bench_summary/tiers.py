@@ -5,7 +5,6 @@ the step costs, where sessions open; goals 1 and 2 over many seeds)."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,12 @@ from agentic_kvc.analysis.bench_summary.core import (
     pct,
     summariser,
     verdict_of,
+)
+from agentic_kvc.analysis.bench_summary.engine_variant import (
+    pick,
+    real_load,
+    replicate_spread,
+    variant_names,
 )
 from agentic_kvc.analysis.studies.tiers import HBM_ONLY
 
@@ -549,48 +554,6 @@ def _helps_rule(doc: dict[str, Any], against: str) -> list[Fig]:
     ]
 
 
-def _replicate_spread(runs: list[dict[str, Any]]) -> list[Fig]:
-    """With real replicates (`--replicates`): per router, the ratio of the two variants' TTFT
-    p90 per (seed, replicate) pair, and the seeds where it is above 1 in every replicate (a
-    single pair per seed hides how much a rerun moves it)."""
-    real = [r for r in runs if r.get("backend") == "vllm" and "replicate" in r]
-    if len({r["replicate"] for r in real}) < 2:
-        return []
-    p90: dict[tuple[str, int, int], dict[str, float]] = {}
-    for r in real:
-        key = (str(r["policy"]), int(r["seed"]), int(r["replicate"]))
-        p90.setdefault(key, {})[str(r["variant"])] = float(r["ttft_p90_s"])
-    figs = []
-    for policy in sorted({k[0] for k in p90}):
-        ratios: dict[int, list[float]] = {}
-        for (p, seed, _rep), v in sorted(p90.items()):
-            if p == policy and {"lru", "finish_first"} <= v.keys() and v["lru"] > 0:
-                ratios.setdefault(seed, []).append(v["finish_first"] / v["lru"])
-        flat = sorted(x for xs in ratios.values() for x in xs)
-        if not flat:
-            continue
-        always = [s for s, xs in ratios.items() if all(x > 1 for x in xs)]
-        never = [s for s, xs in ratios.items() if all(x < 1 for x in xs)]
-        figs.append(
-            Fig(
-                f"{policy}, real: TTFT p90 finished-first / LRU per (seed, replicate) pair",
-                f"median x{statistics.median(flat):.2f}, range x{flat[0]:.2f}-x{flat[-1]:.2f}; "
-                f"above 1 in {sum(x > 1 for x in flat)} of {len(flat)} pairs; above 1 in every "
-                f"replicate for seeds {', '.join(map(str, always)) or 'none'}, below 1 in "
-                f"every replicate for seeds {', '.join(map(str, never)) or 'none'} "
-                f"(of {len(ratios)} seeds)",
-            )
-        )
-    return figs
-
-
-def _pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -> Any:
-    return next(
-        (c for c in comps if (c["backend"], c["policy"], c["metric"]) == (backend, policy, metric)),
-        None,
-    )
-
-
 @summariser(
     "finish_first_real",
     "finished sessions' KV reused first on real vLLM engines, beside the simulator "
@@ -614,7 +577,7 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
     policies = sorted({str(c["policy"]) for c in comps})
     shown, same = [], []
     for p in policies:
-        sim, real = _pick(comps, "sim", p, "hit_rate"), _pick(comps, "vllm", p, "hit_rate")
+        sim, real = pick(comps, "sim", p, "hit_rate"), pick(comps, "vllm", p, "hit_rate")
         if sim is None or real is None:
             continue
         same.append((float(sim["rel_diff"]) > 0) == (float(real["rel_diff"]) > 0))
@@ -623,12 +586,8 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
     ttft = [c for c in real if c["metric"] == "ttft_p90"]
     lower = [c for c in ttft if below_zero(c)]
     higher = [c for c in real if c["metric"] in ("ttft_p90", "e2e_p90") and above_zero(c)]
-    loads = [  # per run: the 1-minute load average sampled during the replay
-        r["load1_replay"]
-        for r in field_at(doc, "runs")
-        if r.get("backend") == "vllm" and isinstance(r.get("load1_replay"), dict)
-    ]
-    spread = _replicate_spread(field_at(doc, "runs"))
+    base, cand = variant_names(doc, ("lru", "finish_first"))
+    spread = replicate_spread(field_at(doc, "runs"), base, cand, "finished-first / LRU")
     return [
         *spread,
         *(
@@ -663,11 +622,5 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
             "none",
             verdict_of(not higher if ttft else None),
         ),
-        Fig(
-            "machine load during the real replays (1-minute average: runs' means, highest)",
-            f"{min(x['mean'] for x in loads):.1f}-{max(x['mean'] for x in loads):.1f}, "
-            f"{max(x['max'] for x in loads):.1f}"
-            if loads
-            else "not recorded",
-        ),
+        real_load(doc),
     ]
