@@ -122,3 +122,9 @@ def test_only_simulated_runs_are_not_measured(tmp_path: Path) -> None:
     assert verdict(rows, "engines announcing the plugin") == NOT_MEASURED
     assert verdict(rows, "does no harm") == NOT_MEASURED
     assert verdict(rows, "prediction (no change) holds") == NOT_MEASURED
+
+
+def test_the_confirmatory_seeds_are_read_by_the_same_rules(tmp_path: Path) -> None:
+    d = doc() | {"benchmark": "refresh_on_arrival_real_seeds"}
+    rows = summarize(tmp_path, "refresh_on_arrival_real_seeds", d)
+    assert verdict(rows, "does no harm") == MET

@@ -65,7 +65,8 @@ Goals and where they are stated:
   refresh plugin), valid only if the refresh runs' engines and no others announce the plugin;
   no harm (no router's TTFT or E2E p90 significantly higher, no request errors with it on); the
   simulator's prediction, no change, holds if no real TTFT p90, E2E p90 or hit-rate change is
-  significant.
+  significant (refresh_on_arrival_real_seeds: the confirmatory run, predicted_ttft on six more
+  seeds, by the same rows).
 - tiers_opening_near_tie_ttft: none (whether balancing session openings among near-ties closes
   predicted_ttft's losses to sticky_least_loaded without a loss elsewhere; issue 29's goal 2,
   docs/kv_tiers/study_followups.md, TraceLab section 10).

@@ -206,6 +206,11 @@ def _refresh_on_arrival(doc: dict[str, Any]) -> list[Fig]:
 
 
 @summariser(
+    "refresh_on_arrival_real_seeds",
+    "a waiting request's prefix refreshed on arrival on real vLLM engines, predicted_ttft on "
+    "six more seeds (pre-registered)",
+)
+@summariser(
     "refresh_on_arrival_real",
     "a waiting request's prefix refreshed on arrival on real vLLM engines, beside the "
     "simulator (pre-registered)",
