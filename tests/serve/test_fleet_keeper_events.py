@@ -209,8 +209,8 @@ def test_a_keeper_of_two_alternates_two_launches_without_restarting(
     monkeypatch, tmp_path: Path, keep: int, starts: int
 ) -> None:
     """Interleaved variants that need engines launched apart (refresh on and off) keep both
-    fleets with `keep=2`; with one, each switch stops a fleet and starts the other. The two
-    engine environments get event-socket directories of their own."""
+    fleets with `keep=2`; with one, each switch stops a fleet and starts the other. Two launches
+    get event-socket directories of their own."""
     started: list[_StubFleet] = []
 
     def from_config(fleet: Any, logs: Path, device: str, **kw: Any) -> _StubFleet:
@@ -226,8 +226,12 @@ def test_a_keeper_of_two_alternates_two_launches_without_restarting(
             cfg.sim.refresh_on_arrival = refresh
             with _fleet_for(cfg, tmp_path / f"run{len(started)}" / "logs", {}, keeper):
                 pass
-        plain, refreshed = keeper.events_dir_for({}), keeper.events_dir_for({"A": "1"})
-        assert plain == keeper.events_dir and plain != refreshed
+        plain, refreshed = (
+            keeper.events_dir_for(["fleet", {}]),
+            keeper.events_dir_for(["fleet", {"A": "1"}]),
+        )
+        assert plain == keeper.events_dir_for(["fleet", {}]) and plain != refreshed
+        assert keeper.events_dir not in (plain, refreshed)
         assert [f.stopped for f in started] == [True] * (starts - keep) + [False] * keep
     finally:
         keeper.close()

@@ -142,8 +142,8 @@ class FleetKeeper:
     fleet not in use is idle, its engines waiting for work.
 
     A fleet with KV events (the exact view) is kept too: its event sockets live in a directory
-    of the keeper's (`events_dir_for`, one per engine environment, so two kept fleets never
-    share a socket), consecutive runs launch it with the same flags, and each run's proxy
+    of the keeper's (`events_dir_for`, one per launch, so two kept fleets never share a
+    socket), consecutive runs launch it with the same flags, and each run's proxy
     subscribes afresh to an engine whose caches were just emptied. A fleet with a KV tier below
     HBM (`fleet.kv_tiers`) has the tier emptied as well (`reset_external`), so no run inherits
     another's offloaded blocks."""
@@ -159,13 +159,15 @@ class FleetKeeper:
 
     @property
     def events_dir(self) -> str:
-        """The event-socket directory of fleets launched with no extra engine environment."""
-        return self.events_dir_for({})
+        """The event-socket directory of fleets whose launch is described by nothing more."""
+        return self.events_dir_for(None)
 
-    def events_dir_for(self, engine_env: dict[str, str]) -> str:
-        """A short directory for the KV-event sockets of kept fleets whose engines run with
-        `engine_env` (`engine_env_for`; made on first use)."""
-        tag = json.dumps(engine_env, sort_keys=True)
+    def events_dir_for(self, launch: Any) -> str:
+        """A short directory for the KV-event sockets of kept fleets launched as `launch` says
+        (any JSON-able description: the fleet config and the engines' environment; made on
+        first use). Runs that share a fleet describe it alike, so they name the same sockets;
+        two fleets kept at once are launched differently, so theirs differ."""
+        tag = json.dumps(launch, sort_keys=True)
         if tag not in self._events_dirs:
             self._events_dirs[tag] = tempfile.mkdtemp(prefix="akvc-ev-")
         return self._events_dirs[tag]
@@ -353,7 +355,7 @@ def _run_vllm(
         config.fleet.roles,
         detect_device(device_for(config)),
         events_dir=(
-            keeper.events_dir_for(engine_env_for(config))
+            keeper.events_dir_for([config.fleet.model_dump(mode="json"), engine_env_for(config)])
             if keeper is not None and events_only and config.policy.cache_view == "exact"
             else None
         ),
