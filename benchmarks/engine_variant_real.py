@@ -182,6 +182,7 @@ def main(script: str = "benchmarks/engine_variant_real.py", compare: str | None 
     args = ap.parse_args()
     if args.replicates < 1:
         ap.error(f"--replicates must be >= 1, got {args.replicates}")
+    fixed = compare is not None  # a wrapper's command names no --compare
     compare = compare or args.compare
     name = args.name or f"{compare}_real"
     results = args.results or Path(tempfile.mkdtemp(prefix=f"akvc_{name}_"))
@@ -199,7 +200,7 @@ def main(script: str = "benchmarks/engine_variant_real.py", compare: str | None 
             "variants": COMPARISONS[compare],
         },
         "command": f"{script} "
-        + ("" if script.endswith("finish_first_real.py") else f"--compare {compare} ")
+        + ("" if fixed else f"--compare {compare} ")
         + " ".join(
             f"--{k} {v}"
             for k, v in (("policies", args.policies), ("seeds", args.seeds), ("name", name))
