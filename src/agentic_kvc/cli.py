@@ -131,8 +131,9 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
 
     Each SPEC is a JSON list: the config file, then its `dotted.key=value` overrides, e.g.
     '["config/runs/sim_h20_agentic.yaml", "seed=1"]'. Complete runs are skipped; all specs
-    are validated before the first run starts. Consecutive real runs that launch the same
-    engines share them: started once, prefix caches reset before each run.
+    are validated before the first run starts. Real runs that launch the same engines share
+    them: started once, prefix caches reset before each run; a batch that alternates between
+    differently launched fleets keeps each of them up.
     """
     import contextlib
     import json
@@ -153,9 +154,9 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
     with contextlib.ExitStack() as stack:
         if any(cfg.backend == "vllm" for cfg in configs):
             # Imported only here: simulated batches should not pay for the serving stack.
-            from agentic_kvc.serve.run_backend import shared_fleets
+            from agentic_kvc.serve.run_backend import fleets_launched, shared_fleets
 
-            stack.enter_context(shared_fleets())
+            stack.enter_context(shared_fleets(keep=fleets_launched(configs)))
         for i, cfg in enumerate(configs):
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -62,3 +63,45 @@ def test_real_batches_one_per_experiment_repeat_major_rotated(tmp_path: Path) ->
         assert {o[pos] for o in orders[:3]} == {"round_robin", "lmetric", "unified"}
     unbatched = {r.run_id for r in plan.runs} - {r.run_id for r in runs}
     assert unbatched == {r.run_id for r in plan.runs if r.experiment == "single"}
+
+
+def test_interleaved_experiments_share_a_batch_their_pairs_side_by_side(tmp_path: Path) -> None:
+    (tmp_path / "real.yaml").write_text(
+        yaml.safe_dump({"backend": "vllm", "workload": {"generator": {"sessions": 2}}})
+    )
+    matrix = {"repeat": [0, 1, 2, 3], "policy.name": ["round_robin", "lmetric", "unified"]}
+    experiments = [
+        {"name": "hbm", "base": "real.yaml", "interleave": "tiers", "matrix": matrix},
+        {
+            "name": "host",
+            "base": "real.yaml",
+            "interleave": "tiers",
+            "set": {"fleet.kv_tiers.host_gib": 1},
+            "matrix": matrix,
+        },
+        # Not in the group: its own batch, as before.
+        {"name": "alone", "base": "real.yaml", "set": {"seed": 7}, "matrix": matrix},
+    ]
+    plan = expand(experiments, tmp_path)
+    batches = plan.real_batches()
+    assert set(batches) == {"tiers", "alone"}
+    runs = batches["tiers"]
+    assert len(runs) == len({r.run_id for r in runs}) == 24
+    assert [r.labels["repeat"] for r in runs] == [k for k in range(4) for _ in range(6)]
+    for k in range(4):
+        rows = [(r.experiment, r.policy) for r in runs[6 * k : 6 * k + 6]]
+        # The two fleets alternate run by run, each pair (one policy on both) back to back.
+        assert [e for e, _ in rows[0::2]] == [rows[0][0]] * 3
+        assert [e for e, _ in rows[1::2]] == [rows[1][0]] * 3
+        assert rows[0][0] != rows[1][0]
+        assert all(rows[i][1] == rows[i + 1][1] for i in (0, 2, 4))
+    firsts = [runs[6 * k].experiment for k in range(4)]
+    assert firsts == ["hbm", "host", "hbm", "host"]  # each side first in turn
+    # Every policy leads a repeat once over the first three.
+    assert {runs[6 * k].policy for k in range(3)} == {"round_robin", "lmetric", "unified"}
+    alone = batches["alone"]
+    assert [r.policy for r in alone[:3]] == ["round_robin", "lmetric", "unified"]
+    assert [r.policy for r in alone[3:6]] == ["lmetric", "unified", "round_robin"]
+    # The group survives the plan's JSON (the pipeline reads plan.json).
+    again = type(plan).from_json(json.loads(json.dumps(plan.to_json())))
+    assert [r.run_id for r in again.real_batches()["tiers"]] == [r.run_id for r in runs]

@@ -21,7 +21,12 @@ from agentic_kvc.analysis.studies.base import load_study
 from agentic_kvc.analysis.studies.common import beyond_spread
 from agentic_kvc.analysis.studies.common import repeat_spread as spread
 from agentic_kvc.analysis.studies.tiers import analyse
-from agentic_kvc.analysis.studies.tiers_real import HBM_ONLY, engine_host_tokens, tier_label
+from agentic_kvc.analysis.studies.tiers_real import (
+    HBM_ONLY,
+    engine_host_tokens,
+    interleaved,
+    tier_label,
+)
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 
@@ -90,8 +95,12 @@ def _write_run(results: Path, root: Path, planned: Any) -> None:
     canonical = cfg.model_dump(mode="json")
     (d / "config.json").write_text(json.dumps(canonical))
     load1 = 1.0 + repeat
+    # Real runs interleaved: repeat k's HBM-only run at minute 2k, its + host run a minute on.
+    minute = 10 + 2 * repeat + (1 if host else 0)
     manifest = {
         "complete": True,
+        "started_at": f"2026-11-30T05:{minute:02d}:00+0000",
+        "finished_at": f"2026-11-30T05:{minute:02d}:30+0000",
         "run_id": planned.run_id,
         "backend": cfg.backend,
         "config": canonical,
@@ -168,6 +177,17 @@ def test_tier_label() -> None:
     assert tier_label(16) == "host 16 GiB"
 
 
+def test_interleaved_means_every_settings_span_overlaps_the_others() -> None:
+    def at(m: int) -> tuple[str, str]:
+        return (f"2026-11-30T05:{m:02d}:00+0000", f"2026-11-30T05:{m:02d}:30+0000")
+
+    # One setting after the other (the quiet campaign's order): not interleaved.
+    assert not interleaved({"HBM only": [at(1), at(2)], "host 64 MiB": [at(3), at(4)]})
+    assert interleaved({"HBM only": [at(1), at(3)], "host 64 MiB": [at(2), at(4)]})
+    assert not interleaved({"HBM only": [at(1), at(3)]})  # one setting: nothing to interleave
+    assert not interleaved({})
+
+
 def test_spread_rule() -> None:
     assert spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert spread([]) != spread([])  # nan: nothing to judge
@@ -192,6 +212,8 @@ def test_real_rows_pair_by_repeat_and_show_the_twin(section) -> None:
     # The setup sentence is read from the runs' configs, not written in.
     assert "2 tiny-model vLLM CPU instances whose engine KV holds 4,128 tokens each" in text
     assert "(host 64 MiB), 2 routers, 3 repeats each" in text
+    # Read from the manifests' start and finish times: these runs alternate between settings.
+    assert "HBM only and + host ran interleaved" in text
     hbm = _row(s, "| HBM only | sglang_cache_aware")
     host = _row(s, "| host 64 MiB | sglang_cache_aware")
     assert hbm[2] == "3" and host[2] == "3"  # three repeats each

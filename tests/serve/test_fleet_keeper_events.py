@@ -242,3 +242,18 @@ def test_a_keeper_of_two_alternates_two_launches_without_restarting(
 def test_a_keeper_keeps_at_least_one_fleet() -> None:
     with pytest.raises(ValueError, match="keep must be >= 1"):
         FleetKeeper(0)
+
+
+def test_a_batch_keeps_one_fleet_per_distinct_launch() -> None:
+    """`akvc run-batch` keeps as many fleets as its real runs launch differently: the
+    interleaved tiers batch (HBM only, + host) two, a batch of routers on one fleet one."""
+    from agentic_kvc.serve.run_backend import fleets_launched
+
+    base = Path("config/runs/real_cpu_tiers.yaml")
+    hbm = [load_config(base, [f"policy.name={p}"]) for p in ("dynamo_kv", "sglang_cache_aware")]
+    host = [load_config(base, ["fleet.kv_tiers.host_gib=0.0625", "policy.name=dynamo_kv"])]
+    sim = [load_config(base, ["backend=sim", "fleet.kv_tiers.host_gib=1"])]
+    assert fleets_launched(hbm) == 1
+    assert fleets_launched(hbm + host + hbm) == 2
+    assert fleets_launched(hbm + sim) == 1  # a simulated run launches nothing
+    assert fleets_launched(sim) == 1  # never 0: a keeper holds at least one

@@ -49,6 +49,9 @@ class PlannedRun:
     study: str = ""  # the study (report section) the experiment belongs to, if any
     variant: str = ""  # the experiment's own name for its runs (default: the policy name)
     trace: str = ""  # workload.trace (a file the pipeline may have to fetch first)
+    # Real engines: experiments naming the same group share one batch, their runs interleaved
+    # (`Plan.real_batches`); empty: the experiment is its own batch.
+    interleave: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -87,25 +90,30 @@ class Plan:
         }
 
     def real_batches(self) -> dict[str, list[PlannedRun]]:
-        """Real-engine runs with a `repeat` label, one batch per experiment: its runs go back
-        to back in one process, on one fleet (`akvc run-batch` shares it and resets its caches
-        before each run), repeat by repeat, the variants' order rotated by the repeat index so
-        that each variant runs first, second, ... in turn. Name: experiment."""
+        """Real-engine runs with a `repeat` label, one batch per experiment, or per
+        `interleave` group of experiments: its runs go back to back in one process (`akvc
+        run-batch` keeps each fleet they launch and resets its caches before each run),
+        repeat by repeat. Within a repeat each experiment's variants are rotated by the
+        repeat index, so that each variant runs first, second, ... in turn; a group's
+        experiments alternate run by run (a, b, a, b, ...), the one that goes first rotated
+        too, so that their pairs (the same variant on two fleets, e.g. HBM only and + host)
+        run next to each other, each side first in turn. Name: the experiment, or the group."""
         seen: set[str] = set()
-        by_key: dict[str, dict[int, list[PlannedRun]]] = {}
+        by_batch: dict[str, dict[int, dict[str, list[PlannedRun]]]] = {}
         for r in self.runs:
             if r.archived or r.backend == "sim" or "repeat" not in r.labels or r.run_id in seen:
                 continue
             seen.add(r.run_id)
             rep = int(r.labels["repeat"])
-            by_key.setdefault(r.experiment, {}).setdefault(rep, []).append(r)
+            by_rep = by_batch.setdefault(r.interleave or r.experiment, {})
+            by_rep.setdefault(rep, {}).setdefault(r.experiment, []).append(r)
         out: dict[str, list[PlannedRun]] = {}
-        for exp, by_rep in by_key.items():
-            out[exp] = []
+        for batch, by_rep in by_batch.items():
+            out[batch] = []
             for rep in sorted(by_rep):
-                runs = by_rep[rep]
-                k = rep % len(runs)
-                out[exp] += runs[k:] + runs[:k]
+                columns = [_rotated(runs, rep) for runs in by_rep[rep].values()]
+                for row in itertools.zip_longest(*_rotated(columns, rep)):
+                    out[batch] += [r for r in row if r is not None]
         return out
 
     def studies(self) -> list[str]:
@@ -190,6 +198,12 @@ def _key(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def _rotated(items: list[Any], k: int) -> list[Any]:
+    """`items` rotated left by k (mod its length)."""
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
 def expand_experiment(
     exp: Mapping[str, Any], root: Path, archive: Path | None = None
 ) -> list[PlannedRun]:
@@ -240,6 +254,7 @@ def expand_experiment(
                 study=str(exp.get("study", "")),
                 variant=str(exp.get("variant", "")) or named.get(_key(labels.get("policy")), ""),
                 trace=cfg.workload.trace or "",
+                interleave=str(exp.get("interleave", "")),
             )
         )
     _check_replicates_differ(name, out, configs)

@@ -18,7 +18,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,26 @@ def shared_fleets(keep: int = 1) -> Iterator[FleetKeeper]:
     finally:
         _SHARED = previous
         keeper.close()
+
+
+def fleets_launched(configs: Iterable[RunConfig]) -> int:
+    """How many differently launched fleets these runs' real engines are (fleet config,
+    device, engine environment): what `akvc run-batch` keeps at once, so that a batch whose
+    runs alternate between fleets (an interleaved group: HBM only and + host) does not
+    restart one for every run. At least 1."""
+    return max(
+        1,
+        len(
+            {
+                json.dumps(
+                    [c.fleet.model_dump(mode="json"), device_for(c), engine_env_for(c)],
+                    sort_keys=True,
+                )
+                for c in configs
+                if c.backend == "vllm"
+            }
+        ),
+    )
 
 
 def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
