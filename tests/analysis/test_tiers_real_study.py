@@ -214,6 +214,9 @@ def test_real_rows_pair_by_repeat_and_show_the_twin(section) -> None:
     assert "(host 64 MiB), 2 routers, 3 repeats each" in text
     # Read from the manifests' start and finish times: these runs alternate between settings.
     assert "HBM only and + host ran interleaved" in text
+    # Which processor the real runs ran on, against the twin's profile (none recorded here).
+    assert "Processor of the real runs: unknown processor" in text
+    assert "so the simulated column predicts another machine" in text
     hbm = _row(s, "| HBM only | sglang_cache_aware")
     host = _row(s, "| host 64 MiB | sglang_cache_aware")
     assert hbm[2] == "3" and host[2] == "3"  # three repeats each

@@ -45,6 +45,7 @@ from agentic_kvc.analysis.studies.real import (
     MACHINE_NOTE,
     host_load,
     machine_cells,
+    processor_note,
 )
 from agentic_kvc.paired import PairedResult
 
@@ -296,6 +297,8 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
         ],
         lat_rows,
     )
+    # The sim columns predict the processor the cpu-tiny profile was fitted on (study 7's rule).
+    s.note(processor_note([m for p, m in manifests if p.run_id in tier_of]))
     s.table(
         "Where the prompt tokens came from on real engines, pooled over repeats. Engine: "
         "HBM / host / recomputed shares, where host is the engines' own counter of tokens "
