@@ -257,3 +257,8 @@ def test_a_batch_keeps_one_fleet_per_distinct_launch() -> None:
     assert fleets_launched(hbm + host + hbm) == 2
     assert fleets_launched(hbm + sim) == 1  # a simulated run launches nothing
     assert fleets_launched(sim) == 1  # never 0: a keeper holds at least one
+    # GPU fleets share the devices: one at a time, whatever differs between them.
+    gpu = [
+        load_config(base, ["fleet.hardware=h20", f"fleet.kv_tiers.host_gib={g}"]) for g in (0, 1)
+    ]
+    assert fleets_launched(gpu) == 1

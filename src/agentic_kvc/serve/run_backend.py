@@ -263,20 +263,18 @@ def fleets_launched(configs: Iterable[RunConfig]) -> int:
     """How many differently launched fleets these runs' real engines are (fleet config,
     device, engine environment): what `akvc run-batch` keeps at once, so that a batch whose
     runs alternate between fleets (an interleaved group: HBM only and + host) does not
-    restart one for every run. At least 1."""
-    return max(
-        1,
-        len(
-            {
-                json.dumps(
-                    [c.fleet.model_dump(mode="json"), device_for(c), engine_env_for(c)],
-                    sort_keys=True,
-                )
-                for c in configs
-                if c.backend == "vllm"
-            }
-        ),
-    )
+    restart one for every run. At least 1; and 1 where any fleet is on GPUs: every fleet
+    launches on the same devices, so two cannot stand side by side (the keeper relaunches)."""
+    real = [c for c in configs if c.backend == "vllm"]
+    if any(device_for(c) != "cpu" for c in real):
+        return 1
+    launches = {
+        json.dumps(
+            [c.fleet.model_dump(mode="json"), device_for(c), engine_env_for(c)], sort_keys=True
+        )
+        for c in real
+    }
+    return max(1, len(launches))
 
 
 def run_vllm(config: RunConfig, run_dir: Path) -> BackendResult:
