@@ -105,3 +105,20 @@ def test_interleaved_experiments_share_a_batch_their_pairs_side_by_side(tmp_path
     # The group survives the plan's JSON (the pipeline reads plan.json).
     again = type(plan).from_json(json.loads(json.dumps(plan.to_json())))
     assert [r.run_id for r in again.real_batches()["tiers"]] == [r.run_id for r in runs]
+
+
+def test_interleave_is_refused_where_it_would_do_nothing(tmp_path: Path) -> None:
+    import pytest
+
+    from agentic_kvc.config import ConfigError
+
+    (tmp_path / "sim.yaml").write_text(
+        yaml.safe_dump({"backend": "sim", "workload": {"generator": {"sessions": 2}}})
+    )
+    (tmp_path / "real.yaml").write_text(
+        yaml.safe_dump({"backend": "vllm", "workload": {"generator": {"sessions": 2}}})
+    )
+    for base, matrix in (("sim.yaml", {"seed": [0, 1]}), ("real.yaml", {"seed": [0, 1]})):
+        exp = {"name": "x", "base": base, "interleave": "g", "matrix": matrix}
+        with pytest.raises(ConfigError, match="experiment 'x': interleave groups real-engine"):
+            expand([exp], tmp_path)

@@ -258,6 +258,11 @@ def expand_experiment(
             )
         )
     _check_replicates_differ(name, out, configs)
+    if exp.get("interleave") and any(r.backend == "sim" or "repeat" not in r.labels for r in out):
+        raise ConfigError(
+            f"experiment {name!r}: interleave groups real-engine runs repeated by the matrix "
+            f"key `repeat` (Plan.real_batches); this experiment has simulated runs or no repeat"
+        )
     return out
 
 
