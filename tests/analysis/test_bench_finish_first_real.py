@@ -8,18 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentic_kvc.analysis.bench_summary.core import MET, NOT_MEASURED, NOT_MET
-from tests.analysis.test_bench_summary import summarize, verdict
-
-
-def comp(backend: str, policy: str, metric: str, rel: float, lo: float, hi: float) -> dict:
-    return {
-        "backend": backend,
-        "policy": policy,
-        "metric": metric,
-        "rel_diff": rel,
-        "ci_low": lo,
-        "ci_high": hi,
-    }
+from tests.analysis.test_bench_summary import comparison, summarize, verdict
 
 
 def doc(*comps: dict, loads: tuple[float, ...] = (1.2, 2.5)) -> dict:
@@ -27,9 +16,13 @@ def doc(*comps: dict, loads: tuple[float, ...] = (1.2, 2.5)) -> dict:
     return {"benchmark": "finish_first_real", "comparisons": list(comps), "runs": runs}
 
 
-SIM_UP = [comp("sim", p, "hit_rate", 0.16, 0.05, 0.3) for p in ("a", "b")]
-REAL_UP = [comp("vllm", p, "hit_rate", 0.1, -0.02, 0.2) for p in ("a", "b")]
-FLAT = [comp("vllm", p, m, 0.02, -0.1, 0.1) for p in ("a", "b") for m in ("ttft_p90", "e2e_p90")]
+SIM_UP = [comparison("sim", p, "hit_rate", 0.05, 0.3, rel=0.16) for p in ("a", "b")]
+REAL_UP = [comparison("vllm", p, "hit_rate", -0.02, 0.2, rel=0.1) for p in ("a", "b")]
+FLAT = [
+    comparison("vllm", p, m, -0.1, 0.1, rel=0.02)
+    for p in ("a", "b")
+    for m in ("ttft_p90", "e2e_p90")
+]
 
 
 def test_the_same_sign_on_both_backends_meets_the_direction_rule(tmp_path: Path) -> None:
@@ -45,14 +38,14 @@ def test_the_same_sign_on_both_backends_meets_the_direction_rule(tmp_path: Path)
 
 
 def test_a_real_change_of_the_other_sign_fails_the_direction_rule(tmp_path: Path) -> None:
-    down = comp("vllm", "b", "hit_rate", -0.05, -0.2, 0.1)
+    down = comparison("vllm", "b", "hit_rate", -0.2, 0.1, rel=-0.05)
     rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, REAL_UP[0], down, *FLAT))
     assert verdict(rows, "simulated one's sign") == NOT_MET
 
 
 def test_a_real_gain_and_a_real_loss(tmp_path: Path) -> None:
-    gain = comp("vllm", "a", "ttft_p90", -0.2, -0.3, -0.05)
-    loss = comp("vllm", "b", "e2e_p90", 0.15, 0.02, 0.3)
+    gain = comparison("vllm", "a", "ttft_p90", -0.3, -0.05, rel=-0.2)
+    loss = comparison("vllm", "b", "e2e_p90", 0.02, 0.3, rel=0.15)
     rows = summarize(tmp_path, "finish_first_real", doc(*SIM_UP, *REAL_UP, gain, loss))
     assert verdict(rows, "TTFT p90 significantly lower in") == MET
     assert verdict(rows, "significantly higher in") == NOT_MET

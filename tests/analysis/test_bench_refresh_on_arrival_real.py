@@ -11,21 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.bench_summary.core import MET, NOT_MEASURED, NOT_MET
-from tests.analysis.test_bench_summary import summarize, verdict
+from tests.analysis.test_bench_summary import comparison, summarize, verdict
 
 METRICS = ("hit_rate", "ttft_p50", "ttft_p90", "e2e_p90")
-
-
-def comp(backend: str, policy: str, metric: str, lo: float = -0.1, hi: float = 0.1) -> dict:
-    rel = (lo + hi) / 2
-    return {
-        "backend": backend,
-        "policy": policy,
-        "metric": metric,
-        "rel_diff": rel,
-        "ci_low": lo,
-        "ci_high": hi,
-    }
 
 
 def run(variant: str, seed: int, rep: int, plugin: int, p90: float = 1.0, errors: int = 0) -> dict:
@@ -46,7 +34,7 @@ def doc(*changed: dict, runs: list[dict] | None = None) -> dict[str, Any]:
     """Every measure flat on both backends for routers a and b, but the `changed` rows."""
     comps = {
         (c["backend"], c["policy"], c["metric"]): c
-        for c in [comp(b, p, m) for b in ("sim", "vllm") for p in ("a", "b") for m in METRICS]
+        for c in [comparison(b, p, m) for b in ("sim", "vllm") for p in ("a", "b") for m in METRICS]
     }
     comps |= {(c["backend"], c["policy"], c["metric"]): c for c in changed}
     if runs is None:
@@ -84,7 +72,7 @@ def test_a_plain_engine_with_the_plugin_or_a_refresh_engine_without_is_invalid(
 
 
 def test_a_real_gain_breaks_the_prediction_but_does_no_harm(tmp_path: Path) -> None:
-    gain = comp("vllm", "b", "ttft_p90", -0.3, -0.05)
+    gain = comparison("vllm", "b", "ttft_p90", -0.3, -0.05)
     rows = summarize(tmp_path, "refresh_on_arrival_real", doc(gain))
     assert verdict(rows, "does no harm") == MET
     assert verdict(rows, "prediction (no change) holds") == NOT_MET
@@ -93,7 +81,7 @@ def test_a_real_gain_breaks_the_prediction_but_does_no_harm(tmp_path: Path) -> N
 
 
 def test_a_real_loss_or_an_error_is_harm(tmp_path: Path) -> None:
-    loss = comp("vllm", "a", "e2e_p90", 0.02, 0.3)
+    loss = comparison("vllm", "a", "e2e_p90", 0.02, 0.3)
     rows = summarize(tmp_path, "refresh_on_arrival_real", doc(loss))
     assert verdict(rows, "does no harm") == NOT_MET
     errs = [run("plain", 0, 0, 0), run("refresh", 0, 0, 2, errors=1)]

@@ -26,6 +26,25 @@ from agentic_kvc.analysis.bench_summary.sim import SIM_VS_VLLM_METRICS
 # --- documents shaped like each script's output, with the goal-relevant figure as a parameter ---
 
 
+def comparison(
+    backend: str,
+    policy: str,
+    metric: str,
+    lo: float = -0.1,
+    hi: float = 0.1,
+    rel: float | None = None,
+) -> dict:
+    """One paired comparison of a benchmark JSON (`rel` defaults to the interval's middle)."""
+    return {
+        "backend": backend,
+        "policy": policy,
+        "metric": metric,
+        "rel_diff": (lo + hi) / 2 if rel is None else rel,
+        "ci_low": lo,
+        "ci_high": hi,
+    }
+
+
 def policy_decision(median_us: float = 60.0, hash_us: float = 1200.0, reused: int = 6250) -> dict:
     timing = {"median_us": 50.0, "p99_us": 90.0, "mean_us": 55.0, "repeats": 500}
     return {

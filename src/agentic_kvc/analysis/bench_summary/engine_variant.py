@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from agentic_kvc.analysis.bench_summary.core import Fig, LayoutError, field_at
+from agentic_kvc.analysis.bench_summary.core import Fig, LayoutError, field_at, paired_cell
 
 
 def variant_names(doc: dict[str, Any], default: tuple[str, str]) -> tuple[str, str]:
@@ -19,6 +19,11 @@ def variant_names(doc: dict[str, Any], default: tuple[str, str]) -> tuple[str, s
     if len(names) != 2:
         raise LayoutError(f"parameters.variants: two variants expected, got {names}")
     return names[0], names[1]
+
+
+def listed(comps: list[dict[str, Any]]) -> str:
+    """ "; <policy> <metric> <paired cell>" for each comparison, to follow a count in a row."""
+    return "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in comps)
 
 
 def pick(comps: list[dict[str, Any]], backend: str, policy: str, metric: str) -> Any:

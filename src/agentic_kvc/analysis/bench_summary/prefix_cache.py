@@ -19,6 +19,7 @@ from agentic_kvc.analysis.bench_summary.core import (
     verdict_of,
 )
 from agentic_kvc.analysis.bench_summary.engine_variant import (
+    listed,
     pick,
     real_load,
     replicate_spread,
@@ -255,15 +256,14 @@ def _refresh_on_arrival_real(doc: dict[str, Any]) -> list[Fig]:
         Fig(
             "does no harm: TTFT or E2E p90 significantly higher / request errors with it on",
             f"{len(higher)} of {sum(c['metric'] in ('ttft_p90', 'e2e_p90') for c in real)}"
-            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in higher)
+            + listed(higher)
             + f" / {errors}",
             "none / 0",
             verdict_of(not higher and errors == 0 if measured else None),
         ),
         Fig(
             "the simulator's prediction (no change) holds: real changes significant",
-            f"{len(moved)} of {len(judged)}"
-            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in moved),
+            f"{len(moved)} of {len(judged)}" + listed(moved),
             "none",
             verdict_of(not moved if measured else None),
         ),

@@ -25,6 +25,7 @@ from agentic_kvc.analysis.bench_summary.core import (
     verdict_of,
 )
 from agentic_kvc.analysis.bench_summary.engine_variant import (
+    listed,
     pick,
     real_load,
     replicate_spread,
@@ -617,8 +618,7 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
         ),
         Fig(
             "real engines: TTFT or E2E p90 significantly higher in",
-            f"{len(higher)} of {2 * len(ttft)}"
-            + "".join(f"; {c['policy']} {c['metric']} {paired_cell(c)}" for c in higher),
+            f"{len(higher)} of {2 * len(ttft)}" + listed(higher),
             "none",
             verdict_of(not higher if ttft else None),
         ),
