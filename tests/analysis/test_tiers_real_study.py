@@ -23,6 +23,7 @@ from agentic_kvc.analysis.studies.common import repeat_spread as spread
 from agentic_kvc.analysis.studies.tiers import analyse
 from agentic_kvc.analysis.studies.tiers_real import (
     HBM_ONLY,
+    back_to_back,
     engine_host_tokens,
     interleaved,
     tier_label,
@@ -95,12 +96,14 @@ def _write_run(results: Path, root: Path, planned: Any) -> None:
     canonical = cfg.model_dump(mode="json")
     (d / "config.json").write_text(json.dumps(canonical))
     load1 = 1.0 + repeat
-    # Real runs interleaved: repeat k's HBM-only run at minute 2k, its + host run a minute on.
-    minute = 10 + 2 * repeat + (1 if host else 0)
+    # Real runs interleaved: in repeat k's minute each router's HBM-only run, then its + host run
+    # (seconds 0 and 10 for the first router, 20 and 30 for the second).
+    minute = 10 + repeat
+    second = 20 * (cfg.policy.name != "sglang_cache_aware") + 10 * host
     manifest = {
         "complete": True,
-        "started_at": f"2026-11-30T05:{minute:02d}:00+0000",
-        "finished_at": f"2026-11-30T05:{minute:02d}:30+0000",
+        "started_at": f"2026-11-30T05:{minute:02d}:{second:02d}+0000",
+        "finished_at": f"2026-11-30T05:{minute:02d}:{second + 9:02d}+0000",
         "run_id": planned.run_id,
         "backend": cfg.backend,
         "config": canonical,
@@ -188,6 +191,14 @@ def test_interleaved_means_every_settings_span_overlaps_the_others() -> None:
     assert not interleaved({})
 
 
+def test_back_to_back_means_each_pairs_runs_are_consecutive_in_start_order() -> None:
+    a, b = ("sglang", "r0"), ("dynamo", "r0")
+    assert back_to_back([("05:01", a), ("05:02", a), ("05:04", b), ("05:03", b)])
+    # Interleaved by setting, but a's two runs have b's between them.
+    assert not back_to_back([("05:01", a), ("05:02", b), ("05:03", a), ("05:04", b)])
+    assert not back_to_back([])
+
+
 def test_spread_rule() -> None:
     assert spread([1.0, 2.0, 3.0]) == pytest.approx(1.0)
     assert spread([]) != spread([])  # nan: nothing to judge
@@ -213,7 +224,7 @@ def test_real_rows_pair_by_repeat_and_show_the_twin(section) -> None:
     assert "2 tiny-model vLLM CPU instances whose engine KV holds 4,128 tokens each" in text
     assert "(host 64 MiB), 2 routers, 3 repeats each" in text
     # Read from the manifests' start and finish times: these runs alternate between settings.
-    assert "HBM only and + host ran interleaved" in text
+    assert "HBM only and + host ran interleaved, each router's pair back to back." in text
     # Which processor the real runs ran on, against the twin's profile (none recorded here).
     assert "Processor of the real runs: unknown processor" in text
     assert "so the simulated column predicts another machine" in text

@@ -85,6 +85,17 @@ def interleaved(spans: dict[str, list[tuple[str, str]]]) -> bool:
     )
 
 
+def back_to_back(started: list[tuple[str, Any]]) -> bool:
+    """Whether the runs of each pair (the same router and repeat, one per tier setting) ran
+    next to each other: in start order, a pair's runs are consecutive. `started`: (start
+    time, pair key) per run."""
+    keys = [k for _, k in sorted(started, key=lambda x: x[0])]
+    runs_of: dict[Any, list[int]] = {}
+    for i, k in enumerate(keys):
+        runs_of.setdefault(k, []).append(i)
+    return bool(runs_of) and all(v[-1] - v[0] == len(v) - 1 for v in runs_of.values())
+
+
 def engine_host_tokens(samples: pl.DataFrame) -> dict[str, float]:
     """Per run: prompt tokens the engines' host tiers served, from their own counters (the
     growth of `host_cached_tokens` over the run, summed over instances; a sample without
@@ -166,18 +177,21 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
     host_by_run = engine_host_tokens(samples)
     manifests = data.manifests()
     loads = {p.run_id: host_load(m) for p, m in manifests}
-    tier_of = dict(zip(real["run_id"].cast(pl.String), real["tier"], strict=True))
-    spans: dict[str, list[tuple[str, str]]] = {}
-    for p, m in manifests:
-        if p.run_id in tier_of and m.get("started_at") and m.get("finished_at"):
-            spans.setdefault(tier_of[p.run_id], []).append((m["started_at"], m["finished_at"]))
-    order_note = (
-        "HBM only and + host ran interleaved, each router's pair back to back on two fleets "
-        "kept up side by side (which went first flipped every repeat)."
-        if interleaved(spans)
-        else "HBM only and + host ran on two fleets one after the other, not interleaved."
-    )
     runs = _per_run(real)
+    of_run = {str(r["run_id"]): r for r in runs.iter_rows(named=True)}
+    spans: dict[str, list[tuple[str, str]]] = {}
+    started: list[tuple[str, Any]] = []
+    for p, m in manifests:
+        r = of_run.get(p.run_id)
+        if r is not None and m.get("started_at") and m.get("finished_at"):
+            spans.setdefault(r["tier"], []).append((m["started_at"], m["finished_at"]))
+            started.append((m["started_at"], (r["policy"], r["replicate"])))
+    if not interleaved(spans):
+        order_note = "HBM only and + host ran on two fleets one after the other, not interleaved."
+    elif back_to_back(started):
+        order_note = "HBM only and + host ran interleaved, each router's pair back to back."
+    else:
+        order_note = "HBM only and + host ran interleaved."
     tier_order = [HBM_ONLY, *sorted(t for t in set(runs["tier"]) if t != HBM_ONLY)]
     routers = ordered(sorted(set(runs["policy"])), ROUTERS)
     sim_rows = {
@@ -298,7 +312,7 @@ def analyse_real(s: Section, df: pl.DataFrame, data: StudyData) -> str:
         lat_rows,
     )
     # The sim columns predict the processor the cpu-tiny profile was fitted on (study 7's rule).
-    s.note(processor_note([m for p, m in manifests if p.run_id in tier_of]))
+    s.note(processor_note([m for p, m in manifests if p.run_id in of_run]))
     s.table(
         "Where the prompt tokens came from on real engines, pooled over repeats. Engine: "
         "HBM / host / recomputed shares, where host is the engines' own counter of tokens "
