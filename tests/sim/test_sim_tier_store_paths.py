@@ -49,10 +49,10 @@ def _state(store: TierStore) -> Any:
     )
 
 
-def _stores(events: bool) -> tuple[TierStore, TierStore]:
+def _stores(events: bool, simple_lru: bool = False) -> tuple[TierStore, TierStore]:
     link = Link(1.0, 0.0)
-    below = TierStore("disk", 300, 1, link, link)
-    top = TierStore("host", 150, 1, link, link, below=below)
+    below = TierStore("disk", 300, 1, link, link, simple_lru=simple_lru)
+    top = TierStore("host", 150, 1, link, link, below=below, simple_lru=simple_lru)
     if events:
         sink: list[dict[str, Any]] = []
         below.publish(sink.append)
@@ -61,13 +61,16 @@ def _stores(events: bool) -> tuple[TierStore, TierStore]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_evict_fast_loop_matches_the_general_loop(seed: int) -> None:
+@pytest.mark.parametrize("simple_lru", [False, True])
+def test_evict_fast_loop_matches_the_general_loop(seed: int, simple_lru: bool) -> None:
     rng = random.Random(seed)
     prompts = _prompts(rng, 40)
-    fast, fast_below = _stores(events=False)
-    full, full_below = _stores(events=True)
+    fast, fast_below = _stores(events=False, simple_lru=simple_lru)
+    full, full_below = _stores(events=True, simple_lru=simple_lru)
     evicted = 0
+    head_cuts = 0
     for step in range(400):
+        heads = {id(r): r.lo for r in fast.lru if r.head_first}
         p = rng.choice(prompts)
         a = rng.randrange(len(p))
         b = rng.randint(a + 1, len(p))
@@ -86,8 +89,27 @@ def test_evict_fast_loop_matches_the_general_loop(seed: int) -> None:
             assert fast.run(p, a, b) == full.run(p, a, b)
         assert _state(fast) == _state(full)
         assert _state(fast_below) == _state(full_below)
+        _check_index(fast)
+        _check_index(fast_below)
         evicted = fast.evicted
+        head_cuts += sum(1 for r in fast.lru if heads.get(id(r), r.lo) < r.lo)
     assert evicted > 0 and fast_below.n > 0  # the eviction loops did run
+    # With simple_lru, runs a load used were eaten from their head.
+    assert (head_cuts > 0) == simple_lru
+
+
+def _check_index(store: TierStore) -> None:
+    """Every run is indexed at its head and its MARK positions, off-MARK heads by bucket, and
+    the store counts its blocks."""
+    for r in store.lru:
+        assert r.hashes
+        assert store.index.get(r.hashes[0]) is r or r.hashes[0] in store.index
+        for k, h in enumerate(r.hashes):
+            if (r.lo + k) % MARK == 0:
+                assert h in store.index
+        if r.lo % MARK:
+            assert store.offb[r.lo // MARK].get(r.hashes[0]) == r.lo
+    assert store.n == sum(len(r.hashes) for r in store.lru)
 
 
 def _req(hashes: list[int]) -> RequestView:
@@ -138,19 +160,23 @@ def _find_block_by_block(store: TierStore, hashes: list[int], j: int, base: int)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_find_in_one_pass_matches_the_block_by_block_probe(seed: int) -> None:
+@pytest.mark.parametrize("simple_lru", [False, True])
+def test_find_in_one_pass_matches_the_block_by_block_probe(seed: int, simple_lru: bool) -> None:
     """`_find` takes the runs indexed among the probed blocks in one C pass; it must return
     the run the block-by-block probe returns, also for hashes that start off a MARK position
-    (a run handed down by an eviction) and for the runs that hold a block twice."""
+    (a run handed down by an eviction, or one whose head was evicted) and for the runs that
+    hold a block twice."""
     rng = random.Random(seed)
     prompts = _prompts(rng, 40)
-    store, _ = _stores(events=False)
+    store, _ = _stores(events=False, simple_lru=simple_lru)
     found = 0
     for step in range(300):
         p = rng.choice(prompts)
         a = rng.randrange(len(p))
         b = rng.randint(a + 1, len(p))
         store.put([(a, p[a:b])], float(step), [rng.random() < 0.5])
+        if rng.random() < 0.3 and (k := store.run(p, a, b)):
+            store.touch(p, a, a + k)
         q = rng.choice(prompts)
         s = rng.randrange(len(q))
         tail = q[s:]

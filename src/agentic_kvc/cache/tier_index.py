@@ -16,7 +16,8 @@ since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu)
   - write-through (vLLM's `OffloadingConnector` stores every block a request computes): every
     routed prompt's blocks are put in the host LRU too, and HBM evictions add nothing;
   a reload leaves the host copy where it is (vLLM's CPU blocks are a cache) and makes it the
-  most recent;
+  most recent, in the engine's order (the tier store's `simple_lru`, as the simulated engine
+  sets it: with write-through off the loaded prompt's head is the first to go);
 - optionally a disk LRU per instance, per node or one for the fleet (`disk_scope`), fed by the
   host LRU's evictions, read by every instance that shares it.
 
@@ -85,12 +86,12 @@ def _own(hashes: Sequence[int]) -> list[int]:
     return hashes if type(hashes) is list else list(hashes)
 
 
-def _store(capacity: int, below: TierStore | None = None) -> TierStore:
-    """A tier of the router's model: the simulator's tier store (runs of blocks, LRU by run,
-    a prompt's tail evicted first, overflow handed `below`), its links unused (the model
-    keeps no time)."""
+def _store(capacity: int, simple_lru: bool, below: TierStore | None = None) -> TierStore:
+    """A tier of the router's model: the simulator's tier store (runs of blocks, LRU by run
+    in the order of the connector modelled, `simple_lru`; overflow handed `below`), its links
+    unused (the model keeps no time)."""
     idle = Link(1.0, 0.0)
-    return TierStore("router", capacity, 1, idle, idle, below=below)
+    return TierStore("router", capacity, 1, idle, idle, below=below, simple_lru=simple_lru)
 
 
 class TieredPrefixIndex:
@@ -117,7 +118,11 @@ class TieredPrefixIndex:
         self.write_through = write_through
         group = list(disk_group) if disk_group is not None else [0] * n_instances
         self.disk_group = group
-        self.disk = [_store(disk_blocks) for _ in range(max(group) + 1)] if disk_blocks else []
+        self.disk = (
+            [_store(disk_blocks, not write_through) for _ in range(max(group) + 1)]
+            if disk_blocks
+            else []
+        )
         self.host_blocks = host_blocks
         self.host = [self._host_store(i) for i in range(n_instances)] if host_blocks else []
         if self.host and not write_through:
@@ -136,7 +141,7 @@ class TieredPrefixIndex:
 
     def _host_store(self, instance: int) -> TierStore:
         below = self.disk[self.disk_group[instance]] if self.disk else None
-        return _store(self.host_blocks, below)
+        return _store(self.host_blocks, not self.write_through, below)
 
     @property
     def n_instances(self) -> int:

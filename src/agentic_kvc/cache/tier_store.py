@@ -8,9 +8,9 @@ simulator.
 
 Blocks are kept as runs of chained hashes, indexed only every `MARK` positions: a long-context
 run moves millions of blocks through the tiers, so the per-block work is list slicing, not a
-dict entry per block. Eviction is LRU by run, a run eaten from its tail (vLLM's
-`LRUCachePolicy.touch` touches a request's blocks tail first, so a prompt's head goes last), or
-"retention": the runs of a session in a tool pause are evicted after every other run.
+dict entry per block. Eviction is LRU by run, in the order of the vLLM connector modelled
+(`TierStore`: a run eaten from its tail, or, after a load with the simple connector, from its
+head), or "retention": the runs of a session in a tool pause are evicted after every other run.
 
 KV events. A store given a sink (`TierStore.publish`) reports what enters and leaves it as
 vLLM's KV events do: a `BlockStored` for each run written, a `BlockRemoved` for each run (or
@@ -64,14 +64,16 @@ MARK = 16  # every run's blocks at chain positions divisible by this are indexed
 class Run:
     """Blocks stored together: chain positions [lo, lo + len(hashes)) of one prompt, whose
     write lands at `ready`. Recency is kept per run; eviction eats a run from its tail (a
-    prompt's head goes last)."""
+    prompt's head goes last), or from its head once `head_first` (a run a load used, in a
+    store with `simple_lru`)."""
 
-    __slots__ = ("hashes", "lo", "ready")
+    __slots__ = ("hashes", "head_first", "lo", "ready")
 
     def __init__(self, lo: int, hashes: list[int], ready: float = 0.0) -> None:
         self.lo = lo
         self.hashes = hashes
         self.ready = ready
+        self.head_first = False
 
 
 class TierStore:
@@ -90,6 +92,19 @@ class TierStore:
     Eviction: `lru` orders runs, oldest first; with retention, a run whose session is in a pause
     (its first block's `held_until` in the future) is moved aside to `held` instead; `held` is
     evicted, oldest first, once its oldest run's pause is over or `lru` is empty.
+
+    Recency follows one of vLLM 0.32's two CPU connectors (docs/kv_tiers.md cites the code):
+    - `OffloadingConnector` (`simple_lru` False; the simulator's write-through tiers): its LRU
+      (`kv_offload/cpu/policies/lru.py`) touches a request's blocks tail first, at a load and
+      when the request finishes, stored ones included: a put or a load makes its runs the most
+      recent, the prompt's head last, and a run is eaten from its tail.
+    - `SimpleCPUOffloadConnector` (`simple_lru` True; store-on-eviction tiers, and the real
+      engines' connector): its host pool is a block pool with a free queue. A store skips
+      blocks the pool holds already (`_prepare_lazy_store_specs`), so a put leaves their
+      place unchanged; the new blocks join in the order HBM evicted them (tail first). A load
+      frees its host blocks in position order when done (`update_state_after_alloc`,
+      `_cleanup_load_request`), so the loaded head is the least recent of them and is
+      evicted first: a loaded run is then eaten from its head (`Run.head_first`).
     """
 
     __slots__ = (
@@ -109,6 +124,7 @@ class TierStore:
         "offb",
         "read",
         "retention",
+        "simple_lru",
         "write",
     )
 
@@ -121,6 +137,7 @@ class TierStore:
         read: Link,
         retention: bool = False,
         below: TierStore | None = None,
+        simple_lru: bool = False,
     ) -> None:
         self.name = name
         self.capacity = capacity
@@ -129,6 +146,7 @@ class TierStore:
         self.read = read
         self.retention = retention
         self.below = below
+        self.simple_lru = simple_lru
         self.index: dict[int, Run] = {}
         # The index's keys at chain positions not divisible by MARK (run heads there), by
         # position // MARK: {hash: position}. With chained hashes an indexed block can only
@@ -292,9 +310,24 @@ class TierStore:
         return self.walk(hashes, start, stop)[0] - start
 
     def use(self, runs: list[Run]) -> None:
-        """These runs (a prompt's, in position order, e.g. from `walk` with the store
-        unchanged since) were used or stored: most recent, the head last (vLLM's LRU touches
-        a request's blocks tail first)."""
+        """A load used these runs (a prompt's, in position order, e.g. from `walk` with the
+        store unchanged since): they become the most recent, in the order of the connector
+        modelled (class docstring): the head last (`OffloadingConnector`), or the head first
+        and each run then eaten from its head (`simple_lru`)."""
+        lru, held = self.lru, self.held
+        if self.simple_lru:
+            for r in runs:
+                r.head_first = True
+                if r in lru:
+                    lru.move_to_end(r)
+                else:
+                    held.pop(r, None)
+                    lru[r] = None
+            return
+        self._touch(runs)
+
+    def _touch(self, runs: list[Run]) -> None:
+        """`runs` (position order) become the most recent, the head last."""
         lru, held = self.lru, self.held
         for r in reversed(runs):
             if r in lru:
@@ -330,17 +363,22 @@ class TierStore:
         """The first j >= m with hashes[j] an index key (the caller knows there is one)."""
         return next(compress(count(m), map(self.index.__contains__, hashes[m:])))
 
+    def _head(self, r: Run) -> None:
+        """Index run `r`'s first block (kept by bucket too when off a MARK position)."""
+        h, lo = r.hashes[0], r.lo
+        self.index[h] = r
+        if lo % MARK:
+            d = self.offb.get(lo // MARK)
+            if d is None:
+                self.offb[lo // MARK] = {h: lo}
+            else:
+                d[h] = lo
+
     def _index(self, r: Run, marks: list[int] | None = None) -> None:
         """Index run `r`: its head, and its blocks at MARK positions (`marks`, when the
         caller has sliced them already)."""
         index, hs = self.index, r.hashes
-        index[hs[0]] = r
-        if r.lo % MARK:
-            d = self.offb.get(r.lo // MARK)
-            if d is None:
-                self.offb[r.lo // MARK] = {hs[0]: r.lo}
-            else:
-                d[hs[0]] = r.lo
+        self._head(r)
         if marks is None:
             marks = hs[-r.lo % MARK :: MARK]  # from the first chain position divisible by MARK
         index.update(zip(marks, repeat(r)))
@@ -389,6 +427,7 @@ class TierStore:
             # run that starts after it (one covering its end would have extended it), whose
             # first block is indexed.
             m, parts = self.walk(hashes, 0, len(hashes), lo)
+            first_fresh = len(fresh)
             while m < len(hashes):
                 rest = hashes[m:] if m else hashes
                 if self._disjoint(rest, lo + m):
@@ -408,7 +447,13 @@ class TierStore:
                 parts.append(r)
                 m, more = self.walk(hashes, j, len(hashes), lo)
                 parts += more
-            self.use(parts)
+            if self.simple_lru:
+                # Blocks held already keep their place (vLLM's simple connector skips them);
+                # the new ones are the most recent, the run nearest the prompt's head last.
+                for r in reversed(fresh[first_fresh:]):
+                    lru[r] = None
+            else:
+                self._touch(parts)
         if not new:
             return 0
         if self.events is not None:
@@ -426,6 +471,20 @@ class TierStore:
         """Retention: these blocks belong to a session in a pause until `until`."""
         if self.retention:
             self.held_until.update(zip(hashes, repeat(until)))
+
+    def _cut_head(self, r: Run, k: int) -> list[int]:
+        """Evict the first k blocks of run `r` (fewer than it holds); returns them. Its next
+        block becomes its head, indexed."""
+        index, hs, lo = self.index, r.hashes, r.lo
+        part = hs[:k]
+        _consume(map(index.pop, part[-lo % MARK :: MARK], repeat(None)))
+        index.pop(hs[0], None)  # the old head (popped above when at a MARK position)
+        if lo % MARK:
+            self._unhead(hs[0], lo)
+        del hs[:k]
+        r.lo = lo + k
+        self._head(r)
+        return part
 
     def _evict(self, n: int, now: float) -> None:
         lru, held, until, index = self.lru, self.held, self.held_until, self.index
@@ -453,6 +512,11 @@ class TierStore:
                         r.hashes = []
                     else:
                         del hs[:]
+                elif r.head_first:
+                    k = n
+                    part = self._cut_head(r, k)
+                    if below is not None:
+                        out.append((lo, part))
                 else:
                     k = n
                     cut = len(hs) - k
@@ -483,6 +547,18 @@ class TierStore:
                     continue
             k = min(n, len(hs))
             cut = len(hs) - k
+            if cut and r.head_first:
+                lo = r.lo
+                part = self._cut_head(r, k)
+                if removed is not None:
+                    removed += part
+                if until:
+                    _consume(map(until.pop, part, repeat(None)))
+                if below is not None:
+                    out.append((lo, part))
+                dropped += k
+                n -= k
+                continue
             lo = r.lo + cut
             first = cut + (-lo % MARK)
             _consume(map(index.pop, hs[first::MARK], repeat(None)))

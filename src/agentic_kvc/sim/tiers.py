@@ -15,11 +15,14 @@ What vLLM 0.32 does, and what is modelled (the code read is cited in docs/kv_tie
   the host tier's contiguous run, then the disk tier's; both loads start when the request is
   admitted, each FIFO on its link (host->device; the disk store's read side), and the request
   waits for the later one. Loads of blocks whose write has not landed yet wait for it.
-- Each tier evicts by its own policy: LRU with a request's blocks touched tail first (so a
-  prompt's head is evicted last, as vLLM's `LRUCachePolicy.touch` does), or "retention": blocks
-  of a session in a tool pause (a turn that ended in a tool call) are evicted only after every
-  other block, for `sim.kv_retention_ttl_s` after the turn's end (the HBM retention of
-  sim/engine.py, applied to the tier).
+- Each tier evicts by its own policy: LRU, in the order of the connector modelled
+  (`TierStore.simple_lru`: with write-through off, the simple connector's, which leaves blocks
+  it holds already where they are and, after a load, evicts the loaded prompt's head first;
+  with it on, the offloading connector's, which touches a request's blocks tail first so a
+  prompt's head is evicted last), or "retention": blocks of a session in a tool pause (a turn
+  that ended in a tool call) are evicted only after every other block, for
+  `sim.kv_retention_ttl_s` after the turn's end (the HBM retention of sim/engine.py, applied
+  to the tier).
 
 Each tier's blocks are a `cache.tier_store.TierStore` (runs of chained hashes, LRU by run);
 this module adds what the engine's side needs: the links a reload takes (`InstanceTiers`) and
@@ -185,6 +188,7 @@ class FleetTiers:
                             Link(d_write, d_lat),
                             Link(d_read, d_lat),
                             self.retention,
+                            simple_lru=not cfg.write_through,
                         )
                     )
                     self.disks[-1].medium = "DISK"
@@ -203,6 +207,7 @@ class FleetTiers:
                     Link(h2d, host_lat),
                     self.retention,
                     below=disk_of[i],
+                    simple_lru=not cfg.write_through,
                 )
                 h2d_link = host.read
             self.instances.append(

@@ -38,6 +38,9 @@ Goals and where they are stated:
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 - sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same
   run HBM only, in every row (issue 29; benchmarks/sim_tiers_overhead.py).
+- tier_recency_real: the simulator's reading of vLLM's SimpleCPUOffloadConnector on a real
+  engine: a prompt loaded from the host tier keeps a suffix when partly evicted, one never
+  loaded a prefix (issue 29 item 1; docs/kv_tiers.md, "What vLLM 0.32 does").
 - kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
   and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
 - tiers_agentic_seeds (its seeds and held-out files): goal 1 of issue 29 on the 128 GiB host

@@ -76,6 +76,32 @@ def _sim_tiers_overhead(doc: dict[str, Any]) -> list[Fig]:
     return out
 
 
+@summariser(
+    "tier_recency_real",
+    "which end of a prompt a real vLLM host tier evicts first: loaded against never loaded",
+)
+def _tier_recency_real(doc: dict[str, Any]) -> list[Fig]:
+    """The simulator's reading of vLLM's SimpleCPUOffloadConnector (cache/tier_store.py,
+    `simple_lru`) against a real engine: a prompt loaded from the host tier loses its head
+    first (keeps a suffix), one never loaded its tail first (keeps a prefix)."""
+    n = int(field_at(doc, "prompt_blocks"))
+    out = []
+    for key, label, want in (
+        ("loaded_prompt_A", "a prompt loaded from the host tier", "suffix"),
+        ("never_loaded_prompt_B", "a prompt never loaded", "prefix"),
+    ):
+        got = field_at(doc, key)
+        measure = f"{label}: what the tier kept when it had evicted part of it"
+        goal = f"a {want} (its {'head' if want == 'suffix' else 'tail'} went first)"
+        if got is None:
+            out.append(Fig(measure, "never partly evicted", goal, NOT_MEASURED))
+            continue
+        value = f"a {got['shape']}: {got['kept']} of {n} blocks (after {got['step']})"
+        out.append(Fig(measure, value, goal, verdict_of(got["shape"] == want)))
+    out.append(Fig("engine", f"vLLM {doc.get('vllm')}, {doc.get('processor')}"))
+    return out
+
+
 # benchmarks/tiers_link_misspec.py's file is read by its summariser here, by the ranked findings
 # (analysis/headlines.py) and by the script for its own top-level figures: one reading.
 

