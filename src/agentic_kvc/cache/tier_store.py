@@ -314,22 +314,17 @@ class TierStore:
         store unchanged since): they become the most recent, in the order of the connector
         modelled (class docstring): the head last (`OffloadingConnector`), or the head first
         and each run then eaten from its head (`simple_lru`)."""
-        lru, held = self.lru, self.held
         if self.simple_lru:
             for r in runs:
                 r.head_first = True
-                if r in lru:
-                    lru.move_to_end(r)
-                else:
-                    held.pop(r, None)
-                    lru[r] = None
-            return
-        self._touch(runs)
+            self._make_recent(runs)
+        else:
+            self._make_recent(reversed(runs))
 
-    def _touch(self, runs: list[Run]) -> None:
-        """`runs` (position order) become the most recent, the head last."""
+    def _make_recent(self, runs: Iterable[Run]) -> None:
+        """`runs` become the most recent, the last of them the most."""
         lru, held = self.lru, self.held
-        for r in reversed(runs):
+        for r in runs:
             if r in lru:
                 lru.move_to_end(r)
             else:
@@ -450,10 +445,9 @@ class TierStore:
             if self.simple_lru:
                 # Blocks held already keep their place (vLLM's simple connector skips them);
                 # the new ones are the most recent, the run nearest the prompt's head last.
-                for r in reversed(fresh[first_fresh:]):
-                    lru[r] = None
+                self._make_recent(reversed(fresh[first_fresh:]))
             else:
-                self._touch(parts)
+                self._make_recent(reversed(parts))
         if not new:
             return 0
         if self.events is not None:
