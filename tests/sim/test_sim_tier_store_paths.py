@@ -103,7 +103,7 @@ def _check_index(store: TierStore) -> None:
     the store counts its blocks."""
     for r in store.lru:
         assert r.hashes
-        assert store.index.get(r.hashes[0]) is r or r.hashes[0] in store.index
+        assert r.hashes[0] in store.index  # (a block held twice may index the other run)
         for k, h in enumerate(r.hashes):
             if (r.lo + k) % MARK == 0:
                 assert h in store.index
