@@ -78,14 +78,28 @@ def settle(proxy: ProxyThread, quiet_s: float = 0.5) -> None:
             seen, since = index.events, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return
-    raise SystemExit("tier_recency_real: KV events never settled")
+    raise SystemExit("KV events never settled")
+
+
+def await_subscription(proxy: ProxyThread, url: str, model: str, hasher: Any) -> None:
+    """Events sent before the view subscribed are lost: send probes until the view shows one."""
+    for attempt in range(200):
+        probe = random.Random(90_000 + attempt).choices(range(100, 8000), k=2 * BLOCK + 1)
+        complete(url, model, probe)
+        pk = list(hasher.hash(None, probe))
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.0 and not held(proxy, pk, "hbm"):
+            time.sleep(0.02)
+        if held(proxy, pk, "hbm"):
+            return
+    raise SystemExit("no KV events reached the view")
 
 
 def wait_for(cond: Any, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not cond():
         if time.monotonic() > deadline:
-            raise SystemExit(f"tier_recency_real: timed out waiting until {what}")
+            raise SystemExit(f"timed out waiting until {what}")
         time.sleep(0.05)
 
 
@@ -154,18 +168,7 @@ def main() -> None:
             scrape_interval_s=0.5,
         )
         with ProxyThread(settings) as proxy:
-            # Events sent before the view subscribed are lost: probe until it shows one.
-            for attempt in range(200):
-                probe = random.Random(90_000 + attempt).choices(range(100, 8000), k=2 * BLOCK + 1)
-                complete(url, model, probe)
-                pk = list(hasher.hash(None, probe))
-                t0 = time.monotonic()
-                while time.monotonic() - t0 < 1.0 and not held(proxy, pk, "hbm"):
-                    time.sleep(0.02)
-                if held(proxy, pk, "hbm"):
-                    break
-            else:
-                raise SystemExit("tier_recency_real: no KV events reached the view")
+            await_subscription(proxy, url, model, hasher)
 
             def note(step: str, cached: int | None = None) -> None:
                 settle(proxy)

@@ -110,6 +110,11 @@ class KVTiersConfig(_Strict):
     # Store a turn's blocks in the host tier when it ends (vLLM's offloading connector does),
     # instead of only when HBM evicts them.
     write_through: bool = False
+    # Without write-through, when blocks go down: "walk" as vLLM 0.32's lazy store does (at HBM
+    # eviction, and also when freed if its walk, 2 x max_num_batched_tokens / block_size blocks
+    # a step, covers the HBM pool); "eviction" (simulator only) at HBM eviction alone, the lazy
+    # mode as intended. docs/kv_tiers.md, "When the lazy mode stores". "walk": out of the run id.
+    lazy_store: Literal["walk", "eviction"] = "walk"
     eviction: Literal["lru", "retention"] = "lru"
     # Real engines only: where the disk tier keeps its files.
     disk_path: str | None = None
@@ -235,6 +240,8 @@ class RunConfig(_Strict):
             del out["sim"]["router_sees_release"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
+        elif self.fleet.kv_tiers.lazy_store == "walk":  # likewise
+            del out["fleet"]["kv_tiers"]["lazy_store"]
         return out
 
     def run_id(self) -> str:

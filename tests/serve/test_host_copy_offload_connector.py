@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from agentic_kvc.serve.host_copy_offload_connector import (
+    STORE_POLLS_ENV,
     DiskMedium,
     HostMemoryMedium,
     HostTierWorkerMetadata,
     read_fault,
+    transfer_event,
 )
 
 
@@ -99,3 +101,16 @@ def test_fault_file(tmp_path: Path) -> None:
     f.write_text("melt")
     with pytest.raises(ValueError, match="unknown KV tier fault"):
         read_fault(str(f))
+
+
+def test_stores_can_be_reported_in_flight_as_asynchronous_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Host copies are done when launched; with STORE_POLLS_ENV a store answers "in flight" to
+    that many polls (as a CUDA copy after the step's compute), a load never does."""
+    monkeypatch.delenv(STORE_POLLS_ENV, raising=False)
+    assert transfer_event(is_store=True).query()
+    monkeypatch.setenv(STORE_POLLS_ENV, "2")
+    store = transfer_event(is_store=True)
+    assert [store.query() for _ in range(4)] == [False, False, True, True]
+    assert transfer_event(is_store=False).query()

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from agentic_kvc.cache.tier_store import lazy_walk_blocks
 from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.serve.kv_tier_flags import (
     TIER_CPU_MODULE,
     KVTierConfigError,
     check_disk_path,
     kv_tier_transfer_config,
+    lazy_walk_note,
     with_kv_tier,
 )
 from agentic_kvc.serve.kv_transfer_flags import kv_transfer_config
@@ -60,6 +62,7 @@ def test_disk_tier_has_one_file_per_instance(tmp_path: Path) -> None:
         (KVTiersConfig(host_gib=1, disk_gib=1, disk_path="/tmp/x"), "both set"),
         (KVTiersConfig(host_gib=1, eviction="retention"), "eviction"),
         (KVTiersConfig(disk_gib=1), "disk_path"),
+        (KVTiersConfig(host_gib=1, lazy_store="eviction"), "lazy_store"),
     ],
 )
 def test_what_real_engines_cannot_do_is_a_clear_error(tiers: KVTiersConfig, field: str) -> None:
@@ -110,3 +113,23 @@ def test_the_connectors_event_media_map_to_tiers() -> None:
     from agentic_kvc.cache.prefix_index import medium_tier
 
     assert [medium_tier(m) for m in ("GPU", "CPU", "STORAGE")] == ["hbm", "host", "disk"]
+
+
+def test_plan_notes_a_lazy_walk_shorter_than_the_pool(tiny_model: Path) -> None:
+    """vLLM 0.32's lazy walk is 2 x cdiv(max_num_batched_tokens, block_size) blocks; a shorter
+    walk than the pool can leave most of a freed prompt unstored (measured), so the plan says so,
+    and says nothing when the walk covers the pool or the tier is written through."""
+    tier = KVTiersConfig(host_gib=0.25)
+    fleet = FleetConfig(instances=1, model=str(tiny_model), block_size=32, kv_tiers=tier)
+    short = fleet.model_copy(update={"max_num_batched_tokens": 64, "kv_cache_tokens": 129 * 32})
+    assert lazy_walk_blocks(64, 32) == 4
+    note = lazy_walk_note(short)
+    assert note is not None and "walks 4 blocks per step over 129 HBM blocks" in note
+    assert note in plan_fleet(short, device="cpu").notes
+    covered = short.model_copy(update={"max_num_batched_tokens": 8192})  # walk 512 >= 129
+    assert lazy_walk_note(covered) is None
+    eager = short.model_copy(update={"kv_tiers": tier.model_copy(update={"write_through": True})})
+    assert lazy_walk_note(eager) is None
+    assert not any("lazy KV offload" in n for n in plan_fleet(eager, device="cpu").notes)
+    by_memory = short.model_copy(update={"kv_cache_tokens": None})
+    assert "a pool sized by GPU memory" in (lazy_walk_note(by_memory) or "")

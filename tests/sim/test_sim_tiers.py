@@ -75,6 +75,10 @@ HOST = {  # 10 MB/s each way, 2 ms per transfer: 26 blocks take 41.6 ms + 2 ms
     "host_h2d_gbps": 0.01,
     "host_d2h_gbps": 0.01,
     "host_latency_s": 0.002,
+    # Blocks go down at HBM eviction only. vLLM's lazy walk (1,024 blocks a step at 8,192
+    # batched tokens) would cover this 64-block pool and store each turn when it ends:
+    # test_a_lazy_walk_over_the_whole_pool_stores_each_turn_when_it_ends.
+    "lazy_store": "eviction",
 }
 HOST_SMALL_DISK = {  # host holds 10 blocks, its overflow goes to the instance's 1 MB/s disk
     **HOST,
@@ -160,12 +164,48 @@ def test_write_through_stores_the_turn_at_its_end() -> None:
     assert host.write.bytes == (30 + 60 + 10) * BLOCK  # a0, B, a1's 10 new blocks
 
 
+def test_a_lazy_walk_over_the_whole_pool_stores_each_turn_when_it_ends() -> None:
+    # vLLM 0.32's lazy walk, 2 x 8,192 / 16 = 1,024 blocks a step, covers the 64-block pool:
+    # every freed block is stored at the next step, so a turn's full blocks go down when it
+    # ends, as with write-through (a0's 30, B's 60, a1's 10 new), and HBM's evictions then
+    # find them held, all but one: B's block 23, evicted alone at 5.715 s, whose run's
+    # indexed blocks (0, 16) lie outside it, so the store cannot see it held and writes it
+    # again (TierStore._find's documented miss: capacity, never a hit). Stored at eviction
+    # alone, a0's 26 evicted blocks go down at B's admission and B's at a1's: other bytes,
+    # the same hits for a1.
+    walk = _run({**HOST, "lazy_store": "walk"})
+    tiers = walk.instances[0].tiers
+    assert tiers is not None and tiers.store_at_free and not tiers.write_through
+    assert tiers.host is not None
+    assert tiers.host.write.bytes == (30 + 60 + 10 + 1) * BLOCK
+    a1 = _rec(walk, "a1")
+    assert (a1.cached_tokens, a1.host_tokens) == (64, 416)
+    at_eviction = _run(HOST)
+    host = at_eviction.instances[0].tiers.host  # type: ignore[union-attr]
+    assert host is not None and host.write.bytes != tiers.host.write.bytes
+    assert (_rec(at_eviction, "a1").cached_tokens, _rec(at_eviction, "a1").host_tokens) == (
+        64,
+        416,
+    )
+    # A walk shorter than the pool (2 x ceil(496 / 16) = 62 < 64 blocks) stores at eviction.
+    short = run_fleet(_workload(), {**HOST, "lazy_store": "walk"}, {"max_num_batched_tokens": 496})
+    assert not short.instances[0].tiers.store_at_free  # type: ignore[union-attr]
+
+
 def test_tiers_are_deterministic_and_keep_the_run_id_off() -> None:
     a = [r.to_dict() for r in _run(HOST).records]
     b = [r.to_dict() for r in _run(HOST).records]
     assert a == b
     base = {"backend": "sim", "workload": {"generator": {"sessions": 1}}}
     assert load_config(base).run_id() == load_config({**base, "fleet": {}}).run_id()
+    # vLLM's walk (the default) keeps tiered run ids from before the field; the idealised
+    # store at eviction is another run.
+    host = {**base, "fleet": {"kv_tiers": {"host_gib": 1.0}}}
+    walk = {**base, "fleet": {"kv_tiers": {"host_gib": 1.0, "lazy_store": "walk"}}}
+    evict = {**base, "fleet": {"kv_tiers": {"host_gib": 1.0, "lazy_store": "eviction"}}}
+    assert load_config(host).run_id() == load_config(walk).run_id()
+    assert load_config(host).run_id() != load_config(evict).run_id()
+    assert "lazy_store" not in load_config(host).canonical()["fleet"]["kv_tiers"]
 
 
 def test_retention_needs_a_ttl() -> None:

@@ -58,6 +58,15 @@ class Link:
 # keyword to parse per call as `deque(it, maxlen=0)` has).
 _consume = deque(maxlen=0).extend
 
+
+def lazy_walk_blocks(max_num_batched_tokens: int, block_size: int) -> int:
+    """Blocks vLLM 0.32's SimpleCPUOffloadConnector walks per step in lazy mode, for one
+    full-attention group (`_estimate_lazy_target_blocks`: cdiv(max_num_batched_tokens,
+    block_size) x (1 + WATERMARK_RATIO 1.0)). A walk as long as the HBM pool reaches every
+    freed block at the step after its release (docs/kv_tiers.md, "When the lazy mode stores")."""
+    return 2 * -(-max_num_batched_tokens // block_size)
+
+
 MARK = 16  # every run's blocks at chain positions divisible by this are indexed (and its head)
 
 

@@ -20,7 +20,9 @@ transfers change:
   straight from and into the engine's KV blocks (no bounce buffer: the KV cache is host memory).
 
 Both finish within the step that issues them, so vLLM's scheduler sees a load done at the
-next step, as it would for a fast CUDA copy.
+next step, as it would for a fast CUDA copy. `AKVC_KV_TIER_STORE_POLLS=N` in the engine's env
+reports each store in flight to the worker's first N polls, as an asynchronous CUDA copy is
+(vLLM's lazy store walks differently then: docs/kv_tiers.md, "When the lazy mode stores").
 
 Faults. A store that fails (disk full, I/O error) is reported to the scheduler side in the
 worker's metadata, which drops its blocks from the tier's pool (their `BlockRemoved` events go
@@ -55,6 +57,8 @@ from vllm.v1.simple_kv_offload.worker import SimpleCPUOffloadWorker
 log = logging.getLogger("agentic_kvc.kv_tier")
 
 FAULT_FILE_ENV = "AKVC_KV_TIER_FAULT_FILE"
+# Polls a store answers "in flight" before "done" (0, the default: done at once).
+STORE_POLLS_ENV = "AKVC_KV_TIER_STORE_POLLS"
 FAULTS = ("load_error", "store_error")
 
 
@@ -66,6 +70,28 @@ class _Done:
 
     def synchronize(self) -> None:
         return None
+
+
+class _Reported(_Done):
+    """A finished store reported as still in flight to its first `polls` queries, as a CUDA
+    copy launched after a step's compute is when the worker polls it in that step and the
+    next (`STORE_POLLS_ENV`; benchmarks/tier_store_timing_real.py). The data is copied."""
+
+    def __init__(self, polls: int) -> None:
+        self.polls = polls
+
+    def query(self) -> bool:
+        if self.polls > 0:
+            self.polls -= 1
+            return False
+        return True
+
+
+def transfer_event(is_store: bool) -> _Done:
+    """A finished copy's event: done at once, or, for a store with `STORE_POLLS_ENV` set,
+    reported in flight to that many polls first."""
+    polls = int(os.environ.get(STORE_POLLS_ENV) or 0) if is_store else 0
+    return _Reported(polls) if polls > 0 else _Done()
 
 
 class _StreamStandIn:
@@ -275,7 +301,7 @@ class HostTierWorker(SimpleCPUOffloadWorker):
                 self._failed_stores.update(self.medium.bad_slots.intersection(dst))
         else:
             self._fail_loads(src, dst, self.medium.copy(src, dst, is_store))
-        events.append((event_idx, _Done()))
+        events.append((event_idx, transfer_event(is_store)))
 
     def _fail_loads(self, src: Sequence[int], dst: Sequence[int], blocks: set[int]) -> None:
         """Engine blocks whose load failed go to vLLM as invalid (it recomputes them), and

@@ -16,8 +16,11 @@ Mapping (one tier at a time: the connector has one backend):
 - `disk_gib` -> `kv_offload_backend: disk`, `disk_capacity_bytes`, `disk_path` =
   `{fleet.kv_tiers.disk_path}/akvc-kv-{index}` (the connector appends `.rank_0`).
 - `write_through` -> `lazy_offload: false` (store every computed block as its step ends);
-  otherwise `lazy_offload: true` (store the blocks at the tail of HBM's free queue, the ones
-  eviction takes next).
+  otherwise `lazy_offload: true` (each step, store the blocks a cursor walks over in HBM's free
+  queue: up to `lazy_walk_blocks`, from the queue's head or where the last walk stopped).
+  Measured on a real engine (benchmarks/tier_store_timing_real.py, docs/kv_tiers.md): when a walk
+  is shorter than the pool, a prompt freed at once gets only one walk's worth of blocks stored,
+  its tail; `lazy_walk_note` says so in the fleet's plan.
 - `eviction: lru` only: the connector's pool is LRU.
 - `kv_load_failure_policy: recompute`: a block the tier fails to give back is recomputed,
   never served wrong and never an error to the client.
@@ -35,7 +38,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from agentic_kvc.config import KVTiersConfig
+from agentic_kvc.cache.tier_store import lazy_walk_blocks
+from agentic_kvc.config import FleetConfig, KVTiersConfig
 
 TIER_CONNECTOR = "SimpleCPUOffloadConnector"
 TIER_CPU_MODULE = "agentic_kvc.serve.host_copy_offload_connector"
@@ -89,6 +93,11 @@ def kv_tier_transfer_config(
         raise KVTierConfigError(
             f"fleet.kv_tiers.eviction {tiers.eviction!r}: real engines' tier is LRU only"
         )
+    if tiers.lazy_store != "walk":
+        raise KVTierConfigError(
+            f"fleet.kv_tiers.lazy_store {tiers.lazy_store!r} is the simulator's idealised lazy "
+            "store; real engines store as vLLM's walk does ('walk')"
+        )
     extra: dict[str, Any] = {"lazy_offload": not tiers.write_through}
     if tiers.host_gib > 0:
         extra |= {"kv_offload_backend": "cpu", "cpu_bytes_to_use": int(tiers.host_gib * GIB)}
@@ -107,6 +116,30 @@ def kv_tier_transfer_config(
     if device == "cpu":
         cfg["kv_connector_module_path"] = TIER_CPU_MODULE
     return cfg
+
+
+def lazy_walk_note(fleet: FleetConfig) -> str | None:
+    """A plan note when a lazy tier's walk may not reach every freed block: the walk is shorter
+    than the HBM pool (or the pool is sized by GPU memory, unknown here). After a walk that
+    stores its last block, that block returns to the free queue's tail and the cursor with it,
+    so later walks see only blocks freed after it; the rest of a prompt freed at once is never
+    stored unless the cursor restarts (docs/kv_tiers.md, "When the lazy mode stores")."""
+    tiers = fleet.kv_tiers
+    if not tiers.enabled or tiers.write_through:
+        return None
+    walk = lazy_walk_blocks(fleet.max_num_batched_tokens, fleet.block_size)
+    if fleet.kv_cache_tokens is None:
+        pool = "a pool sized by GPU memory"
+    else:
+        blocks = -(-fleet.kv_cache_tokens // fleet.block_size)
+        if walk >= blocks:
+            return None
+        pool = f"{blocks} HBM blocks"
+    return (
+        f"lazy KV offload walks {walk} blocks per step over {pool}: vLLM 0.32 may store only "
+        f"the last {walk} blocks of a prompt freed at once (docs/kv_tiers.md); "
+        "fleet.kv_tiers.write_through: true stores every block"
+    )
 
 
 def _find_flag(args: Sequence[str]) -> tuple[int, int] | None:

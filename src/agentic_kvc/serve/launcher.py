@@ -33,7 +33,12 @@ import httpx
 from agentic_kvc.config import FleetConfig
 from agentic_kvc.security import warn_if_exposed
 from agentic_kvc.serve.device import Device, allowed_cores, detect_device, vllm_distribution
-from agentic_kvc.serve.kv_tier_flags import KVTierConfigError, check_disk_path, with_kv_tier
+from agentic_kvc.serve.kv_tier_flags import (
+    KVTierConfigError,
+    check_disk_path,
+    lazy_walk_note,
+    with_kv_tier,
+)
 from agentic_kvc.serve.ports import LOOPBACK, free_port
 from agentic_kvc.serve.procs import ManagedProcess, ProcessError
 from agentic_kvc.serve.vllm_release_first import ENV as RELEASE_FIRST
@@ -185,6 +190,9 @@ def plan_fleet(
         except KVTierConfigError as exc:
             raise LaunchError(str(exc)) from exc
         notes.append(f"KV tier below HBM: host {tiers.host_gib} GiB, disk {tiers.disk_gib} GiB")
+        walk_note = lazy_walk_note(fleet)
+        if walk_note:
+            notes.append(walk_note)
     specs: list[InstanceSpec] = []
     for i in range(n):
         port = free_port()

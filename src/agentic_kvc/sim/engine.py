@@ -761,11 +761,12 @@ class Instance:
 
     def _turn_end(self, seq: Seq, t: float) -> None:
         """Tiers at a turn's end: with write-through, its full blocks are stored below HBM
-        (as vLLM's OffloadingConnector stores every computed block); with retention, a
-        session that goes on has its prompt's blocks held there for the TTL."""
+        (as vLLM's OffloadingConnector stores every computed block), and so they are when a
+        lazy walk covers the pool (`InstanceTiers.store_at_free`); with retention, a session
+        that goes on has its prompt's blocks held there for the TTL."""
         tiers = self.tiers
         assert tiers is not None
-        if tiers.write_through and tiers.top is not None:
+        if tiers.store_at_free and tiers.top is not None:
             tiers.top.put([(0, seq.block_hashes(0, seq.blocks.n_hashed))], t)
         ttl = self.retention_ttl_s if seq.retain_ttl_s is None else seq.retain_ttl_s
         if seq.retain_after and ttl > 0:

@@ -29,6 +29,7 @@ from typing import Any
 
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.cache.tier_index import estimated_view
+from agentic_kvc.cache.tier_store import lazy_walk_blocks
 from agentic_kvc.config import KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
@@ -217,7 +218,7 @@ class SimFleet:
             for i in range(fc.instances)
         ]
         # KV tiers below HBM (sim/tiers.py), None when off.
-        self.tiers = _fleet_tiers(config, profile) if fc.kv_tiers.enabled else None
+        self.tiers = _fleet_tiers(config, profile, self.num_blocks) if fc.kv_tiers.enabled else None
         if self.tiers is not None:
             for inst, it in zip(self.instances, self.tiers.instances, strict=True):
                 inst.set_tiers(it)
@@ -792,8 +793,9 @@ class SimFleet:
                     sample.disk_kv_usage = it.disk.usage
 
 
-def _fleet_tiers(config: RunConfig, profile: EngineProfile) -> FleetTiers:
-    """The fleet's KV tiers: `fleet.kv_tiers`, links not given there from the hardware."""
+def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> FleetTiers:
+    """The fleet's KV tiers: `fleet.kv_tiers`, links not given there from the hardware;
+    `hbm_blocks`: an instance's HBM pool, which vLLM's lazy walk may cover."""
     fc = config.fleet
     cfg = fc.kv_tiers
     try:
@@ -810,8 +812,15 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile) -> FleetTiers:
         if any(v is None for v in given):
             raise ValueError(f"field 'fleet.kv_tiers': {exc}") from None
         links = TierLinks(*given, None, "fleet.kv_tiers")  # type: ignore[arg-type]
+    walk = lazy_walk_blocks(fc.max_num_batched_tokens, fc.block_size)
     return FleetTiers(
-        cfg, links, profile, fc.block_size, fc.instances, config.sim.kv_retention_ttl_s
+        cfg,
+        links,
+        profile,
+        fc.block_size,
+        fc.instances,
+        config.sim.kv_retention_ttl_s,
+        lazy_walk_covers_pool=cfg.lazy_store == "walk" and walk >= hbm_blocks,
     )
 
 

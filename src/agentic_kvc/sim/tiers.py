@@ -1,11 +1,13 @@
 """KV tiers below HBM for the simulated fleet: host memory and disk (issue 29; docs/kv_tiers.md).
 
 What vLLM 0.32 does, and what is modelled (the code read is cited in docs/kv_tiers.md):
-- Moving down. `SimpleCPUOffloadConnector` in lazy mode copies cached GPU blocks to host as
-  they near the head of the GPU free queue, i.e. as HBM evicts them; `OffloadingConnector`
-  (and the simple one in eager mode) stores every block once computed. Here: with
-  `write_through` off, blocks go down when HBM evicts them (`BlockPool.on_evict`); with it on,
-  a turn's full blocks are stored when it finishes. A block evicted from the host tier goes to
+- Moving down. `SimpleCPUOffloadConnector` in lazy mode copies cached GPU blocks to host as a
+  cursor walks the GPU free queue, up to `lazy_walk_blocks` a step; `OffloadingConnector` (and
+  the simple one in eager mode) stores every block once computed. Here: with `write_through`
+  off, blocks go down when HBM evicts them (`BlockPool.on_evict`), and also when a turn ends if
+  the walk is as long as the HBM pool (then it reaches every freed block at the next step;
+  docs/kv_tiers.md, "When the lazy mode stores"); with it on, a turn's full blocks are stored
+  when it finishes. A block evicted from the host tier goes to
   the disk tier when there is one. Each write is a transfer on its link (device->host, or the
   disk's write side), FIFO behind that link's others.
 - Finding and reloading. The scheduler first takes the HBM prefix hit, then asks the connector
@@ -53,7 +55,7 @@ class InstanceTiers:
     """One instance's view of the tiers below its HBM: its host tier and the disk store it
     shares with its node or fleet (or owns), with the links a reload takes."""
 
-    __slots__ = ("block_bytes", "disk", "h2d", "host", "top", "write_through")
+    __slots__ = ("block_bytes", "disk", "h2d", "host", "store_at_free", "top", "write_through")
 
     def __init__(
         self,
@@ -62,13 +64,17 @@ class InstanceTiers:
         disk: TierStore | None,
         block_bytes: int,
         write_through: bool,
+        store_at_free: bool = False,
     ) -> None:
         self.host = host
         self.h2d = h2d
         self.disk = disk
         self.top = host if host is not None else disk  # where HBM's blocks go first
         self.block_bytes = block_bytes
+        # `write_through`: nothing is stored at HBM eviction. `store_at_free`: a turn's full
+        # blocks are stored when it ends (write-through, or a lazy walk that covers the pool).
         self.write_through = write_through
+        self.store_at_free = write_through or store_at_free
 
     def runs(self, hashes: Sequence[int], start: int, stop: int) -> tuple[int, int]:
         """Blocks after an HBM hit of `start` blocks: (from host, then from disk)."""
@@ -90,10 +96,13 @@ class InstanceTiers:
         a gap in the tier (rare: a prompt's runs are evicted tail first). Those are checked at
         the run's first block and indexed positions only: a stored run overlapping them
         unseen lies between two indexed positions, so fewer than MARK blocks may be held
-        twice, which costs capacity, never a hit (each run keeps its own index entries)."""
+        twice, which costs capacity, never a hit (each run keeps its own index entries).
+        Not so when turns are stored as they end (`store_at_free`): most evicted blocks are
+        held then, so each is checked in full."""
         top = self.top
         assert top is not None
-        top.put([(lo, hs) for lo, hs, _ in log], now, [not below for _lo, _hs, below in log])
+        runs = [(lo, hs) for lo, hs, _ in log]
+        top.put(runs, now, None if self.store_at_free else [not b for _lo, _hs, b in log])
 
     def claim(self, hashes: Sequence[int], a: int, host: int, disk: int) -> tuple[float, float]:
         """A request will load blocks [a, a + host) from host and the next `disk` from disk:
@@ -132,7 +141,10 @@ class FleetTiers:
         block_size: int,
         n_instances: int,
         retention_ttl_s: float,
+        lazy_walk_covers_pool: bool = False,
     ) -> None:
+        """`lazy_walk_covers_pool`: vLLM's lazy walk is as long as the HBM pool, so a lazy tier
+        stores every block the step after it is freed, as well as at eviction."""
         if cfg.eviction == "retention" and retention_ttl_s <= 0:
             raise ValueError(
                 "field 'fleet.kv_tiers.eviction': 'retention' holds a paused session's blocks "
@@ -211,7 +223,14 @@ class FleetTiers:
                 )
                 h2d_link = host.read
             self.instances.append(
-                InstanceTiers(host, h2d_link, disk_of[i], block_bytes, cfg.write_through)
+                InstanceTiers(
+                    host,
+                    h2d_link,
+                    disk_of[i],
+                    block_bytes,
+                    cfg.write_through,
+                    store_at_free=lazy_walk_covers_pool,
+                )
             )
 
     def publish(self, apply: Callable[[int, dict[str, Any]], None]) -> None:

@@ -41,6 +41,9 @@ Goals and where they are stated:
 - tier_recency_real: the simulator's reading of vLLM's SimpleCPUOffloadConnector on a real
   engine: a prompt loaded from the host tier keeps a suffix when partly evicted, one never
   loaded a prefix (issue 29 item 1; docs/kv_tiers.md, "What vLLM 0.32 does").
+- tier_store_timing_real: the simulator's store-on-eviction against vLLM 0.32's lazy walk on a
+  real engine: the host tier holds all of a prompt once HBM evicted it (docs/kv_tiers.md,
+  "When the lazy mode stores").
 - kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
   and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
 - tiers_agentic_seeds (its seeds and held-out files): goal 1 of issue 29 on the 128 GiB host

@@ -102,6 +102,53 @@ def _tier_recency_real(doc: dict[str, Any]) -> list[Fig]:
     return out
 
 
+@summariser(
+    "tier_store_timing_real",
+    "when a real vLLM host tier in lazy mode stores a prompt's blocks: at eviction or once freed",
+)
+def _tier_store_timing_real(doc: dict[str, Any]) -> list[Fig]:
+    """The simulator's store-on-eviction tiers (`write_through: false`) against vLLM 0.32's lazy
+    walk on a real engine: the host tier should hold all of prompt A once HBM has evicted it.
+    Where the walk is shorter than the pool it stores one walk of A (its tail) and no more."""
+    n = int(field_at(doc, "prompt_blocks"))
+    engine = field_at(doc, "engine")
+    walk = int(engine["lazy_walk_blocks"])
+    blocks = -(-int(engine["kv_cache_tokens"]) // int(engine["block_size"]))
+    kept = doc.get("a_host_after_eviction")
+    shape = next((s.get("a_host_shape") for s in field_at(doc, "steps") if s["a_hbm"] == 0), None)
+    measure = f"a {n}-block prompt's blocks in the host tier once HBM evicted it"
+    goal = f"all {n} (the simulator stores at eviction)"
+    return [
+        Fig(measure, "HBM never evicted it", goal, NOT_MEASURED)
+        if kept is None
+        else Fig(
+            measure,
+            f"{kept} of {n}" + (f" (a {shape})" if shape and 0 < kept < n else ""),
+            goal,
+            verdict_of(int(kept) == n),
+        ),
+        Fig(
+            "stored while HBM still held all of it",
+            f"yes, at {doc['stored_ahead_of_eviction_at']}"
+            if doc.get("stored_ahead_of_eviction_at")
+            else "no",
+        ),
+        Fig(
+            "engine",
+            f"lazy walk {walk} blocks per step over {blocks} HBM blocks "
+            f"(max_num_batched_tokens {engine['max_num_batched_tokens']})"
+            + (
+                f", stores reported in flight to {engine['store_polls']} worker poll(s)"
+                " (as asynchronous copies)"
+                if engine.get("store_polls")
+                else ""
+            )
+            + "; "
+            f"vLLM {doc.get('vllm')}, {doc.get('processor')}",
+        ),
+    ]
+
+
 # benchmarks/tiers_link_misspec.py's file is read by its summariser here, by the ranked findings
 # (analysis/headlines.py) and by the script for its own top-level figures: one reading.
 
