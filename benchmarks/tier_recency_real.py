@@ -26,6 +26,8 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,65 @@ def await_subscription(proxy: ProxyThread, url: str, model: str, hasher: Any) ->
     raise SystemExit("no KV events reached the view")
 
 
+@contextmanager
+def engine_with_exact_view(
+    fleet_cfg: FleetConfig, logs: Path, device: str = "cpu", env: dict[str, str] | None = None
+) -> Iterator[tuple[ProxyThread, str]]:
+    """One engine (`fleet_cfg`, logs in `logs`, `env` added to its environment) publishing KV
+    events, and a proxy whose exact view has subscribed to them: (proxy, model name)."""
+    kv = kv_launch(1, None, kv_events=True)
+    with VllmFleet.from_config(
+        fleet_cfg,
+        logs,
+        device=device,
+        startup_timeout_s=400,
+        per_instance_args=kv.args,
+        per_instance_env=[{**e, **(env or {})} for e in kv.env],
+    ) as fleet:
+        url, model = fleet.urls[0], fleet.model_name
+        settings = ProxySettings(
+            engines=fleet.urls,
+            port=0,
+            policy="round_robin",
+            cache_view="exact",
+            kv_events=kv.events_endpoints,
+            scrape_interval_s=0.5,
+        )
+        with ProxyThread(settings) as proxy:
+            await_subscription(proxy, url, model, make_hasher(fleet_cfg.block_size))
+            yield proxy, model
+
+
+def facts_at_start() -> dict[str, Any]:
+    """What a real run records of its machine, taken before its engine starts (the load and
+    speed then), with the start time."""
+    return {
+        "t0": time.time(),
+        "machine": hardware_info(),
+        "timing": timing_conditions(),
+        "dist": vllm_distribution(),
+    }
+
+
+def run_facts(benchmark: str, args: argparse.Namespace, start: dict[str, Any]) -> dict[str, Any]:
+    """A real run's header: its command, times, processor, vLLM, machine, packages, git."""
+    dist = start["dist"]
+    return {
+        "benchmark": benchmark,
+        "command": f"benchmarks/{benchmark}.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start["t0"])),
+        "seconds": round(time.time() - start["t0"], 1),
+        "processor": processor_label(start["machine"]["processor"]),
+        "vllm": dist[1] if dist else None,
+        "vllm_distribution": dist[0] if dist else None,
+        "machine": start["machine"],
+        "timing": start["timing"],
+        "packages": package_versions(),
+        "git": git_info(),
+    }
+
+
 def wait_for(cond: Any, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not cond():
@@ -140,68 +201,46 @@ def main() -> None:
         kv_cache_tokens=HBM_TOKENS,
         kv_tiers=tiers,
     )
-    kv = kv_launch(1, None, kv_events=True)
     hasher = make_hasher(BLOCK)
     a, b = prompt(), prompt()
     keys_a = list(hasher.hash(None, a))
     keys_b = list(hasher.hash(None, b))
     n = len(keys_a)
     steps: list[dict[str, Any]] = []
-    machine, timing, dist = hardware_info(), timing_conditions(), vllm_distribution()
-    started = time.time()
+    start = facts_at_start()
     logs = Path(tempfile.mkdtemp(prefix="akvc_tier_recency_"))
-    with VllmFleet.from_config(
-        fleet_cfg,
-        logs,
-        device="cpu",
-        startup_timeout_s=400,
-        per_instance_args=kv.args,
-        per_instance_env=kv.env,
-    ) as fleet:
-        url, model = fleet.urls[0], fleet.model_name
-        settings = ProxySettings(
-            engines=fleet.urls,
-            port=0,
-            policy="round_robin",
-            cache_view="exact",
-            kv_events=kv.events_endpoints,
-            scrape_interval_s=0.5,
-        )
-        with ProxyThread(settings) as proxy:
-            await_subscription(proxy, url, model, hasher)
+    with engine_with_exact_view(fleet_cfg, logs) as (proxy, model):
 
-            def note(step: str, cached: int | None = None) -> None:
-                settle(proxy)
-                row = {
-                    "step": step,
-                    "cached_tokens": cached,
-                    "a_host": held(proxy, keys_a, "host"),
-                    "b_host": held(proxy, keys_b, "host"),
-                    "a_hbm": len(held(proxy, keys_a, "hbm")),
-                    "b_hbm": len(held(proxy, keys_b, "hbm")),
-                    "host_blocks": proxy.app.state.cache.blocks(0, "host"),
-                }
-                steps.append(row)
-                print(
-                    f"{step:>10}: host A {shape(row['a_host'], n)} {len(row['a_host'])},"
-                    f" B {shape(row['b_host'], n)} {len(row['b_host'])}; tier holds"
-                    f" {row['host_blocks']} blocks"
-                )
-
-            note("A", complete(proxy.url, model, a))
-            note("B", complete(proxy.url, model, b))
-            for i in range(2):  # push A and B out of HBM into the host tier
-                note(f"push{i}", complete(proxy.url, model, prompt()))
-            wait_for(
-                lambda: (
-                    len(held(proxy, keys_a, "host")) == n and len(held(proxy, keys_b, "host")) == n
-                ),
-                "A and B are whole in the host tier (a larger --host-mib?)",
+        def note(step: str, cached: int | None = None) -> None:
+            settle(proxy)
+            row = {
+                "step": step,
+                "cached_tokens": cached,
+                "a_host": held(proxy, keys_a, "host"),
+                "b_host": held(proxy, keys_b, "host"),
+                "a_hbm": len(held(proxy, keys_a, "hbm")),
+                "b_hbm": len(held(proxy, keys_b, "hbm")),
+                "host_blocks": proxy.app.state.cache.blocks(0, "host"),
+            }
+            steps.append(row)
+            print(
+                f"{step:>10}: host A {shape(row['a_host'], n)} {len(row['a_host'])},"
+                f" B {shape(row['b_host'], n)} {len(row['b_host'])}; tier holds"
+                f" {row['host_blocks']} blocks"
             )
-            cached = complete(proxy.url, model, a + prompt()[:64])  # A loaded from host
-            note("reload A", cached)
-            for i in range(args.flood):
-                note(f"flood{i}", complete(proxy.url, model, prompt(FLOOD)))
+
+        note("A", complete(proxy.url, model, a))
+        note("B", complete(proxy.url, model, b))
+        for i in range(2):  # push A and B out of HBM into the host tier
+            note(f"push{i}", complete(proxy.url, model, prompt()))
+        wait_for(
+            lambda: len(held(proxy, keys_a, "host")) == n and len(held(proxy, keys_b, "host")) == n,
+            "A and B are whole in the host tier (a larger --host-mib?)",
+        )
+        cached = complete(proxy.url, model, a + prompt()[:64])  # A loaded from host
+        note("reload A", cached)
+        for i in range(args.flood):
+            note(f"flood{i}", complete(proxy.url, model, prompt(FLOOD)))
 
     def first_partial(key: str) -> dict[str, Any] | None:
         after = steps[[s["step"] for s in steps].index("reload A") + 1 :]
@@ -212,18 +251,7 @@ def main() -> None:
 
     verdict_a, verdict_b = first_partial("a_host"), first_partial("b_host")
     out = {
-        "benchmark": "tier_recency_real",
-        "command": "benchmarks/tier_recency_real.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.time() - started, 1),
-        "processor": processor_label(machine["processor"]),
-        "vllm": dist[1] if dist else None,
-        "vllm_distribution": dist[0] if dist else None,
-        "machine": machine,
-        "timing": timing,
-        "packages": package_versions(),
-        "git": git_info(),
+        **run_facts("tier_recency_real", args, start),
         "engine": {
             "block_size": BLOCK,
             "kv_cache_tokens": HBM_TOKENS,

@@ -28,7 +28,6 @@ import json
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tier_recency_real import (
     BLOCK,
     HBM_TOKENS,
-    await_subscription,
     complete,
+    engine_with_exact_view,
+    facts_at_start,
     held,
+    run_facts,
     settle,
     shape,
 )
@@ -46,20 +47,8 @@ from tier_recency_real import (
 from agentic_kvc.cache.tier_store import lazy_walk_blocks
 from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.io import atomic_write_json
-from agentic_kvc.processor import processor_label
 from agentic_kvc.proxy.cache_view import make_hasher
-from agentic_kvc.proxy.server import ProxyThread
-from agentic_kvc.proxy.settings import ProxySettings
-from agentic_kvc.runs import (
-    git_info,
-    hardware_info,
-    package_versions,
-    timing_conditions,
-)
-from agentic_kvc.serve.device import vllm_distribution
 from agentic_kvc.serve.host_copy_offload_connector import STORE_POLLS_ENV
-from agentic_kvc.serve.kv_transfer_flags import kv_launch
-from agentic_kvc.serve.launcher import VllmFleet
 
 MIB = 1 << 20
 SMALL = BLOCK + 8  # a short request: one full block (cached, later freed) and a partial one
@@ -105,75 +94,45 @@ def main() -> None:
         kv_cache_tokens=HBM_TOKENS,
         kv_tiers=KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False),
     )
-    kv = kv_launch(1, None, kv_events=True)
     hasher = make_hasher(BLOCK)
     a = prompt(args.prompt_tokens)
     keys_a = list(hasher.hash(None, a))
     n = len(keys_a)
     steps: list[dict[str, Any]] = []
-    machine, timing, dist = hardware_info(), timing_conditions(), vllm_distribution()
-    started = time.time()
+    start = facts_at_start()
     logs = Path(tempfile.mkdtemp(prefix="akvc_tier_store_timing_"))
-    with VllmFleet.from_config(
-        fleet_cfg,
-        logs,
-        device=args.device,
-        startup_timeout_s=400,
-        per_instance_args=kv.args,
-        per_instance_env=[{**e, STORE_POLLS_ENV: str(args.store_polls)} for e in kv.env],
-    ) as fleet:
-        url, model = fleet.urls[0], fleet.model_name
-        settings = ProxySettings(
-            engines=fleet.urls,
-            port=0,
-            policy="round_robin",
-            cache_view="exact",
-            kv_events=kv.events_endpoints,
-            scrape_interval_s=0.5,
-        )
-        with ProxyThread(settings) as proxy:
-            await_subscription(proxy, url, model, hasher)
+    env = {STORE_POLLS_ENV: str(args.store_polls)}
+    with engine_with_exact_view(fleet_cfg, logs, args.device, env) as (proxy, model):
 
-            def note(step: str) -> None:
-                settle(proxy)
-                host = held(proxy, keys_a, "host")
-                row = {
-                    "step": step,
-                    "a_host": len(host),
-                    "a_host_shape": shape(host, n),
-                    "a_hbm": len(held(proxy, keys_a, "hbm")),
-                    "host_blocks": proxy.app.state.cache.blocks(0, "host"),
-                }
-                steps.append(row)
-                print(
-                    f"{step:>8}: A in host {row['a_host']:3d} / {n} ({row['a_host_shape']}), in HBM"
-                    f" {row['a_hbm']:3d};"
-                    f" host tier holds {row['host_blocks']} blocks"
-                )
+        def note(step: str) -> None:
+            settle(proxy)
+            host = held(proxy, keys_a, "host")
+            row = {
+                "step": step,
+                "a_host": len(host),
+                "a_host_shape": shape(host, n),
+                "a_hbm": len(held(proxy, keys_a, "hbm")),
+                "host_blocks": proxy.app.state.cache.blocks(0, "host"),
+            }
+            steps.append(row)
+            print(
+                f"{step:>8}: A in host {row['a_host']:3d} / {n} ({row['a_host_shape']}), in HBM"
+                f" {row['a_hbm']:3d};"
+                f" host tier holds {row['host_blocks']} blocks"
+            )
 
-            complete(proxy.url, model, a)
-            note("A done")
-            for i in range(args.small):
-                complete(proxy.url, model, prompt(SMALL))
-                note(f"small{i}")
-            for i in range(args.fill):  # fresh prompts of A's length: HBM evicts A
-                complete(proxy.url, model, prompt(args.prompt_tokens))
-                note(f"fill{i}")
+        complete(proxy.url, model, a)
+        note("A done")
+        for i in range(args.small):
+            complete(proxy.url, model, prompt(SMALL))
+            note(f"small{i}")
+        for i in range(args.fill):  # fresh prompts of A's length: HBM evicts A
+            complete(proxy.url, model, prompt(args.prompt_tokens))
+            note(f"fill{i}")
 
     ahead = [s for s in steps if s["a_host"] == n and s["a_hbm"] == n]
     out = {
-        "benchmark": "tier_store_timing_real",
-        "command": "benchmarks/tier_store_timing_real.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.time() - started, 1),
-        "processor": processor_label(machine["processor"]),
-        "vllm": dist[1] if dist else None,
-        "vllm_distribution": dist[0] if dist else None,
-        "machine": machine,
-        "timing": timing,
-        "packages": package_versions(),
-        "git": git_info(),
+        **run_facts("tier_store_timing_real", args, start),
         "engine": {
             "block_size": BLOCK,
             "kv_cache_tokens": HBM_TOKENS,
