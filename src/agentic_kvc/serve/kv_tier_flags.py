@@ -19,8 +19,9 @@ Mapping (one tier at a time: the connector has one backend):
   otherwise `lazy_offload: true` (each step, store the blocks a cursor walks over in HBM's free
   queue: up to `lazy_walk_blocks`, from the queue's head or where the last walk stopped).
   Measured on a real engine (benchmarks/tier_store_timing_real.py, docs/kv_tiers.md): when a walk
-  is shorter than the pool, a prompt freed at once gets only one walk's worth of blocks stored,
-  its tail; `lazy_walk_note` says so in the fleet's plan.
+  is shorter than the pool and copies finish within their step (the CPU engine's host copies),
+  a prompt freed at once gets only one walk's worth of blocks stored, its tail;
+  `lazy_walk_note` says so in the fleet's plan.
 - `eviction: lru` only: the connector's pool is LRU.
 - `kv_load_failure_policy: recompute`: a block the tier fails to give back is recomputed,
   never served wrong and never an error to the client.
@@ -136,8 +137,9 @@ def lazy_walk_note(fleet: FleetConfig) -> str | None:
             return None
         pool = f"{blocks} HBM blocks"
     return (
-        f"lazy KV offload walks {walk} blocks per step over {pool}: vLLM 0.32 may store only "
-        f"the last {walk} blocks of a prompt freed at once (docs/kv_tiers.md); "
+        f"lazy KV offload walks {walk} blocks per step over {pool}: where copies finish within "
+        f"their step (the CPU engine), vLLM 0.32 stores only the last {walk} blocks of a prompt "
+        "freed at once (docs/kv_tiers.md, 'When the lazy mode stores'); "
         "fleet.kv_tiers.write_through: true stores every block"
     )
 
