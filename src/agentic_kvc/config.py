@@ -139,6 +139,13 @@ class FleetConfig(_Strict):
     vllm_env: dict[str, str] = Field(default_factory=dict)
     kv_tiers: KVTiersConfig = Field(default_factory=KVTiersConfig)
 
+    @property
+    def kv_cache_blocks(self) -> int | None:
+        """The engine's KV blocks `kv_cache_tokens` asks for (None: sized by memory)."""
+        if self.kv_cache_tokens is None:
+            return None
+        return -(-self.kv_cache_tokens // self.block_size)
+
     @model_validator(mode="after")
     def _roles_len(self) -> FleetConfig:
         if self.roles is not None and len(self.roles) != self.instances:

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from agentic_kvc.serve.host_copy_offload_connector import (
-    STORE_POLLS_ENV,
     DiskMedium,
     HostMemoryMedium,
     HostTierWorkerMetadata,
@@ -103,14 +102,11 @@ def test_fault_file(tmp_path: Path) -> None:
         read_fault(str(f))
 
 
-def test_stores_can_be_reported_in_flight_as_asynchronous_copies(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Host copies are done when launched; with STORE_POLLS_ENV a store answers "in flight" to
-    that many polls (as a CUDA copy after the step's compute), a load never does."""
-    monkeypatch.delenv(STORE_POLLS_ENV, raising=False)
+def test_stores_can_be_reported_in_flight_as_asynchronous_copies() -> None:
+    """Host copies are done when launched; with `store_polls` (STORE_POLLS_ENV at the worker's
+    start) a store answers "in flight" to that many polls (as a CUDA copy after the step's
+    compute), a load never does."""
     assert transfer_event(is_store=True).query()
-    monkeypatch.setenv(STORE_POLLS_ENV, "2")
-    store = transfer_event(is_store=True)
+    store = transfer_event(is_store=True, store_polls=2)
     assert [store.query() for _ in range(4)] == [False, False, True, True]
-    assert transfer_event(is_store=False).query()
+    assert transfer_event(is_store=False, store_polls=2).query()

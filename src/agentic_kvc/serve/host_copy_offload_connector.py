@@ -87,11 +87,10 @@ class _Reported(_Done):
         return True
 
 
-def transfer_event(is_store: bool) -> _Done:
-    """A finished copy's event: done at once, or, for a store with `STORE_POLLS_ENV` set,
-    reported in flight to that many polls first."""
-    polls = int(os.environ.get(STORE_POLLS_ENV) or 0) if is_store else 0
-    return _Reported(polls) if polls > 0 else _Done()
+def transfer_event(is_store: bool, store_polls: int = 0) -> _Done:
+    """A finished copy's event: done at once, or, for a store, reported in flight to
+    `store_polls` polls first (`STORE_POLLS_ENV`)."""
+    return _Reported(store_polls) if is_store and store_polls > 0 else _Done()
 
 
 class _StreamStandIn:
@@ -245,9 +244,12 @@ class DiskMedium:
 class HostTierWorker(SimpleCPUOffloadWorker):
     """vLLM's offload worker with its transfers done by host copies (see the module doc)."""
 
-    def __init__(self, *args: Any, fault_file: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, fault_file: str | None = None, store_polls: int = 0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.fault_file = fault_file
+        self.store_polls = store_polls
         self.load_errors: set[int] = set()  # engine blocks whose load failed, not yet reported
         self.failed_loads = 0  # blocks, since start
         self.medium: HostMemoryMedium | DiskMedium | None = None
@@ -301,7 +303,7 @@ class HostTierWorker(SimpleCPUOffloadWorker):
                 self._failed_stores.update(self.medium.bad_slots.intersection(dst))
         else:
             self._fail_loads(src, dst, self.medium.copy(src, dst, is_store))
-        events.append((event_idx, transfer_event(is_store)))
+        events.append((event_idx, transfer_event(is_store, self.store_polls)))
 
     def _fail_loads(self, src: Sequence[int], dst: Sequence[int], blocks: set[int]) -> None:
         """Engine blocks whose load failed go to vLLM as invalid (it recomputes them), and
@@ -374,6 +376,7 @@ class SimpleCPUOffloadConnector(_VllmSimpleCPUOffloadConnector):
             disk_path=vllm_worker.disk_path,
             disk_capacity_bytes=vllm_worker.disk_capacity_bytes,
             fault_file=os.environ.get(FAULT_FILE_ENV),
+            store_polls=int(os.environ.get(STORE_POLLS_ENV) or 0),
         )
 
     def update_connector_output(self, connector_output: Any) -> None:

@@ -129,12 +129,12 @@ def lazy_walk_note(fleet: FleetConfig) -> str | None:
     if not tiers.enabled or tiers.write_through:
         return None
     walk = lazy_walk_blocks(fleet.max_num_batched_tokens, fleet.block_size)
-    if fleet.kv_cache_tokens is None:
+    blocks = fleet.kv_cache_blocks
+    if blocks is None:
         pool = "a pool sized by GPU memory"
+    elif walk >= blocks:
+        return None
     else:
-        blocks = -(-fleet.kv_cache_tokens // fleet.block_size)
-        if walk >= blocks:
-            return None
         pool = f"{blocks} HBM blocks"
     return (
         f"lazy KV offload walks {walk} blocks per step over {pool}: where copies finish within "

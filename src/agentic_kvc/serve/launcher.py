@@ -19,7 +19,6 @@ Extra args and env values may name per-instance facts with `{index}`, `{port}`, 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -140,9 +139,8 @@ def vllm_base_args(fleet: FleetConfig, device: Device, model: str, is_tiny: bool
     if is_tiny:
         # No weights exist: dummy weights are deterministic, so instances agree token for token.
         args += ["--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "4096"]
-    if fleet.kv_cache_tokens is not None:
-        blocks = math.ceil(fleet.kv_cache_tokens / fleet.block_size)
-        args += ["--num-gpu-blocks-override", str(blocks)]
+    if fleet.kv_cache_blocks is not None:
+        args += ["--num-gpu-blocks-override", str(fleet.kv_cache_blocks)]
     if device == "cpu":
         args.append("--enforce-eager")  # compiled mode recompiles at every start (~80 s)
     else:
