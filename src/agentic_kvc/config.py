@@ -112,9 +112,11 @@ class KVTiersConfig(_Strict):
     write_through: bool = False
     # Without write-through, when blocks go down: "walk" as vLLM 0.32's lazy store does (at HBM
     # eviction, and also when freed if its walk, 2 x max_num_batched_tokens / block_size blocks
-    # a step, covers the HBM pool); "eviction" (simulator only) at HBM eviction alone, the lazy
-    # mode as intended. docs/kv_tiers.md, "When the lazy mode stores". "walk": out of the run id.
-    lazy_store: Literal["walk", "eviction"] = "walk"
+    # a step, covers the HBM pool); simulator only: "eviction" at HBM eviction alone, the lazy
+    # mode as intended; "free" also when freed whatever the walk's length (a walk that sweeps
+    # the whole free queue: the far end of what the lazy mode may do with asynchronous copies).
+    # docs/kv_tiers.md, "When the lazy mode stores". "walk": out of the run id.
+    lazy_store: Literal["walk", "eviction", "free"] = "walk"
     eviction: Literal["lru", "retention"] = "lru"
     # Real engines only: where the disk tier keeps its files.
     disk_path: str | None = None

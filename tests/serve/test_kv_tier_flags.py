@@ -63,6 +63,7 @@ def test_disk_tier_has_one_file_per_instance(tmp_path: Path) -> None:
         (KVTiersConfig(host_gib=1, eviction="retention"), "eviction"),
         (KVTiersConfig(disk_gib=1), "disk_path"),
         (KVTiersConfig(host_gib=1, lazy_store="eviction"), "lazy_store"),
+        (KVTiersConfig(host_gib=1, lazy_store="free"), "lazy_store"),
     ],
 )
 def test_what_real_engines_cannot_do_is_a_clear_error(tiers: KVTiersConfig, field: str) -> None:

@@ -190,6 +190,13 @@ def test_a_lazy_walk_over_the_whole_pool_stores_each_turn_when_it_ends() -> None
     # A walk shorter than the pool (2 x ceil(496 / 16) = 62 < 64 blocks) stores at eviction.
     short = run_fleet(_workload(), {**HOST, "lazy_store": "walk"}, {"max_num_batched_tokens": 496})
     assert not short.instances[0].tiers.store_at_free  # type: ignore[union-attr]
+    # `free` (the simulator's bound: a walk that sweeps the whole free queue) stores each turn
+    # when it ends whatever the walk's length: the same writes as the walk over the pool.
+    free = run_fleet(_workload(), {**HOST, "lazy_store": "free"}, {"max_num_batched_tokens": 496})
+    free_tiers = free.instances[0].tiers
+    assert free_tiers is not None and free_tiers.store_at_free
+    assert free_tiers.host is not None
+    assert free_tiers.host.write.bytes == (30 + 60 + 10 + 1) * BLOCK
 
 
 def test_tiers_are_deterministic_and_keep_the_run_id_off() -> None:
@@ -205,6 +212,8 @@ def test_tiers_are_deterministic_and_keep_the_run_id_off() -> None:
     evict = {**base, "fleet": {"kv_tiers": {"host_gib": 1.0, "lazy_store": "eviction"}}}
     assert load_config(host).run_id() == load_config(walk).run_id()
     assert load_config(host).run_id() != load_config(evict).run_id()
+    free = {**base, "fleet": {"kv_tiers": {"host_gib": 1.0, "lazy_store": "free"}}}
+    assert len({load_config(c).run_id() for c in (host, evict, free)}) == 3
     assert "lazy_store" not in load_config(host).canonical()["fleet"]["kv_tiers"]
 
 

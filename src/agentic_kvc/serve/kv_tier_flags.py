@@ -96,8 +96,8 @@ def kv_tier_transfer_config(
         )
     if tiers.lazy_store != "walk":
         raise KVTierConfigError(
-            f"fleet.kv_tiers.lazy_store {tiers.lazy_store!r} is the simulator's idealised lazy "
-            "store; real engines store as vLLM's walk does ('walk')"
+            f"fleet.kv_tiers.lazy_store {tiers.lazy_store!r} is a simulator-only model of when "
+            "the lazy store writes; real engines store as vLLM's walk does ('walk')"
         )
     extra: dict[str, Any] = {"lazy_offload": not tiers.write_through}
     if tiers.host_gib > 0:

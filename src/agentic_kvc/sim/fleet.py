@@ -820,7 +820,8 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
         fc.block_size,
         fc.instances,
         config.sim.kv_retention_ttl_s,
-        lazy_walk_covers_pool=cfg.lazy_store == "walk" and walk >= hbm_blocks,
+        lazy_walk_covers_pool=cfg.lazy_store == "free"
+        or (cfg.lazy_store == "walk" and walk >= hbm_blocks),
     )
 
 
