@@ -96,6 +96,28 @@ def test_write_through_keeps_host_a_superset() -> None:
     assert idx.tier_hits(_req(B), 1) == [TierHits(4 * BS)]
 
 
+def test_a_store_at_free_puts_each_routed_prompt_below_as_the_engine_does() -> None:
+    # The engine stores each turn when it is freed (a lazy walk over its pool, or the
+    # simulator's `lazy_store: free`), and at HBM eviction what is missing: the estimate puts
+    # the routed prompt in host at `record`, so a small host tier holds copies of what HBM
+    # holds, as the engine's does. Learning only from HBM's evictions it holds none of them.
+    told = TieredPrefixIndex(1, 6, host_blocks=4, store_at_free=True)
+    evictions_only = TieredPrefixIndex(1, 6, host_blocks=4)
+    for idx in (told, evictions_only):
+        idx.record(0, A, 0.0)
+        idx.record(0, B, 1.0)  # HBM holds 6 blocks: A's last two go down
+    # told: A stored, then B (A dropped for it: 4 blocks), then A's evicted two stored again,
+    # eating B from its tail (the simple connector's order)
+    assert told.tier_blocks(0) == TierHits(6, 4, 0)
+    assert told.host[0].run(B, 0, 4) == 2 and told.host[0].run(A, 2, 4) == 2
+    assert evictions_only.tier_blocks(0) == TierHits(6, 2, 0)
+    assert evictions_only.host[0].run(B, 0, 4) == 0
+    # the same hits for A (HBM's two, then host's two), from different tiers' contents
+    assert told.tier_hits(_req(A), 1) == evictions_only.tier_hits(_req(A), 1)
+    # write-through already stores every routed prompt: the flag adds nothing then
+    assert not TieredPrefixIndex(1, 6, 4, write_through=True, store_at_free=True).store_at_free
+
+
 def test_no_tier_answers_as_the_estimated_index() -> None:
     rng = random.Random(3)
     plain, tiered = ChainedPrefixIndex(4, 50), TieredPrefixIndex(4, 50)

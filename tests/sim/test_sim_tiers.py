@@ -332,3 +332,32 @@ def test_a_loaded_request_is_scheduled_before_a_blocked_head() -> None:
     step = inst.schedule(1.0)
     assert step is not None and step.seqs == [loaded] and step.num_new == [BS]
     assert list(inst.waiting) == [head]
+
+
+@pytest.mark.parametrize(
+    ("lazy_store", "batched", "told"),
+    [("free", 496, True), ("walk", 8192, True), ("walk", 496, False), ("eviction", 8192, False)],
+)
+def test_the_routers_estimate_stores_at_free_when_the_engine_does(
+    lazy_store: str, batched: int, told: bool
+) -> None:
+    # A tier-pricing router's estimate of the host tier (cache/tier_index.py) stores each
+    # routed prompt when the engine's tier stores turns as they are freed (the walk covers
+    # the 64-block pool at 8,192 batched tokens, not at 496; `free` whatever the walk).
+    config = load_config(
+        {
+            "backend": "sim",
+            "workload": {"generator": {"sessions": 1}},
+            "policy": {"name": "dynamo_kv"},
+            "fleet": {
+                "instances": 1,
+                "kv_cache_tokens": 64 * BS,
+                "block_size": BS,
+                "max_num_batched_tokens": batched,
+                "kv_tiers": {**HOST, "lazy_store": lazy_store},
+            },
+        }
+    )
+    fleet = SimFleet(config, _workload(), PROFILE)
+    assert fleet.instances[0].tiers.store_at_free is told  # type: ignore[union-attr]
+    assert fleet.state.cache.store_at_free is told  # type: ignore[union-attr]

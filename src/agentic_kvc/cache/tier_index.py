@@ -107,6 +107,7 @@ class TieredPrefixIndex:
         disk_group: Sequence[int] | None = None,
         write_through: bool = False,
         ttl_s: float | None = None,
+        store_at_free: bool = False,
     ) -> None:
         if disk_group is not None and len(disk_group) != n_instances:
             raise ValueError(
@@ -116,6 +117,11 @@ class TieredPrefixIndex:
             raise ValueError(f"tier capacities must be >= 0, got {host_blocks}, {disk_blocks}")
         self.hbm = ChainedPrefixIndex(n_instances, hbm_blocks, ttl_s)
         self.write_through = write_through
+        # Without write-through, the engine may still store a turn's blocks when they are
+        # freed (a lazy walk over its whole pool, or the simulator's `lazy_store: free`):
+        # the routed prompt then goes to the top tier below HBM at `record` too, after its
+        # load, and HBM's evictions still store what is missing (sim/tiers.py).
+        self.store_at_free = store_at_free and not write_through
         group = list(disk_group) if disk_group is not None else [0] * n_instances
         self.disk_group = group
         self.disk = (
@@ -188,6 +194,9 @@ class TieredPrefixIndex:
                     m = self.host[instance].use_held(block_hashes, m, n)
             if self.disk and m < n:
                 self.disk[self.disk_group[instance]].use_held(block_hashes, m, n)
+            if self.store_at_free:
+                top = self.host[instance] if self.host else self.disk[self.disk_group[instance]]
+                top.put([(0, list(block_hashes))], now)  # copied: stores trim their lists
         self.hbm.record(instance, block_hashes, now)
 
     def demote(
@@ -272,12 +281,14 @@ def estimated_view(
     kv_tiers: KVTiersConfig,
     kv_bytes_per_token: float,
     hardware: str,
+    store_at_free: bool = False,
 ) -> ChainedPrefixIndex | TieredPrefixIndex:
     """The router's estimated view for a fleet: `ChainedPrefixIndex` without tiers (as
     always), else a `TieredPrefixIndex` sized from `fleet.kv_tiers` (host GiB per instance;
     disk GiB per store of its scope, a node being the hardware profile's
     `instances_per_node`). The real proxy builds the same from the engines' KV blocks and
-    the tier sizes it is given."""
+    the tier sizes it is given. `store_at_free`: the engine also stores a turn's blocks when
+    they are freed (`TieredPrefixIndex.store_at_free`)."""
     if not kv_tiers.enabled:
         return ChainedPrefixIndex(n_instances, hbm_blocks)
     host = tier_blocks(kv_tiers.host_gib, kv_bytes_per_token, block_size)
@@ -297,4 +308,5 @@ def estimated_view(
         disk,
         disk_groups(n_instances, kv_tiers.disk_scope, per_node),
         kv_tiers.write_through,
+        store_at_free=store_at_free,
     )

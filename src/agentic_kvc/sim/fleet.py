@@ -30,7 +30,7 @@ from typing import Any
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.cache.tier_index import estimated_view
 from agentic_kvc.cache.tier_store import lazy_walk_blocks
-from agentic_kvc.config import KVTiersConfig, RunConfig
+from agentic_kvc.config import FleetConfig, KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
 from agentic_kvc.policy.fleet import RouterState, Ticket
@@ -263,6 +263,7 @@ class SimFleet:
                     fc.kv_tiers if self.policy.uses_tier_view else KVTiersConfig(),
                     profile.kv_bytes_per_token,
                     fc.hardware,
+                    stores_at_free(fc.kv_tiers, fc, self.num_blocks),
                 ),
             )
         # A policy fitting its cost model online watches the streams (profiles/online.py).
@@ -812,7 +813,6 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
         if any(v is None for v in given):
             raise ValueError(f"field 'fleet.kv_tiers': {exc}") from None
         links = TierLinks(*given, None, "fleet.kv_tiers")  # type: ignore[arg-type]
-    walk = lazy_walk_blocks(fc.max_num_batched_tokens, fc.block_size)
     return FleetTiers(
         cfg,
         links,
@@ -820,9 +820,16 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
         fc.block_size,
         fc.instances,
         config.sim.kv_retention_ttl_s,
-        lazy_walk_covers_pool=cfg.lazy_store == "free"
-        or (cfg.lazy_store == "walk" and walk >= hbm_blocks),
+        lazy_walk_covers_pool=stores_at_free(cfg, fc, hbm_blocks),
     )
+
+
+def stores_at_free(cfg: KVTiersConfig, fc: FleetConfig, hbm_blocks: int) -> bool:
+    """Whether a lazy tier (no write-through) also stores each turn's blocks when freed: vLLM's
+    walk covers the HBM pool (`lazy_store: walk`), or the simulator's bound `free` says so.
+    The engine's tiers and the router's estimate of them both read it."""
+    walk = lazy_walk_blocks(fc.max_num_batched_tokens, fc.block_size)
+    return cfg.lazy_store == "free" or (cfg.lazy_store == "walk" and walk >= hbm_blocks)
 
 
 def _seq_name(seq: Seq) -> str:

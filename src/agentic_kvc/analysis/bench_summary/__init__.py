@@ -44,6 +44,9 @@ Goals and where they are stated:
 - tier_store_timing_real: the simulator's store-on-eviction against vLLM 0.32's lazy walk on a
   real engine: the host tier holds all of a prompt once HBM evicted it (docs/kv_tiers.md,
   "When the lazy mode stores").
+- tiers_lazy_store_bound: none (the tiers study's readings when the simulated lazy tier stores
+  at eviction, the study's model, and when blocks are freed, the far end of vLLM's walk with
+  asynchronous copies: which readings change; docs/kv_tiers/study_followups.md, pre-registered).
 - kv_link_copy, kv_link_contention: none (GPU measurements behind the simulator's tier links
   and its FIFO link model; issue 29, docs/kv_tiers.md "Link numbers").
 - tiers_agentic_seeds (its seeds and held-out files): goal 1 of issue 29 on the 128 GiB host

@@ -697,3 +697,64 @@ def _finish_first_real(doc: dict[str, Any]) -> list[Fig]:
         ),
         real_load(doc),
     ]
+
+
+# benchmarks/tiers_lazy_store_bound.py: per cell ("<workload>/host_<GiB>"), the study's three
+# readings under each end of when the lazy tier stores (`models`: "walk", the study's, and
+# "free", every turn stored when it ends), each {metric: {rel, ci, pairs}}.
+LAZY_READINGS = {
+    "tier_gain": "the tier's gain",
+    "ours_vs_best_peer": "ours vs best peer",
+    "ours_vs_pricing_peer": "ours vs better pricing peer",
+}
+
+
+def ttft_reading(m: Mapping[str, Any]) -> str:
+    """A comparison's TTFT p90 as the pre-registered rule reads it: lower, higher or n.s."""
+    c = field_at(m, "ttft_p90")
+    if not excludes_zero(c):
+        return "n.s."
+    return "lower" if float(field_at(c, "rel")) < 0 else "higher"
+
+
+def _ends(walk: Mapping[str, Any], free: Mapping[str, Any], key: str) -> str:
+    """One reading's TTFT p90 under both ends, "<walk> -> <free>", each with "n.s." if so."""
+    return " -> ".join(
+        _interval(field_at(x, key, "ttft_p90"))
+        + ("" if excludes_zero(field_at(x, key, "ttft_p90")) else " n.s.")
+        for x in (walk, free)
+    )
+
+
+@summariser(
+    "tiers_lazy_store_bound",
+    "the tiers study's readings when the lazy tier stores at eviction or when blocks are freed "
+    "(sim, pre-registered)",
+)
+def _tiers_lazy_store_bound(doc: dict[str, Any]) -> list[Fig]:
+    """Per cell the tier's gain and ours against the best peer under both ends (TTFT p90), and
+    which of the study's readings change between them (docs/kv_tiers/study_followups.md, "If
+    the lazy tier stored when blocks are freed")."""
+    changed, rows, n = [], [], 0
+    for name, cell in field_at(doc, "cells").items():
+        walk, free = (field_at(cell, "models", m) for m in ("walk", "free"))
+        for key, words in LAZY_READINGS.items():
+            n += 1
+            a, b = ttft_reading(field_at(walk, key)), ttft_reading(field_at(free, key))
+            if a != b:
+                changed.append(f"{name} {words}: {a} -> {b}")
+        gain, ours = (_ends(walk, free, k) for k in ("tier_gain", "ours_vs_best_peer"))
+        rows.append(
+            Fig(
+                f"{name}: tier's gain ({field_at(cell, 'best_hbm_only_peer')}); ours vs best "
+                f"peer ({field_at(walk, 'best_peer')} -> {field_at(free, 'best_peer')}), "
+                "TTFT p90, stored at eviction -> when freed",
+                f"{gain}; {ours}",
+            )
+        )
+    head = Fig(
+        "the study's readings (tier's gain, ours vs best peer, ours vs better pricing peer; "
+        "TTFT p90 lower / higher / n.s.) that differ between the two ends",
+        f"{len(changed)} of {n}" + (f": {'; '.join(changed)}" if changed else ""),
+    )
+    return [head, *rows]
