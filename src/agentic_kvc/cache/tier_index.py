@@ -8,13 +8,16 @@ since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu)
 
 - per instance an HBM LRU (capacity: the engine's KV blocks), as the estimated view has always
   kept;
-- per instance a host-memory LRU (capacity: `fleet.kv_tiers.host_gib` in blocks), fed in one of
-  two ways, as the engine's offloading is configured (the simulator's engine does the same,
+- per instance a host-memory LRU (capacity: `fleet.kv_tiers.host_gib` in blocks), fed as the
+  engine's offloading is configured (the simulator's engine does the same,
   sim/tiers.py):
   - on eviction (`write_through=False`, vLLM's lazy CPU offload): the blocks the HBM LRU
     evicts are stored in the host LRU (the evicted tail is its least recent part);
   - write-through (vLLM's `OffloadingConnector` stores every block a request computes): every
     routed prompt's blocks are put in the host LRU too, and HBM evictions add nothing;
+  - both (`store_at_free`: a lazy walk that covers the HBM pool stores every freed block, and
+    the simulator's `lazy_store: free`): the routed prompt is put in the host LRU at `record`,
+    and HBM evictions store what it lacks;
   a reload leaves the host copy where it is (vLLM's CPU blocks are a cache) and makes it the
   most recent, in the engine's order (the tier store's `simple_lru`, as the simulated engine
   sets it: with write-through off the loaded prompt's head is the first to go);
