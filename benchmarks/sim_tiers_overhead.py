@@ -49,7 +49,7 @@ def router_without_tiers() -> Iterator[None]:
     Routing can then differ, so only the time of such a run is reported."""
     orig = sim_fleet.estimated_view
 
-    def plain(n: int, blocks: int, bs: int, _tiers: Any, kv_bytes: int, hw: str) -> Any:
+    def plain(n: int, blocks: int, bs: int, _tiers: Any, kv_bytes: int, hw: str, *_: Any) -> Any:
         return orig(n, blocks, bs, KVTiersConfig(), kv_bytes, hw)
 
     sim_fleet.estimated_view = plain  # type: ignore[assignment]
