@@ -263,7 +263,7 @@ class SimFleet:
                     fc.kv_tiers if self.policy.uses_tier_view else KVTiersConfig(),
                     profile.kv_bytes_per_token,
                     fc.hardware,
-                    stores_at_free(fc.kv_tiers, fc, self.num_blocks),
+                    stores_at_free(fc, self.num_blocks),
                 ),
             )
         # A policy fitting its cost model online watches the streams (profiles/online.py).
@@ -820,16 +820,17 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
         fc.block_size,
         fc.instances,
         config.sim.kv_retention_ttl_s,
-        lazy_walk_covers_pool=stores_at_free(cfg, fc, hbm_blocks),
+        lazy_walk_covers_pool=stores_at_free(fc, hbm_blocks),
     )
 
 
-def stores_at_free(cfg: KVTiersConfig, fc: FleetConfig, hbm_blocks: int) -> bool:
+def stores_at_free(fc: FleetConfig, hbm_blocks: int) -> bool:
     """Whether a lazy tier (no write-through) also stores each turn's blocks when freed: vLLM's
-    walk covers the HBM pool (`lazy_store: walk`), or the simulator's bound `free` says so.
-    The engine's tiers and the router's estimate of them both read it."""
+    walk covers the HBM pool of `hbm_blocks` (`lazy_store: walk`), or the simulator's bound
+    `free` says so. The engine's tiers and the router's estimate of them both read it."""
     walk = lazy_walk_blocks(fc.max_num_batched_tokens, fc.block_size)
-    return cfg.lazy_store == "free" or (cfg.lazy_store == "walk" and walk >= hbm_blocks)
+    store = fc.kv_tiers.lazy_store
+    return store == "free" or (store == "walk" and walk >= hbm_blocks)
 
 
 def _seq_name(seq: Seq) -> str:
