@@ -42,13 +42,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
+from agentic_kvc.analysis.bench_summary.tiers import ttft_reading
 from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tiers_sweep import WINDOWS, Rows, Run, Unit, ci_cell, host_key, study
+from tiers_sweep import WINDOWS, Rows, Run, Unit, ci_cell, host_key, pooled, study
 from tiers_sweep import main as sweep
 from tiers_tracelab_gap import compare
 
@@ -102,21 +101,6 @@ def specs(cell: dict[str, Any], host: float) -> list[Run]:
     return out
 
 
-def pooled(rows: Rows, lab: str) -> dict[str, Any]:
-    """The study's summary (`tiers.pooled_summary`) of one label's runs, pooled."""
-    cols = ("error", "ttft_s", "e2e_s", "reload_wait_s", "input_tokens", "cached_tokens")
-    cols += ("host_tokens", "disk_tokens")
-    recs = [{c: r.get(c) for c in cols} for lb, _rep, rs in rows if lb == lab for r in rs]
-    schema = {c: pl.Float64 for c in cols} | {"error": pl.Utf8}
-    return tiers.pooled_summary(pl.DataFrame(recs, schema=schema))
-
-
-def reading(r: dict[str, Any]) -> str:
-    """A comparison's TTFT p90 verdict: lower, higher, or n.s. (the interval holds 0)."""
-    lo, hi = r["ttft_p90"]["ci"]
-    return "n.s." if lo <= 0 <= hi else ("lower" if hi < 0 else "higher")
-
-
 def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
     n = unit.instances
     summ = {lab: pooled(rows, lab) for lab in dict.fromkeys(lab for lab, _r, _s in rows)}
@@ -146,7 +130,7 @@ def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
         }
     walk, free = res["models"]["walk"], res["models"]["free"]
     res["same_verdict"] = {
-        k: reading(walk[k]) == reading(free[k])
+        k: ttft_reading(walk[k]) == ttft_reading(free[k])
         for k in ("tier_gain", "ours_vs_best_peer", "ours_vs_pricing_peer")
     }
     return res

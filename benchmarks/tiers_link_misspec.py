@@ -53,8 +53,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from agentic_kvc.analysis.bench_summary.tiers import (
     TIERS_UNSEEN,
     against_exact_links,
@@ -66,7 +64,7 @@ from agentic_kvc.config import load_config
 from agentic_kvc.profiles.hardware import tier_links
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tiers_sweep import REPO, WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, study
+from tiers_sweep import REPO, WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, pooled, study
 from tiers_sweep import main as sweep
 from tiers_tracelab_gap import compare
 
@@ -170,15 +168,6 @@ def specs(cell: dict[str, Any]) -> list[Run]:
     """(variant or peer, replicate, overrides) of one cell."""
     pols = {**variants(cell_hardware(cell)), **{p: {"name": p} for p in PEERS}}
     return cell_runs(cell, pols, [])
-
-
-def pooled(rows: Rows, label: str) -> dict[str, Any]:
-    """The study's summary (`tiers.pooled_summary`) of one router's runs, pooled over replicates."""
-    cols = ("error", "ttft_s", "e2e_s", "reload_wait_s", "input_tokens", "cached_tokens")
-    cols += ("host_tokens", "disk_tokens")
-    recs = [{c: r.get(c) for c in cols} for lab, _rep, rs in rows if lab == label for r in rs]
-    schema = {c: pl.Float64 for c in cols} | {"error": pl.Utf8}
-    return tiers.pooled_summary(pl.DataFrame(recs, schema=schema))
 
 
 def placements(rows: Rows, label: str) -> dict[str, float | int]:

@@ -20,8 +20,9 @@ already take: "flat" (the units at the top level beside the three fields above, 
 tiers_opening_*, tiers_online_cost) and "cells" (the units under `cells`, in sweep order, with
 top-level figures from a `headline` function: tiers_link_misspec).
 
-Also here: the tiers study's cell settings (`study`, `WINDOWS`) and the paired comparison's
-table text (`ci_cell`), which those benchmarks' cells and tables are built from.
+Also here: the tiers study's cell settings (`study`, `WINDOWS`), its pooled summary of a
+label's runs (`pooled`) and the paired comparison's table text (`ci_cell`), which those
+benchmarks' cells and tables are built from.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import polars as pl
 import yaml
 
 from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.config import load_config
 from agentic_kvc.runs import timing_conditions
 
@@ -111,6 +114,16 @@ def command() -> str:
 def stamp(name: str) -> dict[str, Any]:
     """The top-level fields every benchmark JSON carries: `benchmark`, `machine`, `command`."""
     return {"benchmark": name, "machine": machine(), "command": command()}
+
+
+def pooled(rows: Rows, label: str) -> dict[str, Any]:
+    """The tiers study's summary (`tiers.pooled_summary`) of one label's runs, pooled over
+    their replicates."""
+    cols = ("error", "ttft_s", "e2e_s", "reload_wait_s", "input_tokens", "cached_tokens")
+    cols += ("host_tokens", "disk_tokens")
+    recs = [{c: r.get(c) for c in cols} for lab, _rep, rs in rows if lab == label for r in rs]
+    schema = {c: pl.Float64 for c in cols} | {"error": pl.Utf8}
+    return tiers.pooled_summary(pl.DataFrame(recs, schema=schema))
 
 
 def records(results: Path, base: str, sets: list[str]) -> list[dict[str, Any]]:

@@ -727,6 +727,10 @@ def _ends(walk: Mapping[str, Any], free: Mapping[str, Any], key: str) -> str:
 
 
 @summariser(
+    "tiers_lazy_store_bound_router_told",
+    "the same with the router's estimate storing when the engine does (sim, exploratory)",
+)
+@summariser(
     "tiers_lazy_store_bound",
     "the tiers study's readings when the lazy tier stores at eviction or when blocks are freed "
     "(sim, pre-registered)",
