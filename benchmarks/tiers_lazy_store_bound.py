@@ -37,17 +37,15 @@ Per cell, paired over its replicates (agentic_kvc.paired, through tiers_tracelab
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.bench_summary.tiers import ttft_reading
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tiers_sweep import WINDOWS, Rows, Run, Unit, ci_cell, host_key, pooled, study
+from tiers_sweep import WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, per_host, pooled, study
 from tiers_sweep import main as sweep
 from tiers_tracelab_gap import compare
 
@@ -87,18 +85,14 @@ def cells() -> list[dict[str, Any]]:
 
 def specs(cell: dict[str, Any], host: float) -> list[Run]:
     """Per replicate: every router HBM only, and with the host tier under each store model."""
-    key, reps = cell["rep"]
-    out: list[Run] = []
-    for rep in reps:
-        base = [override_item(k, v) for k, v in cell["set"].items()]
-        base.append(override_item(key, rep))
-        for r in tiers.ROUTERS:
-            pol = override_item("policy.name", r)
-            out.append((label(r, HBM), json.dumps(rep), [*base, pol, "fleet.kv_tiers.host_gib=0"]))
-            for m in MODELS:
-                tier = [f"fleet.kv_tiers.host_gib={host:g}", f"fleet.kv_tiers.lazy_store={m}"]
-                out.append((label(r, m), json.dumps(rep), [*base, pol, *tier]))
-    return out
+    setups = {HBM: ["fleet.kv_tiers.host_gib=0"]}
+    for m in MODELS:
+        setups[m] = [f"fleet.kv_tiers.host_gib={host:g}", f"fleet.kv_tiers.lazy_store={m}"]
+    return [
+        run
+        for m, tier in setups.items()
+        for run in cell_runs(cell, {label(r, m): {"name": r} for r in tiers.ROUTERS}, tier)
+    ]
 
 
 def analyse(unit: Unit, rows: Rows, _results: Path) -> dict[str, Any]:
@@ -184,9 +178,7 @@ def main() -> int:
         "tiers_lazy_store_bound",
         __doc__,
         Path("/tmp/akvc_lazy_results"),
-        lambda: (
-            Unit(host_key(c["name"], h), c, specs(c, h), h) for c in cells() for h in c["hosts"]
-        ),
+        lambda: per_host(cells(), specs),
         analyse,
         table,
         layout="cells",

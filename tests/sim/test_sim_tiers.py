@@ -41,15 +41,20 @@ def _run(tiers: dict[str, Any], pause_s: float = 5.0, **sim: Any) -> SimFleet:
 
 
 def run_fleet(
-    wl: Workload, tiers: dict[str, Any], fleet: dict[str, Any] | None = None, **sim: Any
+    wl: Workload,
+    tiers: dict[str, Any],
+    fleet: dict[str, Any] | None = None,
+    policy: str | None = None,
+    **sim: Any,
 ) -> SimFleet:
-    """`wl` on one instance with a 64-block HBM, `tiers` below it (`fleet`: more fleet fields);
-    every request completes. (test_sim_pause_aware.py and others drive their own workloads
-    through it.)"""
+    """`wl` on one instance with a 64-block HBM, `tiers` below it (`fleet`: more fleet fields;
+    `policy`: another router than the config's default); every request completes.
+    (test_sim_pause_aware.py and others drive their own workloads through it.)"""
     config = load_config(
         {
             "backend": "sim",
             "workload": {"generator": {"sessions": 1}},  # replaced below
+            **({"policy": {"name": policy}} if policy else {}),
             "fleet": {
                 "instances": 1,
                 "kv_cache_tokens": 64 * BS,
@@ -344,20 +349,11 @@ def test_the_routers_estimate_stores_at_free_when_the_engine_does(
     # A tier-pricing router's estimate of the host tier (cache/tier_index.py) stores each
     # routed prompt when the engine's tier stores turns as they are freed (the walk covers
     # the 64-block pool at 8,192 batched tokens, not at 496; `free` whatever the walk).
-    config = load_config(
-        {
-            "backend": "sim",
-            "workload": {"generator": {"sessions": 1}},
-            "policy": {"name": "dynamo_kv"},
-            "fleet": {
-                "instances": 1,
-                "kv_cache_tokens": 64 * BS,
-                "block_size": BS,
-                "max_num_batched_tokens": batched,
-                "kv_tiers": {**HOST, "lazy_store": lazy_store},
-            },
-        }
+    fleet = run_fleet(
+        _workload(),
+        {**HOST, "lazy_store": lazy_store},
+        {"max_num_batched_tokens": batched},
+        policy="dynamo_kv",
     )
-    fleet = SimFleet(config, _workload(), PROFILE)
     assert fleet.instances[0].tiers.store_at_free is told  # type: ignore[union-attr]
     assert fleet.state.cache.store_at_free is told  # type: ignore[union-attr]

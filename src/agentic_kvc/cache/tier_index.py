@@ -198,8 +198,7 @@ class TieredPrefixIndex:
             if self.disk and m < n:
                 self.disk[self.disk_group[instance]].use_held(block_hashes, m, n)
             if self.store_at_free:
-                top = self.host[instance] if self.host else self.disk[self.disk_group[instance]]
-                top.put([(0, list(block_hashes))], now)  # copied: stores trim their lists
+                self._store_below(instance, block_hashes, now)
         self.hbm.record(instance, block_hashes, now)
 
     def demote(
@@ -212,12 +211,17 @@ class TieredPrefixIndex:
         self._probe = None
         self._now = now
         if store_below and block_hashes and not self.write_through:
-            top = self.host[instance] if self.host else None
-            if top is None and self.disk:
-                top = self.disk[self.disk_group[instance]]
-            if top is not None:
-                top.put([(0, list(block_hashes))], now)  # copied: stores trim their lists
+            self._store_below(instance, block_hashes, now)
         self.hbm.demote(instance, block_hashes, now)
+
+    def _store_below(self, instance: int, block_hashes: Sequence[int], now: float) -> None:
+        """Write a prompt to the top tier below HBM: the instance's host tier, else its disk
+        store (none: nothing to write)."""
+        top = self.host[instance] if self.host else None
+        if top is None and self.disk:
+            top = self.disk[self.disk_group[instance]]
+        if top is not None:
+            top.put([(0, list(block_hashes))], now)  # copied: stores trim their lists
 
     def clear(self, instance: int) -> None:
         """Forget an instance's HBM and host tiers (a shared disk keeps what it holds)."""
