@@ -105,3 +105,19 @@ def test_warm_pairs_runs_one_exchange_per_allowed_direction(pd_fakes) -> None:
     warm_nixl_pairs(urls, "m", ["kv_producer", "kv_consumer"])
     assert len(pd_fakes[0][0].requests) == 1 and len(pd_fakes[1][0].requests) == 1
     assert pd_fakes[1][0].requests[0]["kv_transfer_params"]["remote_engine_id"] == "fake-0"
+
+
+def test_default_events_directory_is_removed_when_the_process_ends() -> None:
+    # Sockets in a directory made per launch would otherwise pile up in /tmp, one per run.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "from agentic_kvc.serve.kv_transfer_flags import kv_launch\n"
+        "kv = kv_launch(1, None, kv_events=True)\n"
+        "print(kv.events_endpoints[0].removeprefix('ipc://').rsplit('/', 1)[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    folder = Path(out.stdout.strip())
+    assert folder.name.startswith("akvc-ev-") and not folder.exists()

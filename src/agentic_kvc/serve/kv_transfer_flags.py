@@ -28,7 +28,9 @@ test, a recorder) may connect, before or after the engine starts.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -154,6 +156,9 @@ def kv_launch(
     out = KVLaunch([[] for _ in range(n_instances)], [{} for _ in range(n_instances)])
     if kv_events and events_dir is None:
         events_dir = tempfile.mkdtemp(prefix="akvc-ev-")
+        # The engines are stopped before the process ends; their sockets are not removed
+        # by vLLM, so the directory would outlive every run.
+        atexit.register(shutil.rmtree, events_dir, True)
     for i in range(n_instances):
         info = InstanceKV(i)
         args, env = out.args[i], out.env[i]
