@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentic_kvc.cache.tier_index import TieredPrefixIndex
 from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.policy.base import RequestView, TierHits
 from agentic_kvc.proxy.cache_view import make_hasher
@@ -213,3 +215,50 @@ def test_spilled_session_prefix_comes_back_from_host_tier(
         tier_ttft,
         recompute_ttft,
     )
+
+
+def test_estimated_view_learns_the_engines_tier_and_expects_the_reload(
+    tier_engine: VllmFleet,
+) -> None:
+    """Without KV events (`--cache-view estimated --tier-view`): the proxy sizes its model of
+    the host tier from the engine's `vllm:simple_kv_offload_info` (the count the engine logs)
+    and, fed only by the prompts it routed, expects the spilled session from the host tier,
+    as the engine's counters then say it served it."""
+    url, model = tier_engine.urls[0], tier_engine.model_name
+    records: list[dict[str, Any]] = []
+    settings = ProxySettings(
+        engines=tier_engine.urls,
+        port=0,
+        policy="dynamo_kv",  # reads tiers (Dynamo's host-hit weight); one engine: routes there
+        cache_view="estimated",
+        tier_view=True,
+        scrape_interval_s=0.5,
+        on_record=records.append,
+    )
+    rng = random.Random(31)
+
+    def prompt(n: int) -> list[int]:
+        return [rng.randrange(100, 8000) for _ in range(n)]
+
+    want = (PROMPT // BLOCK) * BLOCK
+    with ProxyThread(settings) as proxy:
+        complete(proxy.url, model, prompt(2 * BLOCK + 1))  # the engine states its tier after a step
+        _await(lambda: isinstance(proxy.app.state.cache, TieredPrefixIndex), "no tier learned")
+        view = proxy.app.state.cache
+        assert isinstance(view, TieredPrefixIndex)
+        logged = re.findall(r"Allocating (\d+) offload blocks", tier_engine.log_path(0).read_text())
+        assert logged and view.host_blocks == int(logged[-1]) > 0
+        assert view.write_through and view.capacity_blocks == HBM_TOKENS // BLOCK
+        for r in range(2):
+            session = prompt(PROMPT)
+            complete(proxy.url, model, session)
+            for _ in range(2):  # two other prompts push the session out of HBM
+                complete(proxy.url, model, prompt(PROMPT))
+            before = counters(url)
+            got = complete(proxy.url, model, session + prompt(64))
+            delta = {k: v - before.get(k, 0.0) for k, v in counters(url).items()}
+            assert got["cached"] == want, (r, got, delta)
+            assert delta["vllm:prompt_tokens_cached_by_source_total[host]"] == want, delta
+            _await(lambda n=4 * r + 5: len(records) >= n, "the proxy wrote no record")
+            rec = records[-1]
+            assert (rec["predicted_cached_tokens"], rec["predicted_host_tokens"]) == (0, want)

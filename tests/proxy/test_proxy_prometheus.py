@@ -79,3 +79,19 @@ def test_sampler_writes_tier_counters_only_for_an_engine_that_served_from_one() 
     a, b = (r.to_dict() for r in rows)
     assert a["host_cached_tokens"] == 3000.0 and a["disk_cached_tokens"] == 0.0
     assert "host_cached_tokens" not in b and "disk_cached_tokens" not in b  # no tier: no keys
+
+
+def test_offload_tier_info_is_read_from_its_labels() -> None:
+    """vLLM's SimpleCPUOffloadConnector states its tier in an info gauge: the proxy's estimated
+    view sizes its model of the tier from it."""
+    lazy = (
+        'vllm:simple_kv_offload_info{backend="cpu",capacity_blocks="1048",engine="0",'
+        'lazy_offload="true",model_name="tiny",page_cache="false"} 1.0\n'
+    )
+    m = parse_vllm_metrics(SAMPLE + lazy)
+    assert (m.offload_backend, m.offload_lazy, m.offload_blocks) == ("cpu", True, 1048)
+    eager = lazy.replace('"cpu"', '"disk"').replace('"true"', '"false"')
+    m = parse_vllm_metrics(eager)
+    assert (m.offload_backend, m.offload_lazy, m.offload_blocks) == ("disk", False, 1048)
+    none = parse_vllm_metrics(SAMPLE)  # no connector, or no step served yet
+    assert (none.offload_backend, none.offload_lazy, none.offload_blocks) == (None, None, None)

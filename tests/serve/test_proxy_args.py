@@ -47,3 +47,12 @@ def test_routers_real_starts_its_proxies_with_the_same_arguments() -> None:
     assert _proxy_args(cfg) == proxy_args_for(cfg)
     with pytest.raises(ValueError, match="routers-real"):
         _proxy_args(load_config(BASE, ["fleet.instances=2", "fleet.roles=[prefill,decode]"]))
+
+
+def test_a_fleet_with_a_kv_tier_gets_the_tier_view_in_the_estimated_view_only() -> None:
+    tiers = ["fleet.kv_tiers.host_gib=4", "fleet.max_num_batched_tokens=2048"]
+    got = _parsed(proxy_args_for(load_config(BASE, tiers)))
+    assert got["tier_view"] is True and got["engine_max_num_batched_tokens"] == 2048
+    exact = _parsed(proxy_args_for(load_config(BASE, [*tiers, "policy.cache_view=exact"])))
+    assert exact["tier_view"] is False  # the exact view reads the tier from KV events
+    assert _parsed(proxy_args_for(load_config(BASE, [])))["tier_view"] is False

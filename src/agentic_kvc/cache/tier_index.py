@@ -14,7 +14,8 @@ since vLLM does not report its CPU blocks; llm-d guides/tiered-prefix-cache/cpu)
   - on eviction (`write_through=False`, vLLM's lazy CPU offload): the blocks the HBM LRU
     evicts are stored in the host LRU (the evicted tail is its least recent part);
   - write-through (vLLM's `OffloadingConnector` stores every block a request computes): every
-    routed prompt's blocks are put in the host LRU too, and HBM evictions add nothing;
+    routed prompt's blocks are put in the host LRU too (the disk's, with no host tier), and
+    HBM evictions add nothing;
   - both (`store_at_free`: a lazy walk that covers the HBM pool stores every freed block, and
     the simulator's `lazy_store: free`): the routed prompt is put in the host LRU at `record`,
     and HBM evictions store what it lacks;
@@ -111,14 +112,20 @@ class TieredPrefixIndex:
         write_through: bool = False,
         ttl_s: float | None = None,
         store_at_free: bool = False,
+        hbm: ChainedPrefixIndex | None = None,
     ) -> None:
+        """`hbm`: an HBM estimate kept so far, to extend with the tiers (the proxy learns an
+        engine's tier from its metrics after the first requests; `hbm_blocks` and `ttl_s`
+        are then the estimate's own)."""
+        if hbm is not None and hbm.n_instances != n_instances:
+            raise ValueError(f"hbm estimate has {hbm.n_instances} instances, not {n_instances}")
         if disk_group is not None and len(disk_group) != n_instances:
             raise ValueError(
                 f"disk_group has {len(disk_group)} entries for {n_instances} instances"
             )
         if host_blocks < 0 or disk_blocks < 0:
             raise ValueError(f"tier capacities must be >= 0, got {host_blocks}, {disk_blocks}")
-        self.hbm = ChainedPrefixIndex(n_instances, hbm_blocks, ttl_s)
+        self.hbm = hbm if hbm is not None else ChainedPrefixIndex(n_instances, hbm_blocks, ttl_s)
         self.write_through = write_through
         # Without write-through, the engine may still store a turn's blocks when they are
         # freed (a lazy walk over its whole pool, or the simulator's `lazy_store: free`):
@@ -160,6 +167,10 @@ class TieredPrefixIndex:
     def capacity_blocks(self) -> int | None:
         return self.hbm.capacity_blocks
 
+    @capacity_blocks.setter
+    def capacity_blocks(self, blocks: int | None) -> None:
+        self.hbm.capacity_blocks = blocks  # the proxy learns it from the engine's metrics
+
     # ---- feeding ------------------------------------------------------------------------
 
     def _demote(self, instance: int, lo: int, hashes: Sequence[int]) -> None:
@@ -180,9 +191,8 @@ class TieredPrefixIndex:
         n = len(block_hashes)
         probe, self._probe = self._probe, None
         if n and (self.host or self.disk):
-            if self.write_through and self.host:
-                # Copied: a store trims its runs' lists in place when it evicts.
-                self.host[instance].put([(0, list(block_hashes))], now)
+            if self.write_through:  # into the top tier below HBM, as the engine stores
+                self._store_below(instance, block_hashes, now)
             # The runs after the HBM hit that the engine reloads are used now (most recent).
             if probe is not None and probe[0] is block_hashes and instance < len(probe[1]):
                 # `tier_hits` just walked this prompt, and nothing changed since: its answer.

@@ -67,6 +67,12 @@ def lazy_walk_blocks(max_num_batched_tokens: int, block_size: int) -> int:
     return 2 * -(-max_num_batched_tokens // block_size)
 
 
+def walk_stores_at_free(max_num_batched_tokens: int, block_size: int, hbm_blocks: int) -> bool:
+    """Whether vLLM's lazy walk covers an HBM pool of `hbm_blocks`, so that every block is
+    stored at the step after it is freed (not only when the walk reaches it near eviction)."""
+    return lazy_walk_blocks(max_num_batched_tokens, block_size) >= hbm_blocks
+
+
 MARK = 16  # every run's blocks at chain positions divisible by this are indexed (and its head)
 
 

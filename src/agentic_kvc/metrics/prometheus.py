@@ -38,7 +38,13 @@ _BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 # Prefix-cache hit tokens by the tier that supplied them (device, host, disk, p2p, ...).
 _CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 _CACHE_INFO = "vllm:cache_config_info"
-_WANTED = frozenset([*_GAUGES, *_COUNTERS, _BY_SOURCE, _CACHED_BY_SOURCE, _CACHE_INFO])
+# vLLM's SimpleCPUOffloadConnector (0.32) states its tier below HBM: backend (cpu | disk),
+# lazy_offload (true | false) and capacity_blocks. Set at the engine's first step with stats,
+# so absent until the engine has served a request.
+_OFFLOAD_INFO = "vllm:simple_kv_offload_info"
+_WANTED = frozenset(
+    [*_GAUGES, *_COUNTERS, _BY_SOURCE, _CACHED_BY_SOURCE, _CACHE_INFO, _OFFLOAD_INFO]
+)
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -62,6 +68,11 @@ class EngineMetrics:
     cached_tokens_by_source: dict[str, float] = field(default_factory=dict)
     block_size: int | None = None
     num_gpu_blocks: int | None = None  # KV cache capacity in blocks (cache_config_info)
+    # The engine's KV tier below HBM (simple_kv_offload_info): "cpu" or "disk", whether it
+    # stores lazily (from HBM's free queue) or every computed block, and its size in blocks.
+    offload_backend: str | None = None
+    offload_lazy: bool | None = None
+    offload_blocks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +118,7 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
     cached_by: dict[str, float] = {}
     block_size: int | None = None
     num_blocks: int | None = None
+    offload: dict[str, str] | None = None
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue  # comments, other exporters' families
@@ -120,6 +132,10 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
                 bs, nb = info.get("block_size", ""), info.get("num_gpu_blocks", "")
                 block_size = int(bs) if bs.isdigit() else None
                 num_blocks = int(nb) if nb.isdigit() else None
+            continue
+        if name == _OFFLOAD_INFO:
+            if offload is None and value == 1.0:
+                offload = parse_labels(labels)
             continue
         if name in (_BY_SOURCE, _CACHED_BY_SOURCE):
             into = by_source if name == _BY_SOURCE else cached_by
@@ -138,6 +154,12 @@ def parse_vllm_metrics(text: str) -> EngineMetrics:
         block_size=block_size,
         num_gpu_blocks=num_blocks,
     )
+    if offload is not None:
+        blocks = offload.get("capacity_blocks", "")
+        lazy = offload.get("lazy_offload", "")
+        out.offload_backend = offload.get("backend") or None
+        out.offload_lazy = {"true": True, "false": False}.get(lazy.lower())
+        out.offload_blocks = int(blocks) if blocks.isdigit() else None
     if "running" in sums:
         out.running = int(sums.pop("running"))
     if "waiting" in sums:

@@ -39,7 +39,7 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
 from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
-from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher
+from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher, with_engine_tier
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
 from agentic_kvc.proxy.metrics import ProxyMetrics
 from agentic_kvc.proxy.openapi import OPENAPI
@@ -145,6 +145,10 @@ class ProxyApp:
         self._capacity_blocks: int | None = None
         self.hasher = make_hasher(self.block_size)
         self.kv_events: KVEventSubscriber | None = None
+        # `--tier-view`, for a policy that reads tiers: the HBM estimate grows a model of the
+        # engines' tier below HBM when their metrics state it (`_learn_tier`).
+        self._tier_view = settings.tier_view and self.policy.uses_tier_view
+        self._tier_blocks: int | None = None
         if settings.cache_view == "exact":
             # The exact view learns from the engines' KV events, never from the router's routes.
             exact = settings.exact_cache or ExactCacheView(n, self.block_size)
@@ -155,7 +159,10 @@ class ProxyApp:
                 self.kv_events = KVEventSubscriber(exact, settings.kv_events)
         else:
             self.state = RouterState(
-                n, settings.roles, make_estimated_index(n), max_sessions=settings.max_sessions
+                n,
+                settings.roles,
+                make_estimated_index(n, tiers=self._tier_view),
+                max_sessions=settings.max_sessions,
             )
         # A policy fitting its cost model online watches the streams (profiles/online.py).
         self.state.observer = getattr(self.policy, "stream_observer", None)
@@ -241,7 +248,10 @@ class ProxyApp:
                 self.block_size = m.block_size
                 self.hasher = make_hasher(m.block_size)
                 if estimated:
-                    self.state.cache = make_estimated_index(len(self.engines))
+                    self.state.cache = make_estimated_index(
+                        len(self.engines), tiers=self._tier_view
+                    )
+                    self._tier_blocks = None
             set_size = getattr(self.state.cache, "set_block_size", None)
             if set_size is not None:  # the exact view keys events by the engine's block size
                 set_size(m.block_size)
@@ -249,6 +259,39 @@ class ProxyApp:
             # The estimate evicts like an engine of this KV size (LRU, whole blocks).
             self._capacity_blocks = m.num_gpu_blocks
             self.state.cache.capacity_blocks = m.num_gpu_blocks  # type: ignore[union-attr]
+        if estimated and self._tier_view and m.offload_blocks:
+            self._learn_tier(e, m)
+
+    def _learn_tier(self, e: EngineClient, m: EngineMetrics) -> None:
+        """Model the tier below HBM that an engine's metrics state (`--tier-view`): at the
+        first engine that states one; a later engine stating another size is logged."""
+        if self._tier_blocks is None:
+            tiered = with_engine_tier(
+                self.state.cache,  # type: ignore[arg-type]
+                m,
+                self.settings.engine_max_num_batched_tokens,
+            )
+            if tiered is None:
+                return
+            self._tier_blocks = m.offload_blocks
+            self.state.cache = tiered
+            log.info(
+                "estimated view: engine %d states a %s tier of %d blocks (%s); modelled on "
+                "every engine (store at free: %s)",
+                e.index,
+                m.offload_backend,
+                m.offload_blocks,
+                "lazy" if m.offload_lazy else "every computed block",
+                tiered.store_at_free,
+            )
+        elif m.offload_blocks != self._tier_blocks:
+            log.warning(
+                "engine %d states a tier of %d blocks, the estimated view models %d",
+                e.index,
+                m.offload_blocks,
+                self._tier_blocks,
+            )
+            self._tier_blocks = m.offload_blocks  # said once per change, not every scrape
 
     def now(self) -> float:
         return _clock() - self.origin
@@ -403,21 +446,22 @@ class ProxyApp:
                 await self._reject(send, path, 503, rec.error, "service_unavailable")
                 return
             decision.policy = decision.policy or self.settings.policy
-            ticket = self.state.admit(request, decision, self.now())
-            # Finished sessions first: the decode engine frees the last turn's KV to the head of
-            # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
-            ticket.release_first = self.settings.finish_first and request.last_turn is True
-            _fill_decision(rec, decision)
             if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
-                # A view that holds nothing below HBM (engines without offloading: no event
-                # with a host or disk medium) would answer 0 and 0 after another walk of the
-                # prompt on every request; a policy that asked already has its answer cached.
+                # Asked before `admit`, which records the prompt in an estimated view. A view
+                # that holds nothing below HBM (engines without offloading: no event with a
+                # host or disk medium) would answer 0 and 0 after another walk of the prompt
+                # on every request; a policy that asked already has its answer cached.
                 below = getattr(fleet.cache, "holds_below_hbm", None)
                 if below is None or below():
                     hits = fleet.tier_hits(request)[decision.prefill]
                     rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
                 else:
                     rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
+            ticket = self.state.admit(request, decision, self.now())
+            # Finished sessions first: the decode engine frees the last turn's KV to the head of
+            # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
+            ticket.release_first = self.settings.finish_first and request.last_turn is True
+            _fill_decision(rec, decision)
             if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
                 rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
             self.metrics.decision(decision.route_class, decision.reason)

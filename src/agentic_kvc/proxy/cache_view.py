@@ -18,8 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agentic_kvc.cache.chain_index import ChainedPrefixIndex
 from agentic_kvc.cache.hashing import SCALAR_MAX_TOKENS, SessionBlockHasher, scalar_block_hashes
 from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
+from agentic_kvc.cache.tier_index import TieredPrefixIndex
+from agentic_kvc.cache.tier_store import walk_stores_at_free
+from agentic_kvc.metrics.prometheus import EngineMetrics
 
 
 class ProxyBlockHasher(SessionBlockHasher):
@@ -42,7 +46,45 @@ def make_hasher(block_size: int) -> SessionBlockHasher:
 
 
 def make_estimated_index(
-    n_instances: int, capacity_blocks: int | None = None
-) -> EstimatedPrefixIndex:
-    """The router's estimate; capacity is the engine's KV blocks (cache_config_info) if known."""
+    n_instances: int, capacity_blocks: int | None = None, tiers: bool = False
+) -> EstimatedPrefixIndex | ChainedPrefixIndex:
+    """The router's estimate; capacity is the engine's KV blocks (cache_config_info) if known.
+    With `tiers` (`--tier-view`) the chained form of the same estimate (the same answers), which
+    `with_engine_tier` extends once an engine states its tier."""
+    if tiers:
+        return ChainedPrefixIndex(n_instances, capacity_blocks)
     return EstimatedPrefixIndex(n_instances, capacity_blocks=capacity_blocks)
+
+
+def with_engine_tier(
+    hbm: ChainedPrefixIndex, m: EngineMetrics, max_num_batched_tokens: int | None
+) -> TieredPrefixIndex | None:
+    """The HBM estimate `hbm` extended with the tier below HBM that an engine's metrics state
+    (vLLM's SimpleCPUOffloadConnector: one tier per engine, host memory or a disk file of its
+    own), as the simulator's router models it (cache/tier_index.py): fed at HBM eviction when
+    the engine offloads lazily, at every routed prompt when it stores every computed block,
+    and at both when the lazy walk covers the HBM pool (`walk_stores_at_free`, which needs the
+    engines' max_num_batched_tokens). Every engine is taken to have the tier this one states
+    (a fleet launched from one config). None when the metrics state no tier."""
+    if not m.offload_blocks or m.offload_backend not in ("cpu", "disk"):
+        return None
+    n = hbm.n_instances
+    write_through = m.offload_lazy is False
+    store_at_free = (
+        not write_through
+        and max_num_batched_tokens is not None
+        and m.block_size is not None
+        and m.num_gpu_blocks is not None
+        and walk_stores_at_free(max_num_batched_tokens, m.block_size, m.num_gpu_blocks)
+    )
+    host = m.offload_blocks if m.offload_backend == "cpu" else 0
+    return TieredPrefixIndex(
+        n,
+        None,
+        host_blocks=host,
+        disk_blocks=m.offload_blocks - host,
+        disk_group=list(range(n)),  # a disk tier is a file per engine
+        write_through=write_through,
+        store_at_free=store_at_free,
+        hbm=hbm,
+    )

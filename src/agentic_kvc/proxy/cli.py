@@ -50,6 +50,22 @@ def _peer(text: str) -> dict[str, str]:
     "'exact' follows the engines' KV events (give --kv-events per engine).",
 )
 @click.option(
+    "--tier-view",
+    is_flag=True,
+    help="With --cache-view estimated: also model each engine's KV tier below HBM (host "
+    "memory or disk), as the engine states it in /metrics (vllm:simple_kv_offload_info, "
+    "vLLM's SimpleCPUOffloadConnector), for policies that price tiers (predicted_ttft, "
+    "dynamo_kv, llmd_*). Learned at the first scrape after an engine's first request.",
+)
+@click.option(
+    "--engine-max-num-batched-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The engines' --max-num-batched-tokens, for --tier-view: it fixes how many freed "
+    "blocks vLLM's lazy offload stores per step (default: not known; the view then stores "
+    "blocks when HBM evicts them).",
+)
+@click.option(
     "--kv-events",
     "kv_events",
     multiple=True,
@@ -204,6 +220,8 @@ def proxy(
     policy: str,
     params: tuple[str, ...],
     cache_view: str,
+    tier_view: bool,
+    engine_max_num_batched_tokens: int | None,
     kv_events: tuple[str, ...],
     kv_connector: str,
     kv_peers: tuple[str, ...],
@@ -244,6 +262,8 @@ def proxy(
             policy=policy,
             params=parsed,
             cache_view=cache_view,  # type: ignore[arg-type]
+            tier_view=tier_view,
+            engine_max_num_batched_tokens=engine_max_num_batched_tokens,
             host=host,
             port=port,
             records=records,

@@ -41,6 +41,8 @@ class FakeVLLM:
         self._seen_blocks: set[tuple[int, ...]] = set()
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.num_gpu_blocks: int | None = None  # stated in cache_config_info when set
+        self.extra_metrics: list[str] = []  # more /metrics lines (e.g. an offload tier's info)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -163,6 +165,7 @@ class FakeVLLM:
 
     def metrics_text(self) -> str:
         labels = f'engine="0",model_name="{self.model}"'
+        blocks = f',num_gpu_blocks="{self.num_gpu_blocks}"' if self.num_gpu_blocks else ""
         return "\n".join(
             [
                 "# HELP vllm:num_requests_running Number of requests in model execution.",
@@ -172,7 +175,8 @@ class FakeVLLM:
                 f"vllm:kv_cache_usage_perc{{{labels}}} {min(self.running / 100, 1.0)}",
                 f"vllm:prefix_cache_queries_total{{{labels}}} {float(self.prefix_queries)}",
                 f"vllm:prefix_cache_hits_total{{{labels}}} {float(self.prefix_hits)}",
-                f'vllm:cache_config_info{{block_size="{self.block_size}",engine="0"}} 1.0',
+                f'vllm:cache_config_info{{block_size="{self.block_size}",engine="0"{blocks}}} 1.0',
+                *self.extra_metrics,
                 "",
             ]
         )

@@ -44,6 +44,13 @@ class ProxySettings:
     on_record: Callable[[dict[str, Any]], None] | None = None
     # The exact view (cache/kv_events.ExactCacheView); built from `kv_events` when None.
     exact_cache: Any = None
+    # The estimated view also models each engine's KV tier below HBM (host or disk), sized and
+    # fed as the engine states in its /metrics (`vllm:simple_kv_offload_info`), for policies
+    # that read tiers (`--tier-view`; proxy/cache_view.py). `engine_max_num_batched_tokens`:
+    # the engines' setting, which fixes how far vLLM's lazy store walks (None: not known, the
+    # estimate then stores at HBM eviction only).
+    tier_view: bool = False
+    engine_max_num_batched_tokens: int | None = None
     # Per engine, the ZMQ endpoint of its KV event publisher (`--cache-view exact`).
     kv_events: list[str] | None = None
     # PD execution (proxy/pd.py): the engines' KV connector, and for Mooncake each engine's
@@ -71,6 +78,14 @@ class ProxySettings:
             raise ValueError(f"{len(self.roles)} roles given for {len(self.engines)} engines")
         if self.cache_view not in ("estimated", "exact"):
             raise ValueError(f"--cache-view {self.cache_view!r}: expected estimated or exact")
+        if self.tier_view and self.cache_view != "estimated":
+            raise ValueError(
+                "--tier-view models tiers in the estimated view; the exact view reads them from "
+                "the engines' KV events"
+            )
+        n = self.engine_max_num_batched_tokens
+        if n is not None and n < 1:
+            raise ValueError(f"--engine-max-num-batched-tokens {n}: expected >= 1")
         for name, per in (("--kv-events", self.kv_events), ("kv_peers", self.kv_peers)):
             if per is not None and len(per) != len(self.engines):
                 raise ValueError(f"{name}: {len(per)} given for {len(self.engines)} engines")

@@ -332,7 +332,8 @@ def engine_env_for(config: RunConfig) -> dict[str, str]:
 
 
 def proxy_args_for(config: RunConfig) -> list[str]:
-    """The proxy's command-line arguments that a run config fixes: its cache view, scrape
+    """The proxy's command-line arguments that a run config fixes: its cache view (with the
+    engines' KV tier modelled in the estimated view when `fleet.kv_tiers` has one), scrape
     interval, request timeout, finished-first eviction (`sim.finish_first`, on real engines
     too) and, under PD roles, one --role per instance (the KV events
     endpoints come from the engines' launch plan and are added by the caller)."""
@@ -348,6 +349,14 @@ def proxy_args_for(config: RunConfig) -> list[str]:
         args += ["--role", role]
     if config.sim.finish_first:  # the engines' side: serve/vllm_release_first.py
         args.append("--finish-first")
+    if config.fleet.kv_tiers.enabled and config.policy.cache_view == "estimated":
+        # The estimated view models the engines' tier as they state it (proxy/cache_view.py);
+        # the batch size fixes how far their lazy store walks.
+        args += [
+            "--tier-view",
+            "--engine-max-num-batched-tokens",
+            str(config.fleet.max_num_batched_tokens),
+        ]
     return args
 
 

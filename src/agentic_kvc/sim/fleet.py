@@ -29,7 +29,7 @@ from typing import Any
 
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.cache.tier_index import estimated_view
-from agentic_kvc.cache.tier_store import lazy_walk_blocks
+from agentic_kvc.cache.tier_store import walk_stores_at_free
 from agentic_kvc.config import FleetConfig, KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
@@ -828,9 +828,11 @@ def stores_at_free(fc: FleetConfig, hbm_blocks: int) -> bool:
     """Whether a lazy tier (no write-through) also stores each turn's blocks when freed: vLLM's
     walk covers the HBM pool of `hbm_blocks` (`lazy_store: walk`), or the simulator's bound
     `free` says so. The engine's tiers and the router's estimate of them both read it."""
-    walk = lazy_walk_blocks(fc.max_num_batched_tokens, fc.block_size)
     store = fc.kv_tiers.lazy_store
-    return store == "free" or (store == "walk" and walk >= hbm_blocks)
+    return store == "free" or (
+        store == "walk"
+        and walk_stores_at_free(fc.max_num_batched_tokens, fc.block_size, hbm_blocks)
+    )
 
 
 def _seq_name(seq: Seq) -> str:
