@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from agentic_kvc.serve.launcher import CPU_ENV
 from agentic_kvc.serve.vllm_refresh_on_arrival import ENV
 
 pytestmark = pytest.mark.vllm  # about 20 s: two engine starts in-process
@@ -66,7 +67,10 @@ print("RESULT " + json.dumps(cached))
 
 
 def _run(tiny_model: Path, refresh: bool) -> dict[str, int]:
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    # CPU_ENV's fixed KV space: without it the CPU worker refuses to start unless 92% of the
+    # machine's memory is free (its default `gpu_memory_utilization`), which other processes
+    # on a shared machine can take.
+    env = {**os.environ, **CPU_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.pop(ENV, None)
     if refresh:
         env[ENV] = "1"
