@@ -41,6 +41,9 @@ Goals and where they are stated:
 - tier_recency_real: the simulator's reading of vLLM's SimpleCPUOffloadConnector on a real
   engine: a prompt loaded from the host tier keeps a suffix when partly evicted, one never
   loaded a prefix (issue 29 item 1; docs/kv_tiers.md, "What vLLM 0.32 does").
+- tier_view_real: the pre-registered rule of docs/kv_tiers_real.md, section 8: the estimated
+  view with the engines' tier (`--tier-view`) expects 0.8-1.2 of the host tokens the real
+  engines served over all runs, as the exact view does.
 - tier_store_timing_real: the simulator's store-on-eviction against vLLM 0.32's lazy walk on a
   real engine: the host tier holds all of a prompt once HBM evicted it (docs/kv_tiers.md,
   "When the lazy mode stores").

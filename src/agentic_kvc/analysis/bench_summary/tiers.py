@@ -103,6 +103,54 @@ def _tier_recency_real(doc: dict[str, Any]) -> list[Fig]:
 
 
 @summariser(
+    "tier_view_real",
+    "whether a router without KV events follows a real engine's host tier (the estimated view)",
+)
+def _tier_view_real(doc: dict[str, Any]) -> list[Fig]:
+    """The pre-registered rule (docs/kv_tiers_real.md, section 8): the view's expected host
+    tokens over what the engines' host tiers served, within 0.8-1.2 over all runs, for the
+    estimated view with the engines' tier and for the exact view beside it; then the tokens each
+    view expected and the engines did not serve (and the reverse), and TTFT between them."""
+    per = field_at(doc, "per_view")
+    out = []
+    for view, label in (("estimated", "estimated view (--tier-view)"), ("exact", "exact view")):
+        v = per[view]
+        ratio = v.get("expected_over_served")
+        measure = f"{label}: host tokens expected / served by the engines ({v['runs']} runs)"
+        if ratio is None:
+            out.append(Fig(measure, "the tier served nothing", "0.8-1.2", NOT_MEASURED))
+            continue
+        rng = f"{num(v['expected_over_served_min'])}-{num(v['expected_over_served_max'])}"
+        out.append(
+            Fig(
+                measure,
+                f"{num(ratio)} (runs {rng}; the tier served {pct(v['engine_host_share'])} of "
+                "prompt tokens)",
+                "0.8-1.2",
+                verdict_of(0.8 <= ratio <= 1.2),
+            )
+        )
+        out.append(
+            Fig(
+                f"{label}: cached tokens expected and not served / served and not expected",
+                f"{pct(v['expected_not_served'] / max(v['cached_tokens'], 1))} / "
+                f"{pct(v['served_not_expected'] / max(v['cached_tokens'], 1))} of the "
+                f"engines' cached tokens; {v['requests_expected_exactly']} of "
+                f"{v['requests']} requests exactly",
+            )
+        )
+    for metric in ("ttft_p50", "ttft_p90"):
+        r = field_at(doc, "estimated_vs_exact", metric)
+        note = (
+            " n.s."
+            if not r["significant"]
+            else ("" if r["beyond_spread"] else " (within the repeats' spread)")
+        )
+        out.append(Fig(f"{metric}, estimated vs exact view", paired_cell(r) + note))
+    return out
+
+
+@summariser(
     "tier_store_timing_real",
     "when a real vLLM host tier in lazy mode stores a prompt's blocks: at eviction or once freed",
 )
