@@ -303,9 +303,9 @@ def estimated_view(
     """The router's estimated view for a fleet: `ChainedPrefixIndex` without tiers (as
     always), else a `TieredPrefixIndex` sized from `fleet.kv_tiers` (host GiB per instance;
     disk GiB per store of its scope, a node being the hardware profile's
-    `instances_per_node`). The real proxy builds the same from the engines' KV blocks and
-    the tier sizes it is given. `store_at_free`: the engine also stores a turn's blocks when
-    they are freed (`TieredPrefixIndex.store_at_free`)."""
+    `instances_per_node`). The real proxy builds the same with `--tier-view`, sized as the
+    engines state in their metrics (`proxy/cache_view.with_engine_tier`). `store_at_free`: the
+    engine also stores a turn's blocks when they are freed (`TieredPrefixIndex.store_at_free`)."""
     if not kv_tiers.enabled:
         return ChainedPrefixIndex(n_instances, hbm_blocks)
     host = tier_blocks(kv_tiers.host_gib, kv_bytes_per_token, block_size)
