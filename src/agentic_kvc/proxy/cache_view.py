@@ -77,12 +77,12 @@ def with_engine_tier(
         and m.num_gpu_blocks is not None
         and walk_stores_at_free(max_num_batched_tokens, m.block_size, m.num_gpu_blocks)
     )
-    host = m.offload_blocks if m.offload_backend == "cpu" else 0
+    on_disk = m.offload_backend == "disk"
     return TieredPrefixIndex(
         n,
         None,
-        host_blocks=host,
-        disk_blocks=m.offload_blocks - host,
+        host_blocks=0 if on_disk else m.offload_blocks,
+        disk_blocks=m.offload_blocks if on_disk else 0,
         disk_group=list(range(n)),  # a disk tier is a file per engine
         write_through=write_through,
         store_at_free=store_at_free,
