@@ -9,8 +9,9 @@ know (an older schema), says so in a row instead of failing the report.
 
 Modules: `core` (the row types, the registry, formatting), `render` (files to rows to the
 report's tables), and one module of summarisers per family of benchmarks: `proxy` (the request
-path), `inputs` (replay client, trace reading), `sim` (the simulator against references and
-real runs), `policies` (the policy sweeps), `tiers`, `tier_links` and `prefix_cache` (issue 29);
+path), `inputs` (replay client, trace reading), `environment` (process start-up), `sim` (the
+simulator against references and real runs), `policies` (the policy sweeps), `tiers`,
+`tier_links` and `prefix_cache` (issue 29);
 `engine_variant` holds what the summaries of an engine-side variant on real engines share.
 
 Goals and where they are stated:
@@ -67,6 +68,8 @@ Goals and where they are stated:
   for every router; on the real engines the same helps rule (finish_first_real_seeds: the
   confirmatory run on ten more seeds; finish_first_real_replicates: those seeds three times
   over, paired on seed and replicate, with the per-pair spread of the TTFT p90 change).
+- process_startup: none (imports and a real fleet's start with and without compiled modules;
+  docs/pipeline_timing.md).
 - estimate_view_gap: none (the estimated cache view against the exact one on the tiers study's
   traces: whether its errors move predicted_ttft, and each view's error in expected HBM hits).
 - queued_prefix_loss: none (its pre-registered reading per cell: whether the decisions whose

@@ -12,6 +12,7 @@ from typing import Any
 
 # Imported for their `summariser` registrations.
 from agentic_kvc.analysis.bench_summary import (  # noqa: F401
+    environment,
     inputs,
     policies,
     prefix_cache,
