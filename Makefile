@@ -108,7 +108,8 @@ report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT
 
 # Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
 test: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	# --durations: CI's log names the slowest tests, where its time goes when it grows.
+	$(BIN)/python -m pytest -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 test-all: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## every test, slow ones included
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
