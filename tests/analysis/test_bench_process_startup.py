@@ -13,6 +13,7 @@ def doc(cached: float, uncached: float) -> dict[str, Any]:
     res = {
         "cached_median_s": cached,
         "uncached_median_s": uncached,
+        "uncached_over_cached_median": uncached / cached,
         "uncached_over_cached_range": [uncached / cached * 0.9, uncached / cached * 1.1],
     }
     return {"benchmark": "process_startup", "results": {"vllm_fleet": res, "new_target": res}}
@@ -21,7 +22,7 @@ def doc(cached: float, uncached: float) -> dict[str, Any]:
 def test_each_target_gets_its_medians_and_ratio(tmp_path: Path) -> None:
     rows = summarize(tmp_path, "process_startup", doc(40.0, 80.0))
     fleet = next(r for r in rows if r.measure.startswith("2-instance vLLM CPU fleet"))
-    assert fleet.value.startswith("40 vs 80 s (x2;")
+    assert fleet.value == "40 vs 80 s (paired ratio x2, rounds x1.8-2.2)"
     assert fleet.verdict == "no goal"
     # A target the summary has no label for is still shown, under its own name.
     assert any(r.measure.startswith("new_target:") for r in rows)

@@ -23,11 +23,12 @@ def _process_startup(doc: dict[str, Any]) -> list[Fig]:
     for target, res in field_at(doc, "results").items():
         cached = float(field_at(res, "cached_median_s"))
         uncached = float(field_at(res, "uncached_median_s"))
+        ratio = float(field_at(res, "uncached_over_cached_median"))
         lo, hi = (float(x) for x in field_at(res, "uncached_over_cached_range"))
         out.append(
             Fig(
                 f"{TARGET_LABELS.get(target, target)}: median s, compiled modules cached vs not",
-                f"{num(cached)} vs {num(uncached)} s (x{num(uncached / cached)}; "
+                f"{num(cached)} vs {num(uncached)} s (paired ratio x{num(ratio)}, "
                 f"rounds x{num(lo)}-{num(hi)})",
             )
         )
