@@ -1,0 +1,144 @@
+"""Does a real vLLM lazy host tier store a finished prompt's blocks when a waiting request takes
+them at once? (the likely cause of the estimated view's over-expectation, docs/kv_tiers_real.md
+section 8)
+
+vLLM 0.32 allocates a step's blocks (`Scheduler.schedule` -> `allocate_slots`) before the lazy
+walk runs (`build_connector_meta` -> `_prepare_lazy_store_specs`), and a finished request frees
+its blocks after the model runs. So when request B is waiting for blocks while A decodes, the
+step after A finishes gives A's freed blocks to B before the walk can store them. The router's
+model (and the simulator's "store at free" bound) stores every freed block.
+
+One tiny-model CPU engine, 129 blocks of HBM, a lazy host tier larger than the pool, KV events
+read by the proxy's exact view. Per repeat, two fresh prompts A and B of `--prompt-tokens` each
+(90 blocks by default: both cannot be in HBM at once):
+- `sequential`: B is sent after A's response (the engine runs one more step for A's finish,
+  whose walk stores A before B arrives);
+- `waiting`: B is sent while A decodes (`--a-output` tokens), so B waits for A's blocks.
+Reads how many of A's blocks the host tier holds once the events settle. Store at free predicts
+all of A in both; the step order predicts a shortfall in `waiting` only.
+
+    flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/tier_store_race_real.py \\
+        --out results/bench/tier_store_race_real.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tier_recency_real import (
+    BLOCK,
+    HBM_TOKENS,
+    MIB,
+    engine_with_exact_view,
+    facts_at_start,
+    held,
+    run_facts,
+    settle,
+)
+
+from agentic_kvc.config import FleetConfig, KVTiersConfig
+from agentic_kvc.io import atomic_write_json
+from agentic_kvc.proxy.cache_view import make_hasher
+
+
+def generate(url: str, model: str, prompt: list[int], out: int) -> float:
+    """One completion of exactly `out` tokens; the monotonic time it returned."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": out,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    httpx.post(url + "/v1/completions", json=body, timeout=300).raise_for_status()
+    return time.monotonic()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=Path("models/tiny-qwen2"))
+    ap.add_argument("--prompt-tokens", type=int, default=90 * BLOCK)
+    ap.add_argument("--a-output", type=int, default=64, help="A's output tokens (its decode time)")
+    ap.add_argument(
+        "--b-delay-s", type=float, default=0.5, help="`waiting`: B sent this long after A"
+    )
+    ap.add_argument("--host-mib", type=float, default=64.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    if not (args.model / "config.json").is_file():
+        raise SystemExit(f"tier_store_race_real: no model at {args.model} (run `make model`)")
+    rng = random.Random(0)
+    hasher = make_hasher(BLOCK)
+    tiers = KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False)
+    fleet_cfg = FleetConfig(
+        instances=1,
+        model=str(args.model),
+        block_size=BLOCK,
+        max_num_seqs=8,
+        kv_cache_tokens=HBM_TOKENS,
+        kv_tiers=tiers,
+    )
+    rows: list[dict[str, Any]] = []
+    start = facts_at_start()
+    logs = Path(tempfile.mkdtemp(prefix="akvc_tier_store_race_"))
+    with engine_with_exact_view(fleet_cfg, logs) as (proxy, model):
+        for rep in range(args.repeats):
+            for mode in ("sequential", "waiting") if rep % 2 == 0 else ("waiting", "sequential"):
+                a = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
+                b = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
+                keys_a = list(hasher.hash(None, a))
+                a_done: list[float] = []
+                if mode == "sequential":
+                    a_done.append(generate(proxy.url, model, a, args.a_output))
+                    b_sent = time.monotonic()
+                    generate(proxy.url, model, b, 4)
+                else:
+                    t = threading.Thread(
+                        target=lambda done=a_done, p=a: done.append(
+                            generate(proxy.url, model, p, args.a_output)
+                        )
+                    )
+                    t.start()
+                    time.sleep(args.b_delay_s)
+                    b_sent = time.monotonic()
+                    generate(proxy.url, model, b, 4)
+                    t.join()
+                settle(proxy, 1.0)
+                row = {
+                    "repeat": rep,
+                    "mode": mode,
+                    # B waited for A's blocks only if it was sent before A's response came.
+                    "b_sent_before_a_done": b_sent < a_done[0],
+                    "a_blocks": len(keys_a),
+                    "a_host": len(held(proxy, keys_a, "host")),
+                    "a_hbm": len(held(proxy, keys_a, "hbm")),
+                }
+                rows.append(row)
+                print(row, flush=True)
+    out = {
+        **run_facts("tier_store_race_real", args, start),
+        "engine": {
+            "block_size": BLOCK,
+            "kv_cache_tokens": HBM_TOKENS,
+            "host_mib": args.host_mib,
+            "lazy_offload": True,
+        },
+        "results": rows,
+    }
+    atomic_write_json(args.out, out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
