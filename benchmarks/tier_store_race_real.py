@@ -48,6 +48,7 @@ from tier_recency_real import (
 
 from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.io import atomic_write_json
+from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.proxy.cache_view import make_hasher
 
 
@@ -62,6 +63,12 @@ def generate(url: str, model: str, prompt: list[int], out: int) -> float:
     }
     httpx.post(url + "/v1/completions", json=body, timeout=300).raise_for_status()
     return time.monotonic()
+
+
+def preemptions(url: str) -> float:
+    """The engine's preemption counter (vllm:num_preemptions_total)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return parse_vllm_metrics(text).preemptions or 0.0
 
 
 def main() -> None:
@@ -98,6 +105,8 @@ def main() -> None:
                 a = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
                 b = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
                 keys_a = list(hasher.hash(None, a))
+                engine_url = proxy.app.settings.engines[0]
+                preempted_before = preemptions(engine_url)
                 a_done: list[float] = []
                 if mode == "sequential":
                     a_done.append(generate(proxy.url, model, a, args.a_output))
@@ -120,6 +129,8 @@ def main() -> None:
                     "mode": mode,
                     # B waited for A's blocks only if it was sent before A's response came.
                     "b_sent_before_a_done": b_sent < a_done[0],
+                    # Whether B was admitted in part and preempted while A decoded.
+                    "preemptions": preemptions(engine_url) - preempted_before,
                     "a_blocks": len(keys_a),
                     "a_host": len(held(proxy, keys_a, "host")),
                     "a_hbm": len(held(proxy, keys_a, "hbm")),
