@@ -52,13 +52,33 @@ MIB = 1 << 20
 TIMEOUT_S = 60.0
 
 
-def complete(url: str, model: str, prompt: list[int]) -> int:
-    """One greedy completion of 4 tokens; the engine's cached prompt tokens."""
-    body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+def complete(
+    url: str, model: str, prompt: list[int], max_tokens: int = 4, ignore_eos: bool = False
+) -> int:
+    """One greedy completion of `max_tokens` tokens (exactly that many with `ignore_eos`); the
+    engine's cached prompt tokens."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if ignore_eos:
+        body["ignore_eos"] = True
     r = httpx.post(url + "/v1/completions", json=body, timeout=300)
     r.raise_for_status()
     details = r.json()["usage"].get("prompt_tokens_details") or {}
     return int(details.get("cached_tokens") or 0)
+
+
+def lazy_tier_engine(model: Path, host_mib: float, **fleet: Any) -> FleetConfig:
+    """One tiny-model engine with HBM_TOKENS of HBM and a lazy host tier of `host_mib` MiB (the
+    real tier benchmarks' engine); `fleet` sets other FleetConfig fields."""
+    tiers = KVTiersConfig(host_gib=host_mib * MIB / (1 << 30), write_through=False)
+    return FleetConfig(
+        instances=1,
+        model=str(model),
+        block_size=BLOCK,
+        max_num_seqs=8,
+        kv_cache_tokens=HBM_TOKENS,
+        kv_tiers=tiers,
+        **fleet,
+    )
 
 
 def held(proxy: ProxyThread, keys: list[int], tier: str) -> list[int]:
@@ -192,15 +212,7 @@ def main() -> None:
     def prompt(n: int = PROMPT) -> list[int]:
         return [rng.randrange(100, 8000) for _ in range(n)]
 
-    tiers = KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False)
-    fleet_cfg = FleetConfig(
-        instances=1,
-        model=str(args.model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        kv_cache_tokens=HBM_TOKENS,
-        kv_tiers=tiers,
-    )
+    fleet_cfg = lazy_tier_engine(args.model, args.host_mib)
     hasher = make_hasher(BLOCK)
     a, b = prompt(), prompt()
     keys_a = list(hasher.hash(None, a))

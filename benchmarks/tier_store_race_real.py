@@ -38,31 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tier_recency_real import (
     BLOCK,
     HBM_TOKENS,
-    MIB,
+    complete,
     engine_with_exact_view,
     facts_at_start,
     held,
+    lazy_tier_engine,
     run_facts,
     settle,
 )
 
-from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
 from agentic_kvc.proxy.cache_view import make_hasher
-
-
-def generate(url: str, model: str, prompt: list[int], out: int) -> float:
-    """One completion of exactly `out` tokens; the monotonic time it returned."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": out,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
-    httpx.post(url + "/v1/completions", json=body, timeout=300).raise_for_status()
-    return time.monotonic()
 
 
 def preemptions(url: str) -> float:
@@ -87,41 +74,33 @@ def main() -> None:
         raise SystemExit(f"tier_store_race_real: no model at {args.model} (run `make model`)")
     rng = random.Random(0)
     hasher = make_hasher(BLOCK)
-    tiers = KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False)
-    fleet_cfg = FleetConfig(
-        instances=1,
-        model=str(args.model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        kv_cache_tokens=HBM_TOKENS,
-        kv_tiers=tiers,
-    )
+    fleet_cfg = lazy_tier_engine(args.model, args.host_mib)
     rows: list[dict[str, Any]] = []
     start = facts_at_start()
     logs = Path(tempfile.mkdtemp(prefix="akvc_tier_store_race_"))
     with engine_with_exact_view(fleet_cfg, logs) as (proxy, model):
+        engine_url = proxy.app.settings.engines[0]
+
+        def run_a(prompt: list[int], done: list[float]) -> None:
+            complete(proxy.url, model, prompt, args.a_output, ignore_eos=True)
+            done.append(time.monotonic())
+
         for rep in range(args.repeats):
             for mode in ("sequential", "waiting") if rep % 2 == 0 else ("waiting", "sequential"):
                 a = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
                 b = [rng.randrange(100, 8000) for _ in range(args.prompt_tokens)]
                 keys_a = list(hasher.hash(None, a))
-                engine_url = proxy.app.settings.engines[0]
                 preempted_before = preemptions(engine_url)
                 a_done: list[float] = []
                 if mode == "sequential":
-                    a_done.append(generate(proxy.url, model, a, args.a_output))
-                    b_sent = time.monotonic()
-                    generate(proxy.url, model, b, 4)
+                    run_a(a, a_done)
                 else:
-                    t = threading.Thread(
-                        target=lambda done=a_done, p=a: done.append(
-                            generate(proxy.url, model, p, args.a_output)
-                        )
-                    )
+                    t = threading.Thread(target=run_a, args=(a, a_done))
                     t.start()
                     time.sleep(args.b_delay_s)
-                    b_sent = time.monotonic()
-                    generate(proxy.url, model, b, 4)
+                b_sent = time.monotonic()
+                complete(proxy.url, model, b, ignore_eos=True)
+                if mode == "waiting":
                     t.join()
                 settle(proxy, 1.0)
                 row = {

@@ -39,18 +39,17 @@ from tier_recency_real import (
     engine_with_exact_view,
     facts_at_start,
     held,
+    lazy_tier_engine,
     run_facts,
     settle,
     shape,
 )
 
 from agentic_kvc.cache.tier_store import lazy_walk_blocks
-from agentic_kvc.config import FleetConfig, KVTiersConfig
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.proxy.cache_view import make_hasher
 from agentic_kvc.serve.host_copy_offload_connector import STORE_POLLS_ENV
 
-MIB = 1 << 20
 SMALL = BLOCK + 8  # a short request: one full block (cached, later freed) and a partial one
 
 
@@ -85,14 +84,8 @@ def main() -> None:
     def prompt(n: int) -> list[int]:
         return [rng.randrange(100, 8000) for _ in range(n)]
 
-    fleet_cfg = FleetConfig(
-        instances=1,
-        model=str(args.model),
-        block_size=BLOCK,
-        max_num_seqs=8,
-        max_num_batched_tokens=args.batched_tokens,
-        kv_cache_tokens=HBM_TOKENS,
-        kv_tiers=KVTiersConfig(host_gib=args.host_mib * MIB / (1 << 30), write_through=False),
+    fleet_cfg = lazy_tier_engine(
+        args.model, args.host_mib, max_num_batched_tokens=args.batched_tokens
     )
     hasher = make_hasher(BLOCK)
     a = prompt(args.prompt_tokens)
