@@ -50,6 +50,12 @@ PROMPT = 3000
 FLOOD = 1000  # flood prompts: 31 blocks each, so a prompt's blocks leave over several steps
 MIB = 1 << 20
 TIMEOUT_S = 60.0
+# One client for every completion, made before any is in flight: `httpx.post` builds a client
+# (and its SSL context) per call, and on the saturated 2-core machine, in the process that also
+# runs the proxy's thread, that once took 9.4 s while another request decoded (0.04-0.05 s
+# idle), so a "concurrent" request reached the engine only after the first had finished
+# (docs/kv_tiers_real.md section 8). httpx.Client is safe to share between threads.
+_HTTP = httpx.Client(timeout=300)
 
 
 def complete(
@@ -60,7 +66,7 @@ def complete(
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if ignore_eos:
         body["ignore_eos"] = True
-    r = httpx.post(url + "/v1/completions", json=body, timeout=300)
+    r = _HTTP.post(url + "/v1/completions", json=body)
     r.raise_for_status()
     details = r.json()["usage"].get("prompt_tokens_details") or {}
     return int(details.get("cached_tokens") or 0)

@@ -46,6 +46,7 @@ from tier_recency_real import (
     run_facts,
     settle,
 )
+from vllm_step_trace import read_trace, trace_env
 
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.metrics.prometheus import parse_vllm_metrics
@@ -56,6 +57,36 @@ def preemptions(url: str) -> float:
     """The engine's preemption counter (vllm:num_preemptions_total)."""
     text = httpx.get(url + "/metrics", timeout=10).text
     return parse_vllm_metrics(text).preemptions or 0.0
+
+
+def step_reading(
+    events: list[dict[str, Any]], a_id: str, b_id: str, a_blocks: int
+) -> dict[str, Any]:
+    """What the engine's step trace says happened to A's prompt blocks between A's release and
+    B's admission: how many the lazy walk stored first, how many B took unstored, and the
+    scheduler calls in between (each one's walk could store them)."""
+    i_free = next(i for i, e in enumerate(events) if e["ev"] == "free" and e["req"] == a_id)
+    prompt = events[i_free]["blocks"][:a_blocks]
+    b_tries = [i for i, e in enumerate(events) if e["ev"] == "alloc" and e["req"] == b_id]
+    i_admit = next(i for i in b_tries if events[i]["ok"])
+    stored: set[int] = set()
+    for e in events[i_free:i_admit]:
+        if e["ev"] == "store":
+            stored.update(e["gpu"])
+    taken = set(events[i_admit]["blocks"])
+    between = [e for e in events[i_free:i_admit] if e["ev"] == "schedule"]
+    return {
+        "b_failed_tries": sum(1 for i in b_tries if not events[i]["ok"]),
+        "b_admitted_after_a_freed": i_admit > i_free,
+        "schedule_calls_between": len(between),
+        "a_stored_before_b_admitted": sum(1 for blk in prompt if blk in stored),
+        "a_taken_unstored_by_b": sum(1 for blk in prompt if blk in taken and blk not in stored),
+    }
+
+
+def full_adds(events: list[dict[str, Any]], prompt_tokens: int) -> list[str]:
+    """Engine ids of the requests with `prompt_tokens` tokens (A and B), in arrival order."""
+    return [e["req"] for e in events if e["ev"] == "add" and e["prompt"] == prompt_tokens]
 
 
 def main() -> None:
@@ -69,6 +100,18 @@ def main() -> None:
     )
     ap.add_argument("--host-mib", type=float, default=64.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--direct",
+        action="store_true",
+        help="send A and B to the engine itself, not through the proxy (whose exact view reads "
+        "the engine's KV events either way)",
+    )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace the engine's block traffic (benchmarks/vllm_step_trace.py) and read, per "
+        "row, what its steps did with A's blocks",
+    )
     args = ap.parse_args()
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"tier_store_race_real: no model at {args.model} (run `make model`)")
@@ -78,11 +121,14 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     start = facts_at_start()
     logs = Path(tempfile.mkdtemp(prefix="akvc_tier_store_race_"))
-    with engine_with_exact_view(fleet_cfg, logs) as (proxy, model):
+    trace = logs / "trace"
+    env = trace_env(trace) if args.trace else None
+    with engine_with_exact_view(fleet_cfg, logs, env=env) as (proxy, model):
         engine_url = proxy.app.settings.engines[0]
+        send_to = engine_url if args.direct else proxy.url
 
         def run_a(prompt: list[int], done: list[float]) -> None:
-            complete(proxy.url, model, prompt, args.a_output, ignore_eos=True)
+            complete(send_to, model, prompt, args.a_output, ignore_eos=True)
             done.append(time.monotonic())
 
         for rep in range(args.repeats):
@@ -99,7 +145,7 @@ def main() -> None:
                     t.start()
                     time.sleep(args.b_delay_s)
                 b_sent = time.monotonic()
-                complete(proxy.url, model, b, ignore_eos=True)
+                complete(send_to, model, b, ignore_eos=True)
                 if mode == "waiting":
                     t.join()
                 settle(proxy, 1.0)
@@ -116,6 +162,13 @@ def main() -> None:
                 }
                 rows.append(row)
                 print(row, flush=True)
+    if args.trace:
+        events = read_trace(trace)
+        ids = full_adds(events, args.prompt_tokens)
+        for k, row in enumerate(rows):
+            row["steps"] = step_reading(events, ids[2 * k], ids[2 * k + 1], row["a_blocks"])
+            print(row["mode"], row["a_host"], row["steps"], flush=True)
+        print(f"trace: {trace}")
     out = {
         **run_facts("tier_store_race_real", args, start),
         "engine": {
