@@ -204,6 +204,35 @@ def test_a_lazy_walk_over_the_whole_pool_stores_each_turn_when_it_ends() -> None
     assert free_tiers.host.write.bytes == (30 + 60 + 10 + 1) * BLOCK
 
 
+def test_a_lazy_walk_loses_what_a_waiting_request_takes_before_it_runs() -> None:
+    # vLLM 0.32 allocates a step's blocks before its lazy walk runs, so a request that waits
+    # for a finishing one's blocks takes them unstored (measured on a real engine: 38 of 90,
+    # benchmarks/tier_store_race_real.py). a0: 480 prompt tokens (30 blocks) and 448 output;
+    # B (60 blocks) arrives at 0.2 s, during a0's prefill, and waits: a0 ends holding 58
+    # blocks (57 full: its prompt's 30 and 27 of output, and a partial one) with 6 free.
+    # The step after a0 ends admits B: the 6 never-used blocks, a0's partial one, its 27
+    # output blocks and 26 of its prompt's (29 down to 4) from the tail; the walk then finds
+    # a0's blocks 0-3 alone to store. a1 (five seconds later) hits those 4 in HBM and nothing
+    # below: it recomputes 576 tokens, where a store at free (the simulator's bound `free`)
+    # or at eviction (the GPU regime) had kept blocks 4-29 in host (416 tokens).
+    a0 = Request("a0", "A", 0, 480, 448, (Block(1, 480),))
+    a1 = Request("a1", "A", 1, 640, 2, (Block(1, 480), Block(2, 160)), think_s=5.0, parent_id="a0")
+    b = Request("b", "B", 0, 960, 1, (Block(9, 960),), arrival_s=0.2)
+    wl = Workload([Session("A", [a0, a1]), Session("B", [b])])
+    walk = run_fleet(wl, {**HOST, "lazy_store": "walk"})
+    tiers = walk.instances[0].tiers
+    assert tiers is not None and tiers.store_after_allocations
+    b_rec = _rec(walk, "b")
+    assert b_rec.t_proxy_recv == pytest.approx(0.2)
+    # a0 ends at 0.49 + 447 x 0.011 (its prefill step made the first token); then B prefills
+    assert b_rec.t_prefill_done == pytest.approx(0.49 + 447 * 0.011 + 0.97)
+    assert (_rec(walk, "a1").cached_tokens, _rec(walk, "a1").host_tokens) == (64, 0)
+    assert _rec(walk, "a1").recomputed_tokens == 576
+    for other in ("free", "eviction"):
+        fleet = run_fleet(wl, {**HOST, "lazy_store": other})
+        assert (_rec(fleet, "a1").cached_tokens, _rec(fleet, "a1").host_tokens) == (64, 416)
+
+
 def test_tiers_are_deterministic_and_keep_the_run_id_off() -> None:
     a = [r.to_dict() for r in _run(HOST).records]
     b = [r.to_dict() for r in _run(HOST).records]

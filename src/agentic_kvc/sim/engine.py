@@ -229,6 +229,9 @@ class Instance:
         # `holding`: requests admitted for a tier load, in admission order, until scheduled.
         self.tiers: InstanceTiers | None = None
         self.holding: deque[Seq] = deque()
+        # Turns that ended since the last schedule, whose blocks a lazy walk stores after
+        # that schedule's allocations (`InstanceTiers.store_after_allocations`).
+        self._freed_unstored: list[list[int]] = []
         # How errors name a request (the fleet names it by its request id).
         self.seq_name: Callable[[Seq], str] = _seq_name
 
@@ -446,6 +449,8 @@ class Instance:
         """
         preemptions = self.preemptions
         step = self._schedule(now)
+        if self._freed_unstored:
+            self._store_freed(now)
         if step is None and self.preemptions != preemptions:
             if self.pool.evict_log:
                 self._offload(now)
@@ -767,10 +772,49 @@ class Instance:
         tiers = self.tiers
         assert tiers is not None
         if tiers.store_at_free and tiers.top is not None:
-            tiers.top.put([(0, seq.block_hashes(0, seq.blocks.n_hashed))], t)
+            hashes = seq.block_hashes(0, seq.blocks.n_hashed)
+            if tiers.store_after_allocations:
+                self._freed_unstored.append(hashes)  # at the next schedule (`_store_freed`)
+            else:
+                tiers.top.put([(0, hashes)], t)
         ttl = self.retention_ttl_s if seq.retain_ttl_s is None else seq.retain_ttl_s
         if seq.retain_after and ttl > 0:
             tiers.hold(seq.hashes, t + ttl)
+
+    def _store_freed(self, now: float) -> None:
+        """The lazy walk of the first scheduler step after turns ended. vLLM 0.32 runs it
+        after the step's allocations (`Scheduler.schedule` allocates, then
+        `build_connector_meta` walks the free queue), so the freed blocks a request admitted
+        in that step took from the free queue are never stored, neither now nor at their
+        eviction (they leave the eviction log), and the walk stores the turns' blocks still
+        cached: measured on a real engine, benchmarks/tier_store_race_real.py (a request
+        waiting for a finishing one's blocks takes its prompt's tail unstored)."""
+        tiers = self.tiers
+        assert tiers is not None and tiers.top is not None
+        freed, self._freed_unstored = self._freed_unstored, []
+        log = self.pool.evict_log
+        if log:
+            taken = set().union(*freed)
+            kept: list[tuple[int, list[int], bool]] = []
+            for lo, hs, below in log:
+                if taken.isdisjoint(hs):
+                    kept.append((lo, hs, below))
+                    continue
+                j = 0
+                while j < len(hs):  # the stretches of the run that no ended turn freed
+                    if hs[j] in taken:
+                        j += 1
+                        continue
+                    k = j
+                    while k < len(hs) and hs[k] not in taken:
+                        k += 1
+                    kept.append((lo + j, hs[j:k], below))
+                    j = k
+            self.pool.evict_log = kept
+        for hashes in freed:
+            n = self.pool.count_hit(hashes)
+            if n:
+                tiers.top.put([(0, hashes[:n])], now)
 
     # ---- events from the fleet -------------------------------------------------------
 

@@ -821,6 +821,7 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
         fc.instances,
         config.sim.kv_retention_ttl_s,
         lazy_walk_covers_pool=stores_at_free(fc, hbm_blocks),
+        store_after_allocations=fc.kv_tiers.lazy_store == "walk",
     )
 
 

@@ -55,7 +55,16 @@ class InstanceTiers:
     """One instance's view of the tiers below its HBM: its host tier and the disk store it
     shares with its node or fleet (or owns), with the links a reload takes."""
 
-    __slots__ = ("block_bytes", "disk", "h2d", "host", "store_at_free", "top", "write_through")
+    __slots__ = (
+        "block_bytes",
+        "disk",
+        "h2d",
+        "host",
+        "store_after_allocations",
+        "store_at_free",
+        "top",
+        "write_through",
+    )
 
     def __init__(
         self,
@@ -65,6 +74,7 @@ class InstanceTiers:
         block_bytes: int,
         write_through: bool,
         store_at_free: bool = False,
+        store_after_allocations: bool = False,
     ) -> None:
         self.host = host
         self.h2d = h2d
@@ -75,6 +85,12 @@ class InstanceTiers:
         # blocks are stored when it ends (write-through, or a lazy walk that covers the pool).
         self.write_through = write_through
         self.store_at_free = write_through or store_at_free
+        # vLLM's lazy walk stores a freed block at the next scheduler step, after that step's
+        # allocations (`Scheduler.schedule` allocates before `build_connector_meta` walks):
+        # blocks a waiting request takes then are never stored (sim/engine.py, `_turn_end`).
+        self.store_after_allocations = (
+            store_at_free and store_after_allocations and not write_through
+        )
 
     def runs(self, hashes: Sequence[int], start: int, stop: int) -> tuple[int, int]:
         """Blocks after an HBM hit of `start` blocks: (from host, then from disk)."""
@@ -142,9 +158,12 @@ class FleetTiers:
         n_instances: int,
         retention_ttl_s: float,
         lazy_walk_covers_pool: bool = False,
+        store_after_allocations: bool = False,
     ) -> None:
-        """`lazy_walk_covers_pool`: vLLM's lazy walk is as long as the HBM pool, so a lazy tier
-        stores every block the step after it is freed, as well as at eviction."""
+        """`lazy_walk_covers_pool`: a lazy tier stores every block when it is freed (vLLM's
+        lazy walk is as long as the HBM pool, or the simulator's bound `free`), as well as at
+        eviction; `store_after_allocations`: at the next scheduler step, after its allocations,
+        as vLLM's walk does (not the bound)."""
         if cfg.eviction == "retention" and retention_ttl_s <= 0:
             raise ValueError(
                 "field 'fleet.kv_tiers.eviction': 'retention' holds a paused session's blocks "
@@ -230,6 +249,7 @@ class FleetTiers:
                     block_bytes,
                     cfg.write_through,
                     store_at_free=lazy_walk_covers_pool,
+                    store_after_allocations=store_after_allocations,
                 )
             )
 

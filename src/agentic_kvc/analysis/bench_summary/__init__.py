@@ -48,6 +48,9 @@ Goals and where they are stated:
 - tier_store_timing_real: the simulator's store-on-eviction against vLLM 0.32's lazy walk on a
   real engine: the host tier holds all of a prompt once HBM evicted it (docs/kv_tiers.md,
   "When the lazy mode stores").
+- tier_store_race_real: vLLM 0.32's step order on a real engine (allocations before the lazy
+  walk): where the waiting request waited, the host tier keeps what it did not take; elsewhere
+  all of the finished prompt (docs/kv_tiers_real.md section 8; the simulator models it).
 - tiers_lazy_store_bound: none (the tiers study's readings when the simulated lazy tier stores
   at eviction, the study's model, and when blocks are freed, the far end of vLLM's walk with
   asynchronous copies: which readings change; docs/kv_tiers/study_followups.md, pre-registered).
