@@ -506,6 +506,9 @@ class SimFleet:
             self._request_done(srun, k)
             return
         decision.policy = decision.policy or cfg.policy.name
+        if fleet_view.knows_tiers:  # what the view expects from each tier, as the proxy records
+            hits = fleet_view.tier_hits(view)[decision.prefill]  # (asked before `admit` records)
+            rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
         ticket = self.state.admit(view, decision, now)
         for key, value in decision.receipt().items():  # the route receipt, as the proxy's
             setattr(rec, key, value)
