@@ -51,6 +51,9 @@ Goals and where they are stated:
 - tier_store_race_real: vLLM 0.32's step order on a real engine (allocations before the lazy
   walk): where the waiting request waited, the host tier keeps what it did not take; elsewhere
   all of the finished prompt (docs/kv_tiers_real.md section 8; the simulator models it).
+- tier_view_sim: tier_view_real's 0.8-1.2 band in the simulator, per lazy-store rule and view
+  (the estimated view under vLLM's step order is expected outside it: docs/kv_tiers_real.md
+  section 8).
 - tiers_lazy_store_bound: none (the tiers study's readings when the simulated lazy tier stores
   at eviction, the study's model, and when blocks are freed, the far end of vLLM's walk with
   asynchronous copies: which readings change; docs/kv_tiers/study_followups.md, pre-registered).
