@@ -55,7 +55,7 @@ TIMEOUT_S = 60.0
 # runs the proxy's thread, that once took 9.4 s while another request decoded (0.04-0.05 s
 # idle), so a "concurrent" request reached the engine only after the first had finished
 # (docs/kv_tiers_real.md section 8). httpx.Client is safe to share between threads.
-_HTTP = httpx.Client(timeout=300)
+HTTP = httpx.Client(timeout=300)
 
 
 def complete(
@@ -66,7 +66,7 @@ def complete(
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if ignore_eos:
         body["ignore_eos"] = True
-    r = _HTTP.post(url + "/v1/completions", json=body)
+    r = HTTP.post(url + "/v1/completions", json=body)
     r.raise_for_status()
     details = r.json()["usage"].get("prompt_tokens_details") or {}
     return int(details.get("cached_tokens") or 0)
@@ -85,6 +85,18 @@ def lazy_tier_engine(model: Path, host_mib: float, **fleet: Any) -> FleetConfig:
         kv_tiers=tiers,
         **fleet,
     )
+
+
+def engine_facts(host_mib: float, **more: Any) -> dict[str, Any]:
+    """The `engine` entry of the real tier benchmarks' files: the `lazy_tier_engine` they ran
+    (`more`: what a benchmark changed or adds)."""
+    return {
+        "block_size": BLOCK,
+        "kv_cache_tokens": HBM_TOKENS,
+        "host_mib": host_mib,
+        "lazy_offload": True,
+        **more,
+    }
 
 
 def held(proxy: ProxyThread, keys: list[int], tier: str) -> list[int]:
@@ -270,12 +282,7 @@ def main() -> None:
     verdict_a, verdict_b = first_partial("a_host"), first_partial("b_host")
     out = {
         **run_facts("tier_recency_real", args, start),
-        "engine": {
-            "block_size": BLOCK,
-            "kv_cache_tokens": HBM_TOKENS,
-            "host_mib": args.host_mib,
-            "lazy_offload": True,
-        },
+        "engine": engine_facts(args.host_mib),
         "prompt_blocks": n,
         "steps": steps,
         "loaded_prompt_A": verdict_a,

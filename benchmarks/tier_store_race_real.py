@@ -15,7 +15,8 @@ read by the proxy's exact view. Per repeat, two fresh prompts A and B of `--prom
   whose walk stores A before B arrives);
 - `waiting`: B is sent while A decodes (`--a-output` tokens), so B waits for A's blocks.
 Reads how many of A's blocks the host tier holds once the events settle. Store at free predicts
-all of A in both; the step order predicts a shortfall in `waiting` only.
+all of A in both; the step order predicts a shortfall in `waiting` only (confirmed with
+`--trace`, which reads from the engine's steps whether B really waited: docs/kv_tiers_real.md).
 
     flock /tmp/akvc_vllm.lock .venv/bin/python benchmarks/tier_store_race_real.py \\
         --out results/bench/tier_store_race_real.json
@@ -32,13 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tier_recency_real import (
     BLOCK,
-    HBM_TOKENS,
+    HTTP,
     complete,
+    engine_facts,
     engine_with_exact_view,
     facts_at_start,
     held,
@@ -55,7 +55,7 @@ from agentic_kvc.proxy.cache_view import make_hasher
 
 def preemptions(url: str) -> float:
     """The engine's preemption counter (vllm:num_preemptions_total)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
+    text = HTTP.get(url + "/metrics", timeout=10).text
     return parse_vllm_metrics(text).preemptions or 0.0
 
 
@@ -171,12 +171,7 @@ def main() -> None:
         print(f"trace: {trace}")
     out = {
         **run_facts("tier_store_race_real", args, start),
-        "engine": {
-            "block_size": BLOCK,
-            "kv_cache_tokens": HBM_TOKENS,
-            "host_mib": args.host_mib,
-            "lazy_offload": True,
-        },
+        "engine": engine_facts(args.host_mib),
         "results": rows,
     }
     atomic_write_json(args.out, out)

@@ -34,8 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tier_recency_real import (
     BLOCK,
-    HBM_TOKENS,
     complete,
+    engine_facts,
     engine_with_exact_view,
     facts_at_start,
     held,
@@ -126,16 +126,13 @@ def main() -> None:
     ahead = [s for s in steps if s["a_host"] == n and s["a_hbm"] == n]
     out = {
         **run_facts("tier_store_timing_real", args, start),
-        "engine": {
-            "block_size": BLOCK,
-            "kv_cache_tokens": HBM_TOKENS,
-            "max_num_batched_tokens": args.batched_tokens,
-            "lazy_walk_blocks": lazy_walk_blocks(args.batched_tokens, BLOCK),
-            "host_mib": args.host_mib,
-            "lazy_offload": True,
-            "device": args.device,
-            "store_polls": args.store_polls,
-        },
+        "engine": engine_facts(
+            args.host_mib,
+            max_num_batched_tokens=args.batched_tokens,
+            lazy_walk_blocks=lazy_walk_blocks(args.batched_tokens, BLOCK),
+            device=args.device,
+            store_polls=args.store_polls,
+        ),
         "prompt_blocks": n,
         "steps": steps,
         # The first reading at which the host tier held all of A while HBM still did.

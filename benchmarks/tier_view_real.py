@@ -103,23 +103,32 @@ def run_row(view: str, repeat: int, run_dir: Path) -> tuple[dict[str, Any], pl.D
     return row, labelled
 
 
+def host_expectation(mine: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs' rows (`engine_host_tokens`, `predicted_host_tokens`, `input_tokens`): the host
+    tokens a view expected over those the engines' host tiers served, all runs together and its
+    range over runs, and the host tier's share of prompt tokens (tier_view_sim reads the same)."""
+    served = sum(r["engine_host_tokens"] for r in mine)
+    expected = sum(r["predicted_host_tokens"] for r in mine)
+    shares = [
+        r["predicted_host_tokens"] / r["engine_host_tokens"]
+        for r in mine
+        if r["engine_host_tokens"]
+    ]
+    return {
+        "runs": len(mine),
+        "engine_host_share": served / max(sum(r["input_tokens"] for r in mine), 1),
+        "expected_over_served": expected / served if served else None,
+        "expected_over_served_min": min(shares) if shares else None,
+        "expected_over_served_max": max(shares) if shares else None,
+    }
+
+
 def summarise(rows: list[dict[str, Any]], frames: list[pl.DataFrame]) -> dict[str, Any]:
     per_view = {}
     for view in VIEWS:
         mine = [r for r in rows if r["view"] == view]
-        served = sum(r["engine_host_tokens"] for r in mine)
-        expected = sum(r["predicted_host_tokens"] for r in mine)
-        shares = [
-            r["predicted_host_tokens"] / r["engine_host_tokens"]
-            for r in mine
-            if r["engine_host_tokens"]
-        ]
         per_view[view] = {
-            "runs": len(mine),
-            "engine_host_share": served / max(sum(r["input_tokens"] for r in mine), 1),
-            "expected_over_served": expected / served if served else None,
-            "expected_over_served_min": min(shares) if shares else None,
-            "expected_over_served_max": max(shares) if shares else None,
+            **host_expectation(mine),
             "expected_not_served": sum(r["expected_not_served"] for r in mine),
             "served_not_expected": sum(r["served_not_expected"] for r in mine),
             "cached_tokens": sum(r["cached_tokens"] for r in mine),

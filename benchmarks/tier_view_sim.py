@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tier_view_real import host_expectation  # a sibling script (benchmarks/ on the path)
+
 from agentic_kvc.config import load_config
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.runs import git_info, hardware_info
@@ -89,21 +91,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for store in STORES:
         for view in VIEWS:
             mine = [r for r in rows if r["store"] == store and r["view"] == view]
-            served = sum(r["engine_host_tokens"] for r in mine)
             cached = sum(r["cached_tokens"] for r in mine)
-            ratios = [
-                r["predicted_host_tokens"] / r["engine_host_tokens"]
-                for r in mine
-                if r["engine_host_tokens"]
-            ]
             out[f"{store}/{view}"] = {
-                "runs": len(mine),
-                "engine_host_share": served / max(sum(r["input_tokens"] for r in mine), 1),
-                "expected_over_served": (
-                    sum(r["predicted_host_tokens"] for r in mine) / served if served else None
-                ),
-                "expected_over_served_min": min(ratios) if ratios else None,
-                "expected_over_served_max": max(ratios) if ratios else None,
+                **host_expectation(mine),
                 "expected_not_served_share": sum(r["expected_not_served"] for r in mine)
                 / max(cached, 1),
                 "served_not_expected_share": sum(r["served_not_expected"] for r in mine)

@@ -21,6 +21,7 @@ Each event is one JSON line in `folder/trace-<pid>.jsonl`, in the order the engi
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import sys
@@ -68,30 +69,24 @@ class _Sink:
         self.fh.write(json.dumps(event) + "\n")
 
 
-def _wrap_async(cls: Any, name: str, before: Callable[..., None]) -> bool:
-    original = getattr(cls, name, None)
-    if original is None:
-        print(f"vllm_step_trace: {cls.__name__}.{name} not found, not traced", file=sys.stderr)
-        return False
-
-    @functools.wraps(original)
-    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before(*args, **kwargs)
-        return await original(self, *args, **kwargs)
-
-    setattr(cls, name, wrapper)
-    return True
-
-
 def _wrap(cls: Any, name: str, around: Callable[..., Any]) -> bool:
+    """Replace `cls.name` by `around(original, self, *args, **kwargs)`; a coroutine method stays
+    one (its wrapper awaits what `around` returns). False, said on stderr, where it is missing."""
     original = getattr(cls, name, None)
     if original is None:
         print(f"vllm_step_trace: {cls.__name__}.{name} not found, not traced", file=sys.stderr)
         return False
+    if inspect.iscoroutinefunction(original):
 
-    @functools.wraps(original)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return around(original, self, *args, **kwargs)
+        @functools.wraps(original)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await around(original, self, *args, **kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return around(original, self, *args, **kwargs)
 
     setattr(cls, name, wrapper)
     return True
@@ -116,12 +111,14 @@ def install() -> None:
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
 
-    def http_in(request: Any, *a: Any, **k: Any) -> None:
+    def http_in(orig: Callable[..., Any], self: Any, request: Any, *a: Any, **k: Any) -> Any:
         prompt = getattr(request, "prompt", None)
         emit(ev="http", prompt=len(prompt) if isinstance(prompt, list) else None)
+        return orig(self, request, *a, **k)
 
-    def api_add(request_id: str, *a: Any, **k: Any) -> None:
+    def api_add(orig: Callable[..., Any], self: Any, request_id: str, *a: Any, **k: Any) -> Any:
         emit(ev="api_add", req=request_id)
+        return orig(self, request_id, *a, **k)
 
     def core_recv(orig: Callable[..., Any], self: Any, request: Any, *a: Any, **k: Any) -> Any:
         emit(ev="core_recv", req=request.request_id)
@@ -188,8 +185,8 @@ def install() -> None:
 
         _wrap(HttpToolsProtocol, "on_message_complete", read)
         _wrap(HttpToolsProtocol, "data_received", got)
-    _wrap_async(OpenAIServingCompletion, "create_completion", http_in)
-    _wrap_async(AsyncLLM, "add_request", api_add)
+    _wrap(OpenAIServingCompletion, "create_completion", http_in)
+    _wrap(AsyncLLM, "add_request", api_add)
     _wrap(EngineCore, "preprocess_add_request", core_recv)
     _wrap(Scheduler, "add_request", add_request)
     _wrap(Scheduler, "schedule", schedule)

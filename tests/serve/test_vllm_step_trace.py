@@ -49,6 +49,26 @@ def test_wrapped_calls_are_written_in_order_and_read_back(
     assert [e["n"] for e in events] == [1, 5] and events[0]["t"] <= events[1]["t"]
 
 
+def test_a_coroutine_method_stays_one(tmp_path: Path) -> None:
+    import asyncio
+    import inspect
+
+    class Server:
+        async def handle(self, n: int) -> int:
+            return n * 2
+
+    emit = trace._Sink(str(tmp_path))
+
+    def around(orig, self, n):  # type: ignore[no-untyped-def]
+        emit(ev="handle", n=n)
+        return orig(self, n)
+
+    assert trace._wrap(Server, "handle", around)
+    assert inspect.iscoroutinefunction(Server.handle)
+    assert asyncio.run(Server().handle(4)) == 8
+    assert [e["n"] for e in trace.read_trace(tmp_path)] == [4]
+
+
 def _events(b_tries: int, stored_first: list[int]) -> list[dict]:
     """A frees blocks 1-6 (its prompt 1-4 and two decode blocks); B fails `b_tries` times, then
     is admitted with blocks 6, 5, 4, 3 (taken from the free queue's head: A's tail first)."""
