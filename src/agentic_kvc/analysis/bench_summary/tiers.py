@@ -221,7 +221,7 @@ def _tier_store_race_real(doc: dict[str, Any]) -> list[Fig]:
     whole = [r for r in rows if r not in waited]
     expect = [n - int(r["steps"]["a_taken_unstored_by_b"]) for r in waited]
     held = [int(r["a_host"]) for r in waited]
-    out = [
+    return [
         Fig(
             "B waited in the engine: A's blocks in the host tier (predicted: those B did not take)",
             (f"{', '.join(map(str, held))} of {n}; predicted {', '.join(map(str, expect))}")
@@ -242,7 +242,6 @@ def _tier_store_race_real(doc: dict[str, Any]) -> list[Fig]:
             f"{sum(r['mode'] == 'waiting' for r in rows)}",
         ),
     ]
-    return out
 
 
 @summariser(
