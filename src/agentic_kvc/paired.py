@@ -62,8 +62,12 @@ class PairedResult:
     @property
     def significant(self) -> bool:
         """The interval excludes 0, over at least two pairs: with one pair the bootstrap can
-        only resample that run's requests, which says nothing of another seed or window."""
-        return self.n_pairs >= 2 and not self.identical and not (self.ci_low <= 0.0 <= self.ci_high)
+        only resample that run's requests, which says nothing of another seed or window. An
+        undefined interval (NaN: a ratio with an idle instance, say) excludes nothing."""
+        if self.n_pairs < 2 or self.identical:
+            return False
+        lo, hi = self.ci_low, self.ci_high
+        return bool(np.isfinite(lo) and np.isfinite(hi)) and not (lo <= 0.0 <= hi)
 
     @property
     def identical(self) -> bool:

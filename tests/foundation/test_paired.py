@@ -134,6 +134,8 @@ def test_values_are_the_pooled_statistics() -> None:
     imb = paired_compare(df, "a", "b", "token_max_over_min", n_boot=50)
     assert imb.baseline_value == pytest.approx(1.0)  # both instances did the same work
     assert np.isnan(imb.candidate_value)  # instance 1 idle: max/min undefined
+    # so is the difference: no interval, no finding (it used to read as significant)
+    assert np.isnan(imb.ci_low) and not imb.significant and imb.verdict == "n.s."
     assert p50.n_pairs == 2 and p50.n_requests == 8
 
 
