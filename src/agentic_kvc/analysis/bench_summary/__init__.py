@@ -35,6 +35,11 @@ Goals and where they are stated:
   E2E p90) on any workload, and >= 20% lower TTFT p90 on one at E2E p90 not significantly
   worse (issue 18; benchmarks/policy_robustness.py); each variant's paired difference from its
   policy's default form, where significant (no goal: e.g. the step costs fitted online).
+- field_pathologies: the predictions registered in docs/policies.md ("Field-reported failure
+  modes, reproduced"), each met only if every held-out claim holds: a shared system prompt
+  collapses sglang_cache_aware and llmd_weighted onto one instance (and not the others), at a
+  TTFT p90 cost; consistent hashing spirals (10x the preemptions, lower hit rate, higher TTFT
+  p90 than predicted_ttft).
 - policy_split: predicted_ttft with split candidates never significantly worse than the same
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 - sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same

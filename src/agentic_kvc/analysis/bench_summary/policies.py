@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentic_kvc.analysis.bench_summary.core import (
+    NOT_MEASURED,
     Fig,
+    LayoutError,
     above_zero,
     below_zero,
     field_at,
@@ -141,4 +143,150 @@ def _policy_split(doc: dict[str, Any]) -> list[Fig]:
                 ", ".join(f"{b} {pct(v, sign=True)}" for v, b in better) or "none",
             )
         )
+    return out
+
+
+# --- field_pathologies: failure modes users report of public routers (docs/policies.md,
+# "Field-reported failure modes, reproduced": the predictions registered before the runs) ---
+PATHOLOGY_OURS = "predicted_ttft"
+# Prediction 1: these put at least twice the fair share of requests on their busiest instance
+# when a shared system prompt outweighs the sessions' own prompts; the others at most that.
+COLLAPSERS = ("sglang_cache_aware", "llmd_weighted")
+SPREADERS = ("predicted_ttft", "dynamo_kv", "least_loaded", "consistent_hash")
+SPIRAL_FACTOR = 10.0  # prediction 3: consistent hashing preempts at least this many times more
+
+
+def pathology_predictions(
+    kind: str, policies: Mapping[str, Mapping[str, Any]], fair: float
+) -> list[dict[str, Any]]:
+    """The registered predictions for one scenario of `kind` ("collapse" or "spiral"), each
+    {prediction, claim, holds}, judged from the per-policy numbers (`policies`, as
+    benchmarks/field_pathologies.py writes them; `fair`: one instance's fair share)."""
+    out: list[dict[str, Any]] = []
+
+    def add(pid: str, claim: str, holds: bool) -> None:
+        out.append({"prediction": pid, "claim": claim, "holds": bool(holds)})
+
+    if kind == "collapse":
+        for p in (*COLLAPSERS, *SPREADERS):
+            if p in policies:
+                share = float(policies[p]["busiest_request_share"])
+                collapses = p in COLLAPSERS
+                sign = ">=" if collapses else "<="
+                ok = share >= 2 * fair if collapses else share <= 2 * fair
+                add("1", f"{p} busiest share {share:.2f} (predicted {sign} {2 * fair:.2f})", ok)
+        c = policies.get("sglang_cache_aware", {}).get("vs_ours", {}).get("ttft_p90")
+        if c is not None:
+            claim = f"sglang_cache_aware TTFT p90 {paired_cell(c)} (predicted significantly higher)"
+            add("2", claim, above_zero(c))
+    elif kind == "spiral":
+        ch, ours = policies.get("consistent_hash"), policies.get(PATHOLOGY_OURS)
+        if ch is not None and ours is not None:
+            n_ch, n_ours = int(ch["preemptions"]), int(ours["preemptions"])
+            add(
+                "3",
+                f"consistent_hash preemptions {n_ch} vs {n_ours} (predicted >= {SPIRAL_FACTOR:g}x)",
+                n_ch >= SPIRAL_FACTOR * max(1, n_ours),
+            )
+            hit, ttft = field_at(ch, "vs_ours", "hit_rate"), field_at(ch, "vs_ours", "ttft_p90")
+            add(
+                "3",
+                f"consistent_hash hit rate {paired_cell(hit)} (predicted lower)",
+                below_zero(hit),
+            )
+            add(
+                "3",
+                f"consistent_hash TTFT p90 {paired_cell(ttft)} (predicted higher)",
+                above_zero(ttft),
+            )
+    else:
+        raise LayoutError(f"field_pathologies: unknown scenario kind {kind!r}")
+    return out
+
+
+@summariser(
+    "field_pathologies",
+    "failure modes users report of public routers, reproduced (sim, pre-registered)",
+)
+def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
+    """Per registered prediction, its claims on the held-out scenarios (the verdict) and on
+    the explored ones (shown beside, judged alike); then where predicted_ttft trails a peer."""
+    results = field_at(doc, "results")
+    judged = [
+        (r, pathology_predictions(str(r["kind"]), r["policies"], float(r["fair_share"])))
+        for r in results
+    ]
+    what = {
+        "1": "collapse: busiest instance's share of requests (shared system prompt)",
+        "2": "collapse costs latency: sglang_cache_aware's TTFT p90 above predicted_ttft's",
+        "3": "spiral: consistent hashing preempts 10x as often as predicted_ttft, lower hit "
+        "rate, higher TTFT p90",
+    }
+    out = []
+    for pid, measure in what.items():
+        held = [
+            (str(r["scenario"]), p)
+            for r, ps in judged
+            if not r["explored_before_registration"]
+            for p in ps
+            if p["prediction"] == pid
+        ]
+        seen = [
+            (str(r["scenario"]), p)
+            for r, ps in judged
+            if r["explored_before_registration"]
+            for p in ps
+            if p["prediction"] == pid
+        ]
+        if not held and not seen:
+            continue
+        failed = "; ".join(f"{s}: {p['claim']}" for s, p in held if not p["holds"])
+        value = f"{sum(p['holds'] for _, p in held)} of {len(held)} held-out claims hold" + (
+            f" (not: {failed})" if failed else ""
+        )
+        if seen:
+            value += (
+                f"; explored before registration: {sum(p['holds'] for _, p in seen)} of {len(seen)}"
+            )
+        out.append(
+            Fig(
+                measure,
+                value,
+                "every held-out claim (prediction registered in docs/policies.md)",
+                verdict_of(all(p["holds"] for _, p in held)) if held else NOT_MEASURED,
+            )
+        )
+    opens = [
+        f"{r['scenario']} "
+        + " / ".join(
+            f"{r['policies'][p]['busiest_opening_share']:.2f}"
+            for p in (*COLLAPSERS, PATHOLOGY_OURS)
+            if p in r["policies"]
+        )
+        for r in results
+        if r["kind"] == "collapse"
+        and all("busiest_opening_share" in s for s in r["policies"].values())
+    ]
+    if opens:
+        out.append(
+            Fig(
+                "busiest instance's share of session openings, "
+                f"{' / '.join((*COLLAPSERS, PATHOLOGY_OURS))} (added after the registration)",
+                "; ".join(opens),
+            )
+        )
+    worse = []
+    for r in results:
+        for p, s in r["policies"].items():
+            for m in ("ttft_p90", "e2e_p90"):
+                c = s.get("vs_ours", {}).get(m)
+                if c is not None and below_zero(c):  # the peer significantly below ours
+                    worse.append(f"{r['scenario']} {robust_metric(m)} vs {p} {paired_cell(c)}")
+    out.append(
+        Fig(
+            "predicted_ttft significantly behind a peer (TTFT or E2E p90), scenarios",
+            f"{len({w.split()[0] for w in worse})} of {len(results)}"
+            + (f": {'; '.join(worse)}" if worse else ""),
+        )
+    )
     return out

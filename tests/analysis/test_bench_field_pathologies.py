@@ -1,0 +1,121 @@
+"""The field_pathologies benchmark's summary: each registered prediction is met only where every
+held-out claim holds, judged from the numbers (the explored scenarios are shown, not judged)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MET, LayoutError
+from agentic_kvc.analysis.bench_summary.policies import pathology_predictions
+from tests.analysis.test_bench_summary import summarize, verdict
+
+COLLAPSE = "collapse: busiest"
+COST = "collapse costs latency"
+SPIRAL = "spiral:"
+
+
+def cell(rel: float, lo: float, hi: float) -> dict[str, Any]:
+    return {"rel_diff": rel, "ci_low": lo, "ci_high": hi, "significant": not lo <= 0 <= hi}
+
+
+NS = cell(0.01, -0.02, 0.04)
+
+
+def policy(share: float, preemptions: int = 0, **vs: dict[str, Any]) -> dict[str, Any]:
+    base = {"ttft_p90": NS, "e2e_p90": NS, "hit_rate": NS}
+    return {
+        "busiest_request_share": share,
+        "busiest_opening_share": share,
+        "preemptions": preemptions,
+        "vs_ours": base | vs,
+    }
+
+
+def collapse(name: str, explored: bool, sglang: float, ttft: dict[str, Any]) -> dict[str, Any]:
+    pols = {
+        "sglang_cache_aware": policy(sglang, ttft_p90=ttft),
+        "llmd_weighted": policy(0.6),
+        "dynamo_kv": policy(0.14),
+        "predicted_ttft": policy(0.16),
+    }
+    del pols["predicted_ttft"]["vs_ours"]
+    return result(name, "collapse", explored, pols)
+
+
+def spiral(name: str, explored: bool, preempt: int, hit: dict[str, Any]) -> dict[str, Any]:
+    worse = cell(0.5, 0.2, 0.9)
+    pols = {
+        "consistent_hash": policy(0.17, preempt, hit_rate=hit, ttft_p90=worse),
+        "predicted_ttft": policy(0.15, 10),
+    }
+    return result(name, "spiral", explored, pols)
+
+
+def result(name: str, kind: str, explored: bool, pols: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "scenario": name,
+        "kind": kind,
+        "explored_before_registration": explored,
+        "fair_share": 0.125,
+        "policies": pols,
+    }
+
+
+def doc(results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"benchmark": "field_pathologies", "results": results}
+
+
+LOWER = cell(-0.2, -0.3, -0.1)
+HIGHER = cell(0.3, 0.1, 0.5)
+
+
+def test_predictions_that_hold_on_the_held_out_scenarios_are_met(tmp_path: Path) -> None:
+    rows = [
+        collapse("explored", True, 0.1, NS),  # explored: shown, not judged
+        collapse("held", False, 0.8, HIGHER),
+        spiral("held_spiral", False, 100, LOWER),
+    ]
+    out = summarize(tmp_path, "field_pathologies", doc(rows))
+    assert verdict(out, COLLAPSE) == MET
+    assert verdict(out, COST) == MET
+    assert verdict(out, SPIRAL) == MET
+    first = next(r for r in out if COLLAPSE in r.measure)
+    assert first.value.startswith("4 of 4 held-out claims hold")
+    assert "explored before registration: 3 of 4" in first.value  # sglang 0.1 < 0.25
+    behind = next(r for r in out if r.measure.startswith("predicted_ttft significantly behind"))
+    assert behind.value == "0 of 3"
+    opens = next(r for r in out if r.measure.startswith("busiest instance's share of session"))
+    assert opens.value == "explored 0.10 / 0.60 / 0.16; held 0.80 / 0.60 / 0.16"
+
+
+@pytest.mark.parametrize(
+    ("rows", "needle"),
+    [
+        ([collapse("held", False, 0.24, HIGHER)], COLLAPSE),  # just under twice the fair share
+        ([collapse("held", False, 0.8, NS)], COST),  # the cost not significant
+        ([spiral("held", False, 99, LOWER)], SPIRAL),  # 9.9x ours, not 10x
+        ([spiral("held", False, 100, NS)], SPIRAL),  # hit rate not significantly lower
+    ],
+)
+def test_one_failing_held_out_claim_misses_its_prediction(
+    tmp_path: Path, rows: list[dict[str, Any]], needle: str
+) -> None:
+    out = summarize(tmp_path, "field_pathologies", doc(rows))
+    assert verdict(out, needle) == NOT_MET
+    assert "(not: held:" in next(r for r in out if needle in r.measure).value
+
+
+def test_a_peer_significantly_ahead_of_ours_is_listed(tmp_path: Path) -> None:
+    rows = [collapse("held", False, 0.8, HIGHER)]
+    rows[0]["policies"]["dynamo_kv"]["vs_ours"]["e2e_p90"] = LOWER
+    out = summarize(tmp_path, "field_pathologies", doc(rows))
+    behind = next(r for r in out if r.measure.startswith("predicted_ttft significantly behind"))
+    assert behind.value.startswith("1 of 1: held E2E p90 vs dynamo_kv -20.0%")
+
+
+def test_an_unknown_scenario_kind_is_a_layout_error() -> None:
+    with pytest.raises(LayoutError, match="unknown scenario kind 'hotspot'"):
+        pathology_predictions("hotspot", {}, 0.125)
