@@ -509,3 +509,29 @@ def test_a_real_difference_within_the_repeats_spread_is_not_worded_as_a_finding(
         "+122.5 ms [+7.8, +237.2], within the repeats' own spread, so not a finding at this "
         "number of repeats."
     )
+
+
+def test_the_failure_modes_headline_follows_the_policy_evidence(tmp_path: Path) -> None:
+    """Read from benchmarks/field_pathologies.py's file, judged as its summariser judges it."""
+    from tests.analysis.test_bench_field_pathologies import HIGHER, LOWER, collapse, spiral
+
+    collapsed = collapse("chat", False, 0.8, HIGHER)
+    collapsed["policies"]["sglang_cache_aware"]["vs_ours"]["e2e_p90"] = HIGHER
+    rows = [collapsed, collapse("coding", False, 0.2, HIGHER), spiral("heavy", False, 5, LOWER)]
+    rows[1]["policies"]["dynamo_kv"]["vs_ours"]["ttft_p90"] = LOWER  # a peer ahead of ours
+    (tmp_path / "field_pathologies.json").write_text(json.dumps({"results": rows}))
+    (tmp_path / "policy_robustness.json").write_text(
+        json.dumps({"seeds": 5, "scenarios": [_row("a", (-0.36, -0.41, -0.30), -0.02)]})
+    )
+    out = render_headlines({}, [tmp_path])
+    assert [r.study for r in out[:2]] == ["bench-policy_robustness", "bench-field_pathologies"]
+    text = out[1].text
+    # all five claims in chat; four in coding (sglang's share 0.2 < 0.25); two of three in
+    # heavy (5 preemptions, not 10x ours)
+    assert "(pre-registered; 11 of 13 held-out claims hold)" in text
+    assert "puts 80%-80% of the requests on one of 8 instances" in text
+    assert "in 1 of 2 scenarios (E2E p90 against predicted_ttft +30.0% [+10.0, +50.0]" in text
+    assert "heavy +50.0% [+20.0, +90.0]" in text
+    assert "significantly behind a peer (TTFT or E2E p90) in 1 of 3 scenarios" in text
+    (tmp_path / "field_pathologies.json").write_text(json.dumps({"results": rows[:2]}))
+    assert all(r.study != "bench-field_pathologies" for r in render_headlines({}, [tmp_path]))

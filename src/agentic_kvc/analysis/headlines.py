@@ -13,7 +13,8 @@ To add one (e.g. for a new study): append a `Headline` to `HEADLINES` with the s
 the start of its finding line and a sentence function; keep the rendered list within
 MAX_HEADLINES. What the tiers finding's lead needs follows it, from the benchmarks that take a
 piece of it away (tiers_link_misspec, tiers_online_cost; read through analysis/bench_summary),
-then what an opening rule does where predicted_ttft trails a peer (`OPENING_BENCH`).
+then what an opening rule does where predicted_ttft trails a peer (`OPENING_BENCH`). The
+failure modes users report of public routers (`PATHOLOGY_BENCH`) follow the policy's evidence.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.bench_summary.core import LayoutError
+from agentic_kvc.analysis.bench_summary.core import LayoutError, below_zero
 from agentic_kvc.analysis.bench_summary.policies import (
+    COLLAPSERS,
+    PATHOLOGY_OURS,
     ROBUST_ONLINE,
+    pathology_predictions,
     robust_lead,
     robust_metric,
     robust_worse,
@@ -53,7 +57,8 @@ from agentic_kvc.analysis.studies.common import WITHIN_SPREAD
 from agentic_kvc.analysis.studies.tiers import WORST_SETUP
 from agentic_kvc.paired import signed
 
-MAX_HEADLINES = 13
+MAX_HEADLINES = 14
+PATHOLOGY_BENCH = "field_pathologies"  # failure modes users report of public routers
 OPENING_BENCH = "tiers_opening_near_tie_ttft"  # the opening rule the findings report
 _NUM = r"([+-]?\d+(?:\.\d+)?)"
 _PCT = re.compile(rf"{_NUM}% \[{_NUM}, {_NUM}\]")
@@ -531,6 +536,62 @@ def opening_headline(doc: Mapping[str, Any]) -> str | None:
     )
 
 
+def pathology_headline(doc: Mapping[str, Any]) -> str | None:
+    """Failure modes users report of public routers, from benchmarks/field_pathologies.py's
+    file: how many held-out claims of the registered predictions hold (judged as its
+    summariser judges them), the collapse of the first collapser (sglang_cache_aware) where it
+    reaches twice the fair share, with its E2E p90 against predicted_ttft, consistent
+    hashing's TTFT p90 against predicted_ttft on the held-out spiral scenarios, and in how many
+    scenarios predicted_ttft trails a peer. None without a collapse or a spiral scenario."""
+    try:
+        results = doc["results"]
+        judged = [
+            p
+            for r in results
+            if not r["explored_before_registration"]
+            for p in pathology_predictions(r["kind"], r["policies"], float(r["fair_share"]))
+        ]
+        peer = COLLAPSERS[0]
+        fair = float(results[0]["fair_share"])
+        collapsed = [
+            r["policies"][peer]
+            for r in results
+            if r["kind"] == "collapse"
+            and float(r["policies"][peer]["busiest_request_share"]) >= 2 * fair
+        ]
+        spirals = [
+            (r["scenario"], _sweep_value(r["policies"]["consistent_hash"]["vs_ours"]["ttft_p90"]))
+            for r in results
+            if r["kind"] == "spiral" and not r["explored_before_registration"]
+        ]
+        behind = {
+            r["scenario"]
+            for r in results
+            for s in r["policies"].values()
+            for m in ("ttft_p90", "e2e_p90")
+            if m in s.get("vs_ours", {}) and below_zero(s["vs_ours"][m])  # the peer ahead
+        }
+    except (KeyError, TypeError, ValueError, IndexError, LayoutError):
+        return None
+    if not collapsed or not spirals:
+        return None
+    shares = sorted(float(c["busiest_request_share"]) for c in collapsed)
+    e2e = sorted((_sweep_value(c["vs_ours"]["e2e_p90"]) for c in collapsed), key=lambda v: v.value)
+    n = round(1 / fair)
+    return (
+        "Failure modes users report of public routers, in the simulator (pre-registered; "
+        f"{sum(p['holds'] for p in judged)} of {len(judged)} held-out claims hold): a shared "
+        f"system prompt puts {shares[0]:.0%}-{shares[-1]:.0%} of the requests on one of {n} "
+        f"instances under {peer} in {len(collapsed)} of "
+        f"{sum(r['kind'] == 'collapse' for r in results)} scenarios (E2E p90 against "
+        f"{PATHOLOGY_OURS} {e2e[0].interval()} to {e2e[-1].interval()}); consistent hashing's "
+        f"TTFT p90 against {PATHOLOGY_OURS} where sessions outgrow the KV (held out): "
+        + "; ".join(f"{name} {v.interval()}" for name, v in spirals)
+        + f"; {PATHOLOGY_OURS} is significantly behind a peer (TTFT or E2E p90) in "
+        f"{len(behind)} of {len(results)} scenarios."
+    )
+
+
 def fidelity_headline(bench_dirs: Sequence[Path]) -> str | None:
     """The simulator against repeated real runs, each session's envelope check (benchmark
     files sim_vs_vllm*.json: the session, checks inside, the bar a model with no error meets)."""
@@ -566,6 +627,10 @@ def render_headlines(
     text = policy_headline(doc) if doc else None
     if text:
         out.append(Rendered("simulated", "bench-policy_robustness", text))
+    doc = _bench(bench_dirs, PATHOLOGY_BENCH)
+    text = pathology_headline(doc) if doc else None
+    if text:
+        out.append(Rendered("simulated", f"bench-{PATHOLOGY_BENCH}", text))
     for h in headlines:
         lines = [_line(findings.get(h.study, ()), src) for src in h.sources]
         values = [parse(x, h.unit) if x else None for x in lines]
