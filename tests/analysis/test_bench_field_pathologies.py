@@ -3,13 +3,15 @@ held-out claim holds, judged from the numbers (the explored scenarios are shown,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentic_kvc.analysis.bench_summary.core import MET, NOT_MET, LayoutError
+from agentic_kvc.analysis.bench_summary.core import MET, NOT_MEASURED, NOT_MET, LayoutError
 from agentic_kvc.analysis.bench_summary.policies import pathology_predictions
+from agentic_kvc.bench_scripts import load_benchmark
 from tests.analysis.test_bench_summary import summarize, verdict
 
 COLLAPSE = "collapse: busiest"
@@ -119,3 +121,25 @@ def test_a_peer_significantly_ahead_of_ours_is_listed(tmp_path: Path) -> None:
 def test_an_unknown_scenario_kind_is_a_layout_error() -> None:
     with pytest.raises(LayoutError, match="unknown scenario kind 'hotspot'"):
         pathology_predictions("hotspot", {}, 0.125)
+
+
+def test_the_benchmark_writes_what_its_summary_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small real run of benchmarks/field_pathologies.py (two policies, two seeds, the chat
+    collapse): its file carries the layout the summary and the findings read."""
+    bench = load_benchmark("field_pathologies")
+    out = tmp_path / "field_pathologies.json"
+    argv = ["x", "--scenarios", "collapse_chat", "--policies", "sglang_cache_aware,predicted_ttft"]
+    monkeypatch.setattr("sys.argv", [*argv, "--seeds", "0,1", "--out", str(out)])
+    assert bench.main() == 0
+    doc = json.loads(out.read_text())
+    (result,) = doc["results"]
+    sglang = result["policies"]["sglang_cache_aware"]
+    assert sglang["runs"] == 2 and sglang["busiest_request_share"] > 0.5  # the collapse
+    assert result["policies"]["predicted_ttft"]["busiest_request_share"] < 0.25
+    assert set(sglang["vs_ours"]) == {"ttft_p90", "e2e_p90", "hit_rate", "token_max_over_min"}
+    rows = summarize(tmp_path, "field_pathologies", doc)
+    assert verdict(rows, COLLAPSE) == NOT_MEASURED  # the scenario was explored: not judged
+    first = next(r for r in rows if COLLAPSE in r.measure)
+    assert first.value == "no held-out scenario in this file; explored before registration: 2 of 2"

@@ -241,8 +241,11 @@ def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
         if not held and not seen:
             continue
         failed = "; ".join(f"{s}: {p['claim']}" for s, p in held if not p["holds"])
-        value = f"{sum(p['holds'] for _, p in held)} of {len(held)} held-out claims hold" + (
-            f" (not: {failed})" if failed else ""
+        value = (
+            f"{sum(p['holds'] for _, p in held)} of {len(held)} held-out claims hold"
+            + (f" (not: {failed})" if failed else "")
+            if held
+            else "no held-out scenario in this file"
         )
         if seen:
             value += (
