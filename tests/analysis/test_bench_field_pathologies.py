@@ -143,3 +143,41 @@ def test_the_benchmark_writes_what_its_summary_reads(
     assert verdict(rows, COLLAPSE) == NOT_MEASURED  # the scenario was explored: not judged
     first = next(r for r in rows if COLLAPSE in r.measure)
     assert first.value == "no held-out scenario in this file; explored before registration: 2 of 2"
+
+
+def real_run(backend: str, policy: str, share: float, load: float | None = 1.0) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "policy": policy,
+        "busiest_request_share": share,
+        "load1_replay": load,
+    }
+
+
+def real_doc(sglang: list[float], ours: list[float]) -> dict[str, Any]:
+    pairs = {m: cell(0.1, -0.2, 0.4) for m in ("ttft_p50", "ttft_p90", "e2e_p90", "hit_rate")}
+    backends = {}
+    for b in ("vllm", "sim"):
+        runs = [real_run(b, "sglang_cache_aware", x) for x in sglang]
+        runs += [real_run(b, "predicted_ttft", x) for x in ours]
+        backends[b] = {"runs": runs, "sglang_cache_aware_vs_ours": pairs}
+    return {"benchmark": "field_pathologies_real", "backends": backends}
+
+
+@pytest.mark.parametrize(
+    ("sglang", "ours", "met"),
+    [
+        ([1.0, 0.8, 0.75], [0.5, 0.6, 0.8], True),  # sglang at its line, ours 0.63
+        ([1.0, 0.74, 1.0], [0.5, 0.5, 0.5], False),  # one seed's collapse under 0.75
+        ([1.0, 1.0, 1.0], [0.5, 0.6, 0.9], False),  # ours' mean 0.67
+    ],
+)
+def test_the_real_collapse_is_judged_per_seed_and_on_ours_mean(
+    tmp_path: Path, sglang: list[float], ours: list[float], met: bool
+) -> None:
+    out = summarize(tmp_path, "field_pathologies_real", real_doc(sglang, ours))
+    expect = MET if met else NOT_MET
+    assert verdict(out, "real engines: busiest") == expect
+    assert verdict(out, "simulator, same configs: busiest") == expect
+    loads = next(r for r in out if r.measure.startswith("real runs: 1-minute load"))
+    assert loads.value == "1.0-1.0"

@@ -293,3 +293,76 @@ def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
         )
     )
     return out
+
+
+# --- field_pathologies_real: the collapse on real engines (docs/policies.md, "The collapse on
+# real engines": the predictions registered before the runs) ---
+REAL_COLLAPSE_MIN = 0.75  # sglang_cache_aware's busiest engine share, in every seed's run
+REAL_SPREAD_MAX = 0.65  # predicted_ttft's, averaged over the seeds
+
+
+def real_collapse_holds(runs: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+    """The registered thresholds on one backend's runs: whether they hold, and the shares."""
+    share = {
+        p: [float(r["busiest_request_share"]) for r in runs if r["policy"] == p]
+        for p in ("sglang_cache_aware", PATHOLOGY_OURS)
+    }
+    mean = sum(share[PATHOLOGY_OURS]) / max(1, len(share[PATHOLOGY_OURS]))
+    holds = (
+        bool(share["sglang_cache_aware"])
+        and min(share["sglang_cache_aware"]) >= REAL_COLLAPSE_MIN
+        and bool(share[PATHOLOGY_OURS])
+        and mean <= REAL_SPREAD_MAX
+    )
+    text = (
+        f"sglang_cache_aware {', '.join(f'{x:.2f}' for x in share['sglang_cache_aware'])}; "
+        f"{PATHOLOGY_OURS} {', '.join(f'{x:.2f}' for x in share[PATHOLOGY_OURS])} "
+        f"(mean {mean:.2f})"
+    )
+    return holds, text
+
+
+@summariser(
+    "field_pathologies_real",
+    "the shared-system-prompt collapse on real vLLM CPU engines, beside the simulator "
+    "(pre-registered)",
+)
+def _field_pathologies_real(doc: dict[str, Any]) -> list[Fig]:
+    backends = field_at(doc, "backends")
+    out = []
+    goal = (
+        f"sglang_cache_aware >= {REAL_COLLAPSE_MIN} in every seed, {PATHOLOGY_OURS} mean <= "
+        f"{REAL_SPREAD_MAX}"
+    )
+    names = {"vllm": "real engines", "sim": "simulator, same configs"}
+    for backend, label in names.items():
+        if backend not in backends:
+            continue
+        holds, text = real_collapse_holds(field_at(backends, backend, "runs"))
+        n = "1" if backend == "vllm" else "2"
+        out.append(
+            Fig(
+                f"{label}: busiest engine's share of requests per seed (prediction {n})",
+                text,
+                goal,
+                verdict_of(holds),
+            )
+        )
+    for backend, label in names.items():
+        if backend not in backends:
+            continue
+        pairs = field_at(backends, backend, "sglang_cache_aware_vs_ours")
+        out.append(
+            Fig(
+                f"{label}: sglang_cache_aware vs {PATHOLOGY_OURS}, TTFT p90 / E2E p90 (paired "
+                "over seeds; no prediction)",
+                f"{paired_cell(pairs['ttft_p90'])} / {paired_cell(pairs['e2e_p90'])}",
+            )
+        )
+    loads = [r["load1_replay"] for r in backends.get("vllm", {}).get("runs", [])]
+    loads = [float(x) for x in loads if x is not None]
+    if loads:
+        out.append(
+            Fig("real runs: 1-minute load during the replays", f"{min(loads):.1f}-{max(loads):.1f}")
+        )
+    return out
