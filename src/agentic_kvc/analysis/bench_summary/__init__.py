@@ -39,7 +39,9 @@ Goals and where they are stated:
   modes, reproduced"), each met only if every held-out claim holds: a shared system prompt
   collapses sglang_cache_aware and llmd_weighted onto one instance (and not the others), at a
   TTFT p90 cost; consistent hashing spirals (10x the preemptions, lower hit rate, higher TTFT
-  p90 than predicted_ttft).
+  p90 than predicted_ttft). field_pathologies_real: the collapse through the real proxy on two
+  vLLM CPU engines, and in the simulator's runs of the same configs: sglang_cache_aware's busiest
+  engine >= 0.75 of the requests in every seed, predicted_ttft's <= 0.65 on average.
 - policy_split: predicted_ttft with split candidates never significantly worse than the same
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 - sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same
