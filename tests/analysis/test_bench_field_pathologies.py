@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentic_kvc.analysis.bench_summary.core import MET, NOT_MEASURED, NOT_MET, LayoutError
+from agentic_kvc.analysis.bench_summary.policies import PATHOLOGY_OURS as OURS
 from agentic_kvc.analysis.bench_summary.policies import pathology_predictions
 from agentic_kvc.bench_scripts import load_benchmark
 from tests.analysis.test_bench_summary import summarize, verdict
@@ -145,7 +146,8 @@ def test_the_benchmark_writes_what_its_summary_reads(
     assert first.value == "no held-out scenario in this file; explored before registration: 2 of 2"
 
 
-def real_run(backend: str, policy: str, share: float, load: float | None = 1.0) -> dict[str, Any]:
+def real_run(backend: str, policy: str, share: float) -> dict[str, Any]:
+    load = {"mean": 1.0 if policy == OURS else 2.0, "max": 3.0} if backend == "vllm" else None
     return {
         "backend": backend,
         "policy": policy,
@@ -180,4 +182,4 @@ def test_the_real_collapse_is_judged_per_seed_and_on_ours_mean(
     assert verdict(out, "real engines: busiest") == expect
     assert verdict(out, "simulator, same configs: busiest") == expect
     loads = next(r for r in out if r.measure.startswith("real runs: 1-minute load"))
-    assert loads.value == "1.0-1.0"
+    assert loads.value == "1.0-2.0 (3.0)"
