@@ -183,3 +183,13 @@ def test_the_real_collapse_is_judged_per_seed_and_on_ours_mean(
     assert verdict(out, "simulator, same configs: busiest") == expect
     loads = next(r for r in out if r.measure.startswith("real runs: 1-minute load"))
     assert loads.value == "1.0-2.0 (3.0)"
+    latency = next(r for r in out if r.measure.startswith("real engines: sglang_cache_aware vs"))
+    assert latency.value == "+10.0% [-20.0, +40.0] n.s. / +10.0% [-20.0, +40.0] n.s."
+
+
+def test_identical_decisions_read_as_the_run_to_run_spread(tmp_path: Path) -> None:
+    doc = real_doc([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+    doc["backends"]["vllm"]["sglang_cache_aware_vs_ours"]["hit_rate"] = {"n_differ": 0}
+    out = summarize(tmp_path, "field_pathologies_real", doc)
+    latency = next(r for r in out if r.measure.startswith("real engines: sglang_cache_aware vs"))
+    assert latency.value.startswith("every request placed alike, so this is the run-to-run")
