@@ -141,3 +141,47 @@ def test_least_loaded() -> None:
     pol = get_policy("least_loaded")
     f = fleet(3, num_requests=[2, 1, 1], pending_prefill_tokens=[0, 500, 100])
     assert pol.decide(req(), f).prefill == 2
+
+
+def test_aibrix_best_match_within_the_load_bound() -> None:
+    pol = get_policy("aibrix_prefix_cache")
+    # 1000 tokens = 62 blocks of 16. Instance 0 matches 100%, instance 1 50%.
+    shape = {"cached": {0: 992, 1: 496}}
+    d = pol.decide(req(1000), fleet(3, **shape, num_requests=[1, 1, 1]))
+    assert (d.prefill, d.reason) == (0, "prefix_match")
+    assert d.scores == {0: 100, 1: 50, 2: 0}
+    # loads [5, 1, 0]: mean 2, population std 2.16, bound 4.16: instance 0 is over it, the
+    # next-best match, instance 1, is within it
+    d = pol.decide(req(1000), fleet(3, **shape, num_requests=[5, 1, 0]))
+    assert (d.prefill, d.reason) == (1, "prefix_match")
+    # no match anywhere: the least loaded
+    d = pol.decide(req(1000), fleet(3, num_requests=[2, 1, 3]))
+    assert (d.prefill, d.reason) == (1, "least_request_fallback")
+
+
+def test_aibrix_load_gate_restricts_matching_to_the_least_loaded() -> None:
+    pol = get_policy("aibrix_prefix_cache")
+    # busiest 20 > 2 x (mean 7 + 1) and 20 - 0 >= 8: only instance 2 (0 requests) may match
+    shape = {"cached": {0: 992, 2: 160}}
+    d = pol.decide(req(1000), fleet(3, **shape, num_requests=[20, 1, 0]))
+    assert (d.prefill, d.reason) == (2, "prefix_match")
+    # gap 7 < 8: no gate, but instance 0 (9 requests) is above mean + std: instance 2 again
+    d = pol.decide(req(1000), fleet(3, **shape, num_requests=[9, 1, 2]))
+    assert d.prefill == 2
+    # the gate leaves only non-matching instances: the least loaded of all
+    d = pol.decide(req(1000), fleet(3, cached={0: 992}, num_requests=[20, 1, 0]))
+    assert (d.prefill, d.reason) == (2, "least_request_fallback")
+
+
+def test_production_stack_picks_among_the_longest_matches_only() -> None:
+    pol = get_policy("production_stack_prefix")
+    shape = {"cached": {0: 992, 1: 992, 2: 480}, "num_requests": [50, 60, 0, 0]}
+    picks = Counter(pol.decide(req(1000), fleet(4, **shape)).prefill for _ in range(200))
+    assert set(picks) == {0, 1} and min(picks.values()) > 60  # random, load ignored
+    picks = Counter(pol.decide(req(1000), fleet(4)).prefill for _ in range(400))
+    assert set(picks) == {0, 1, 2, 3}  # nothing matches: any instance
+    d = pol.decide(req(1000), fleet(4, cached={3: 16}))
+    assert (d.prefill, d.reason) == (3, "longest_match")
+    # seeded: a new policy with the same seed draws the same
+    draws = [get_policy("production_stack_prefix") for _ in range(2)]
+    assert len({tuple(p.decide(req(), fleet(4)).prefill for _ in range(20)) for p in draws}) == 1

@@ -22,6 +22,7 @@ POLICY_MODULES = (
     "least_loaded",
     "consistent_hash",
     "sglang_cache_aware",
+    "prefix_match",  # aibrix_prefix_cache and production_stack_prefix
     "llmd_weighted",
     "llmd_tiered",  # llmd_precise and llmd_tiered (tiers below HBM)
     "session_affinity",  # sticky_least_loaded and session_ttl
