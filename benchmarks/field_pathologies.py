@@ -71,6 +71,9 @@ POLICIES = (
     "dynamo_kv",
     "least_loaded",
     "predicted_ttft",
+    # added after the registration (their own source read on 2026-12-02): shown, not judged
+    "aibrix_prefix_cache",
+    "production_stack_prefix",
 )
 PAIRED = ("ttft_p90", "e2e_p90", "hit_rate", "token_max_over_min")
 

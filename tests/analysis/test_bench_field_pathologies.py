@@ -111,6 +111,16 @@ def test_one_failing_held_out_claim_misses_its_prediction(
     assert "(not: held:" in next(r for r in out if needle in r.measure).value
 
 
+def test_a_peer_added_after_the_registration_is_shown_not_judged(tmp_path: Path) -> None:
+    rows = [collapse("held", False, 0.8, HIGHER), collapse("other", False, 0.8, HIGHER)]
+    rows[0]["policies"]["newcomer"] = policy(1.0, ttft_p90=cell(2.0, 1.0, 3.0))
+    rows[1]["policies"]["newcomer"] = policy(0.5, ttft_p90=cell(0.5, 0.2, 0.9))
+    out = summarize(tmp_path, "field_pathologies", doc(rows))
+    row = next(r for r in out if r.measure.startswith("newcomer (added after"))
+    assert row.value == "0.50-1.00 over 2 scenarios; +50.0% to +200.0%"
+    assert verdict(out, COLLAPSE) == MET  # its 1.0 share judges nothing
+
+
 def test_a_peer_significantly_ahead_of_ours_is_listed(tmp_path: Path) -> None:
     rows = [collapse("held", False, 0.8, HIGHER)]
     rows[0]["policies"]["dynamo_kv"]["vs_ours"]["e2e_p90"] = LOWER

@@ -278,6 +278,20 @@ def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
                 "; ".join(opens),
             )
         )
+    registered = {*COLLAPSERS, *SPREADERS, PATHOLOGY_OURS, "consistent_hash"}
+    later = sorted({p for r in results for p in r["policies"]} - registered)
+    for p in later:  # peers run after the registration: shown, judged by nothing
+        rows = [r for r in results if p in r["policies"]]
+        shares = [float(r["policies"][p]["busiest_request_share"]) for r in rows]
+        ttft = sorted(float(r["policies"][p]["vs_ours"]["ttft_p90"]["rel_diff"]) for r in rows)
+        out.append(
+            Fig(
+                f"{p} (added after the registration): busiest instance's share of requests; "
+                f"TTFT p90 against {PATHOLOGY_OURS}",
+                f"{min(shares):.2f}-{max(shares):.2f} over {len(rows)} scenarios; "
+                f"{pct(ttft[0], sign=True)} to {pct(ttft[-1], sign=True)}",
+            )
+        )
     worse = []
     for r in results:
         for p, s in r["policies"].items():
