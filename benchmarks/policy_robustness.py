@@ -55,6 +55,8 @@ PEERS = (
     "consistent_hash",
     "least_loaded",
     "conditional_disagg",
+    "aibrix_prefix_cache",
+    "production_stack_prefix",
 )
 # Our policies and variants (`name:key=value,...`). predicted_ttft's default is given the
 # fleet's own profile (the simulator's physics, a near-oracle); `cost_model=online,
