@@ -203,3 +203,35 @@ def test_identical_decisions_read_as_the_run_to_run_spread(tmp_path: Path) -> No
     out = summarize(tmp_path, "field_pathologies_real", doc)
     latency = next(r for r in out if r.measure.startswith("real engines: sglang_cache_aware vs"))
     assert latency.value.startswith("every request placed alike, so this is the run-to-run")
+
+
+def confirm(opening: float, ps_share: float, sglang: dict[str, Any]) -> dict[str, Any]:
+    pols = {
+        "sglang_cache_aware": policy(0.3, ttft_p90=sglang),
+        "llmd_weighted": policy(0.3),
+        "production_stack_prefix": policy(ps_share),
+        "dynamo_kv": policy(0.14),
+        "predicted_ttft": policy(0.16),
+    }
+    del pols["predicted_ttft"]["vs_ours"]
+    for p in ("sglang_cache_aware", "llmd_weighted"):
+        pols[p]["busiest_opening_share"] = opening
+    return result("held", "confirm", False, pols)
+
+
+def confirm_doc(r: dict[str, Any]) -> dict[str, Any]:
+    return {"benchmark": "field_pathologies_confirm", "results": [r]}
+
+
+def test_the_confirmatory_check_is_judged_on_openings(tmp_path: Path) -> None:
+    out = summarize(tmp_path, "field_pathologies_confirm", confirm_doc(confirm(0.3, 1.0, HIGHER)))
+    assert [r.verdict for r in out if r.goal != "-"] == [MET] * 4
+    # openings under twice the fair share; production-stack spread; no latency cost; a peer ahead
+    bad = confirm(0.24, 0.89, NS)
+    bad["policies"]["dynamo_kv"]["vs_ours"]["e2e_p90"] = LOWER
+    out = summarize(tmp_path, "field_pathologies_confirm", confirm_doc(bad))
+    assert [r.verdict for r in out if r.goal != "-"] == [NOT_MET] * 4
+    ahead = next(r for r in out if r.measure.startswith("predicted_ttft significantly behind no"))
+    assert "dynamo_kv E2E p90 -20.0% [-30.0, -10.0]" in ahead.value
+    # every policy of the confirmatory check was registered: no "added after" rows
+    assert not [r for r in out if "added after the registration" in r.measure]

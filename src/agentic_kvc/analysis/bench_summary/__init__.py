@@ -42,6 +42,8 @@ Goals and where they are stated:
   p90 than predicted_ttft). field_pathologies_real: the collapse through the real proxy on two
   vLLM CPU engines, and in the simulator's runs of the same configs: sglang_cache_aware's busiest
   engine >= 0.75 of the requests in every seed, predicted_ttft's <= 0.65 on average.
+  field_pathologies_confirm: the confirmatory check's four predictions (docs/policies.md, "A
+  confirmatory check on three more deployments"), each met only if it holds in every scenario.
 - policy_split: predicted_ttft with split candidates never significantly worse than the same
   policy colocating, nor than the best peer (issue 18; benchmarks/policy_split.py).
 - sim_tiers_overhead: the simulator with KV tiers on takes <= 1.5x the CPU time of the same

@@ -199,6 +199,45 @@ def pathology_predictions(
                 f"consistent_hash TTFT p90 {paired_cell(ttft)} (predicted higher)",
                 above_zero(ttft),
             )
+    elif kind == "confirm":  # the confirmatory check: openings, the added peers, any peer
+        for p in (*COLLAPSERS, PATHOLOGY_OURS):
+            if p in policies:
+                share = float(policies[p]["busiest_opening_share"])
+                collapses = p in COLLAPSERS
+                sign = ">=" if collapses else "<="
+                ok = share >= 2 * fair if collapses else share <= 2 * fair
+                add(
+                    "1",
+                    f"{p} busiest opening share {share:.2f} (predicted {sign} {2 * fair:.2f})",
+                    ok,
+                )
+        if "production_stack_prefix" in policies:
+            share = float(policies["production_stack_prefix"]["busiest_request_share"])
+            add(
+                "2",
+                f"production_stack_prefix busiest share {share:.2f} (predicted >= 0.9)",
+                share >= 0.9,
+            )
+        vs = policies.get("sglang_cache_aware", {}).get("vs_ours")
+        if vs is not None:
+            ttft, e2e = vs["ttft_p90"], vs["e2e_p90"]
+            add(
+                "3",
+                f"sglang_cache_aware TTFT p90 {paired_cell(ttft)}, E2E p90 {paired_cell(e2e)} "
+                "(predicted one significantly higher)",
+                above_zero(ttft) or above_zero(e2e),
+            )
+        ahead = [
+            f"{p} {robust_metric(m)} {paired_cell(s['vs_ours'][m])}"
+            for p, s in policies.items()
+            for m in ("ttft_p90", "e2e_p90")
+            if "vs_ours" in s and below_zero(s["vs_ours"][m])
+        ]
+        add(
+            "4",
+            f"peers significantly ahead of {PATHOLOGY_OURS}: {'; '.join(ahead) or 'none'}",
+            not ahead,
+        )
     else:
         raise LayoutError(f"field_pathologies: unknown scenario kind {kind!r}")
     return out
@@ -209,19 +248,41 @@ def pathology_predictions(
     "failure modes users report of public routers, reproduced (sim, pre-registered)",
 )
 def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
-    """Per registered prediction, its claims on the held-out scenarios (the verdict) and on
-    the explored ones (shown beside, judged alike); then where predicted_ttft trails a peer."""
-    results = field_at(doc, "results")
-    judged = [
-        (r, pathology_predictions(str(r["kind"]), r["policies"], float(r["fair_share"])))
-        for r in results
-    ]
     what = {
         "1": "collapse: busiest instance's share of requests (shared system prompt)",
         "2": "collapse costs latency: sglang_cache_aware's TTFT p90 above predicted_ttft's",
         "3": "spiral: consistent hashing preempts 10x as often as predicted_ttft, lower hit "
         "rate, higher TTFT p90",
     }
+    return _pathology_rows(doc, what)
+
+
+@summariser(
+    "field_pathologies_confirm",
+    "failure modes users report of public routers: a confirmatory check on three more "
+    "deployments (sim, pre-registered)",
+)
+def _field_pathologies_confirm(doc: dict[str, Any]) -> list[Fig]:
+    what = {
+        "1": "collapse of session openings: sglang_cache_aware and llmd_weighted >= twice the "
+        "fair share, predicted_ttft <= it",
+        "2": "production_stack_prefix: >= 0.9 of the requests on one instance",
+        "3": "the collapse costs latency: sglang_cache_aware's TTFT or E2E p90 above "
+        "predicted_ttft's",
+        "4": "predicted_ttft significantly behind no peer (TTFT or E2E p90)",
+    }
+    return _pathology_rows(doc, what)
+
+
+def _pathology_rows(doc: dict[str, Any], what: Mapping[str, str]) -> list[Fig]:
+    """Per registered prediction (`what`: its id -> the row's words), its claims on the
+    held-out scenarios (the verdict) and on the explored ones (shown beside, judged alike);
+    then the peers added after the registration, and where predicted_ttft trails a peer."""
+    results = field_at(doc, "results")
+    judged = [
+        (r, pathology_predictions(str(r["kind"]), r["policies"], float(r["fair_share"])))
+        for r in results
+    ]
     out = []
     for pid, measure in what.items():
         held = [
@@ -259,7 +320,7 @@ def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
                 verdict_of(all(p["holds"] for _, p in held)) if held else NOT_MEASURED,
             )
         )
-    opens = [
+    opens = [  # the first check's collapse scenarios (the confirmatory one judges openings)
         f"{r['scenario']} "
         + " / ".join(
             f"{r['policies'][p]['busiest_opening_share']:.2f}"
@@ -279,6 +340,8 @@ def _field_pathologies(doc: dict[str, Any]) -> list[Fig]:
             )
         )
     registered = {*COLLAPSERS, *SPREADERS, PATHOLOGY_OURS, "consistent_hash"}
+    if any(r["kind"] == "confirm" for r in results):  # registered with all eight policies
+        registered |= {p for r in results for p in r["policies"]}
     later = sorted({p for r in results for p in r["policies"]} - registered)
     for p in later:  # peers run after the registration: shown, judged by nothing
         rows = [r for r in results if p in r["policies"]]
