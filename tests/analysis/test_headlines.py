@@ -533,5 +533,14 @@ def test_the_failure_modes_headline_follows_the_policy_evidence(tmp_path: Path) 
     assert "in 1 of 2 scenarios (E2E p90 against predicted_ttft +30.0% [+10.0, +50.0]" in text
     assert "heavy +50.0% [+20.0, +90.0]" in text
     assert "significantly behind a peer (TTFT or E2E p90) in 1 of 3 scenarios" in text
+    assert "confirmatory" not in text  # no confirmatory file yet
+    from tests.analysis.test_bench_field_pathologies import confirm
+
+    checked = {"results": [confirm(0.3, 1.0, HIGHER), confirm(0.24, 1.0, HIGHER)]}
+    (tmp_path / "field_pathologies_confirm.json").write_text(json.dumps(checked))
+    text = render_headlines({}, [tmp_path])[1].text
+    assert text.endswith(
+        "A confirmatory check on 2 more deployments (pre-registered): 10 of 12 claims hold."
+    )
     (tmp_path / "field_pathologies.json").write_text(json.dumps({"results": rows[:2]}))
     assert all(r.study != "bench-field_pathologies" for r in render_headlines({}, [tmp_path]))

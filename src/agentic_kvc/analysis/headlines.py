@@ -536,6 +536,25 @@ def opening_headline(doc: Mapping[str, Any]) -> str | None:
     )
 
 
+def confirm_clause(doc: Mapping[str, Any] | None) -> str:
+    """The confirmatory check's tally (its claims judged as its summariser judges them), as a
+    clause for the failure-modes headline; empty without the file."""
+    try:
+        claims = [
+            p
+            for r in (doc or {}).get("results", [])
+            for p in pathology_predictions(r["kind"], r["policies"], float(r["fair_share"]))
+        ]
+    except (KeyError, TypeError, ValueError, LayoutError):
+        return ""
+    if not claims:
+        return ""
+    return (
+        f" A confirmatory check on {len(doc['results'])} more deployments (pre-registered): "  # type: ignore[index]
+        f"{sum(p['holds'] for p in claims)} of {len(claims)} claims hold."
+    )
+
+
 def pathology_headline(doc: Mapping[str, Any]) -> str | None:
     """Failure modes users report of public routers, from benchmarks/field_pathologies.py's
     file: how many held-out claims of the registered predictions hold (judged as its
@@ -630,6 +649,7 @@ def render_headlines(
     doc = _bench(bench_dirs, PATHOLOGY_BENCH)
     text = pathology_headline(doc) if doc else None
     if text:
+        text += confirm_clause(_bench(bench_dirs, f"{PATHOLOGY_BENCH}_confirm"))
         out.append(Rendered("simulated", f"bench-{PATHOLOGY_BENCH}", text))
     for h in headlines:
         lines = [_line(findings.get(h.study, ()), src) for src in h.sources]
