@@ -6,6 +6,7 @@ policy produced it, and every argmin breaks ties the same deterministic way.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -283,6 +284,15 @@ class ColocatingPolicy(Policy):
             t = self.reload_tiers[p.index]
             out.predicted_host_tokens, out.predicted_disk_tokens = t.host, t.disk
         return out
+
+
+class SeededColocatingPolicy(ColocatingPolicy):
+    """A colocating policy whose rule draws from its own generator, seeded by its `seed`
+    parameter: the same config makes the same draws, in the simulator and the proxy alike."""
+
+    def __init__(self, params: BaseModel | None = None) -> None:
+        super().__init__(params)
+        self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 
 
 class _CachedOn:

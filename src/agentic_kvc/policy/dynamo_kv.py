@@ -27,14 +27,13 @@ reloads on the chosen instance (`Decision.predicted_host_tokens`), not as prefil
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
-from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin
+from agentic_kvc.policy.common import SeededColocatingPolicy, StrictParams, argmin
 from agentic_kvc.policy.registry import register
 
 
@@ -59,12 +58,8 @@ class DynamoParams(StrictParams):
     )
 
 
-class _DynamoBase(ColocatingPolicy):
+class _DynamoBase(SeededColocatingPolicy):
     Params = DynamoParams
-
-    def __init__(self, params: BaseModel | None = None) -> None:
-        super().__init__(params)
-        self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 
     def cost(self, prefill_blocks: float, decode_blocks: float) -> float:
         raise NotImplementedError

@@ -12,14 +12,18 @@ in a seeded `explore_rate` (1%) of decisions, which score the whole fleet.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
-from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin, fresh_engine_value
+from agentic_kvc.policy.common import (
+    SeededColocatingPolicy,
+    StrictParams,
+    argmin,
+    fresh_engine_value,
+)
 from agentic_kvc.policy.registry import register
 
 
@@ -41,17 +45,13 @@ class LlmdParams(StrictParams):
 
 
 @register
-class LlmdWeighted(ColocatingPolicy):
+class LlmdWeighted(SeededColocatingPolicy):
     name = "llmd_weighted"
     Params = LlmdParams
     description = (
         "llm-d default profile: max of 2*queue + 2*KV + 3*prefix scores, optional "
         "prefix-affinity filter."
     )
-
-    def __init__(self, params: BaseModel | None = None) -> None:
-        super().__init__(params)
-        self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 
     def _queue(self, i: InstanceView, max_age: float) -> int:
         waiting = fresh_engine_value(i.engine_waiting, i, max_age)

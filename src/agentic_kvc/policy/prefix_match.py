@@ -28,15 +28,14 @@ docs/policies.md ("Peer policies") lists them beside the other peers.
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
-from agentic_kvc.policy.common import ColocatingPolicy, StrictParams, argmin
+from agentic_kvc.policy.common import SeededColocatingPolicy, StrictParams, argmin
 from agentic_kvc.policy.registry import register
 
 
@@ -60,7 +59,7 @@ class AIBrixParams(StrictParams):
 
 
 @register
-class AIBrixPrefixCache(ColocatingPolicy):
+class AIBrixPrefixCache(SeededColocatingPolicy):
     name = "aibrix_prefix_cache"
     uses_tier_view = False  # routes on the HBM hit alone
     Params = AIBrixParams
@@ -68,10 +67,6 @@ class AIBrixPrefixCache(ColocatingPolicy):
         "AIBrix prefix-cache: a load gate, then the best match among instances within mean + "
         "1 std of running requests, else the least loaded."
     )
-
-    def __init__(self, params: BaseModel | None = None) -> None:
-        super().__init__(params)
-        self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 
     def choose(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
@@ -107,7 +102,7 @@ class ProductionStackParams(StrictParams):
 
 
 @register
-class ProductionStackPrefix(ColocatingPolicy):
+class ProductionStackPrefix(SeededColocatingPolicy):
     name = "production_stack_prefix"
     uses_tier_view = False  # routes on the HBM hit alone
     Params = ProductionStackParams
@@ -115,10 +110,6 @@ class ProductionStackPrefix(ColocatingPolicy):
         "vLLM production-stack prefixaware: a random instance among those with the longest "
         "prefix match (all when none matches); no load term."
     )
-
-    def __init__(self, params: BaseModel | None = None) -> None:
-        super().__init__(params)
-        self._rng = random.Random(self.params.seed)  # type: ignore[attr-defined]
 
     def choose(
         self, request: RequestView, fleet: FleetView, candidates: Sequence[InstanceView]
