@@ -164,20 +164,8 @@ def summarise(df: pl.DataFrame, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def paired(df: pl.DataFrame, policy: str) -> dict[str, Any]:
-    out = {}
-    for m in PAIRED:
-        r = paired_compare(df, OURS, policy, m, by="policy")
-        out[m] = {
-            "baseline": r.baseline_value,
-            "candidate": r.candidate_value,
-            "rel_diff": r.rel_diff,
-            "ci_low": r.ci_low,
-            "ci_high": r.ci_high,
-            "n_pairs": r.n_pairs,
-            "significant": r.significant,
-            "identical": r.identical,
-        }
-    return out
+    """`policy` against ours on each paired metric (`agentic_kvc.paired` rows)."""
+    return {m: paired_compare(df, OURS, policy, m, by="policy").to_row() for m in PAIRED}
 
 
 def main() -> int:
