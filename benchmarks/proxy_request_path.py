@@ -126,7 +126,9 @@ def make_app(policy: str, timer: StepTimer | None = None) -> ProxyApp:
     end = done if timer is None else timer.wrap("done", done)
 
     async def upstream_done(*args: Any) -> None:
-        end(args[5], args[6])
+        admission = args[6]  # (`_execute`'s rec, admission)
+        admission.on_sent()  # what the upstream client calls once the request is written
+        end(args[5], admission.ticket)
 
     app._execute = upstream_done  # type: ignore[method-assign]
     return app

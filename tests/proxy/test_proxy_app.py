@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -10,10 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentic_kvc.metrics.records import RequestRecord
 from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, Policy, RequestView
 from agentic_kvc.policy.registry import list_policies, register
+from agentic_kvc.proxy.app import ProxyApp
 from agentic_kvc.proxy.fake_engine import FakeVLLM
 from agentic_kvc.proxy.server import ProxyThread, ServerThread
+from agentic_kvc.proxy.settings import ProxySettings
 
 
 class _MostCached(Policy):
@@ -320,3 +324,33 @@ def test_long_token_prompts_are_forwarded_intact_and_hashed(make_proxy, fakes: F
     # the engine saw exactly the prompt the router hashed: its toy cache agrees token for token
     assert [r["cached_tokens"] for r in recs] == [0, *full]
     assert [r["input_tokens"] for r in recs] == [3_500, 4_000, 4_500]
+
+
+def test_a_request_routed_while_another_waits_to_connect_sees_its_admission(fakes: Fakes) -> None:
+    # A colocated request is admitted once it is written upstream (app._Admission); where it
+    # must first open a connection, the admission must come before that wait, or the request
+    # routed meanwhile decides without it. Two requests run in one loop, the first to the
+    # pool's first connection: least_loaded's scores are the in-flight counts it saw.
+    settings = ProxySettings(engines=[server.url for _, server in fakes], policy="least_loaded")
+    app = ProxyApp(settings)
+    for e in app.engines:
+        e.open()
+    added: list[RequestRecord] = []
+    app.records.add = added.append  # type: ignore[method-assign]
+    body = json.dumps({"prompt": list(range(32)), "max_tokens": 2}).encode()
+    scope = {"type": "http", "path": "/v1/completions", "method": "POST", "headers": []}
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: object) -> None:
+        return None
+
+    async def main() -> None:
+        await asyncio.gather(*(app._generate(scope, receive, send, scope["path"]) for _ in "ab"))
+        for e in app.engines:
+            await e.close()
+
+    asyncio.run(main())
+    assert [r.error for r in added] == [None, None]
+    assert sorted(sum(r.scores.values()) for r in added) == [0, 1]

@@ -345,3 +345,54 @@ def test_large_body_read_whole_does_not_stall_at_the_pause() -> None:
             pool.close()
 
     asyncio.run(main())
+
+
+def test_on_sent_runs_once_after_the_write_or_before_a_connect_and_before_any_other_task() -> None:
+    # The proxy admits a request in `on_sent`: it must run before the request can wait (or
+    # fail), so that no other request is routed without seeing it, and after the write when
+    # a pooled connection lets it go out at once.
+    async def main() -> None:
+        async with Server(keep_alive) as srv:
+            pool = UpstreamPool(srv.url)
+            events: list[str] = []
+            other_task_ran: list[bool] = []
+
+            def on_sent() -> None:
+                events.append(f"sent, {len(pool._live)} connection(s)")
+                other_task_ran.append(flag.is_set())
+
+            async def send(path: str) -> None:
+                flag.clear()
+                asyncio.get_running_loop().call_soon(flag.set)  # runs at the first wait
+                resp = await pool.request("GET", path, timeout_s=5, on_sent=on_sent)
+                assert await resp.read() == b"echo:"
+                resp.release()
+
+            flag = asyncio.Event()
+            await send("/first")  # no pooled connection: before the connect
+            assert events == ["sent, 0 connection(s)"]
+            (parked,) = pool._idle
+            assert parked.transport is not None
+            write = parked.transport.write
+            parked.transport.write = lambda data: (events.append("write"), write(data))  # type: ignore[method-assign, func-returns-value]
+            await send("/second")  # pooled: right after the write
+            assert events[1:] == ["write", "sent, 1 connection(s)"]
+            assert other_task_ran == [False, False]
+            pool.close()
+
+    asyncio.run(main())
+
+
+def test_on_sent_runs_before_a_refused_connect_raises() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connect is refused
+        calls: list[int] = []
+
+        async def main() -> None:
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
+            with pytest.raises(UpstreamRefused):
+                await pool.request("GET", "/health", timeout_s=5, on_sent=lambda: calls.append(1))
+
+        asyncio.run(main())
+        assert calls == [1]

@@ -7,11 +7,17 @@ to hundreds of microseconds per request, which is the budget this proxy is measu
 Life of a generation request (`/v1/completions`, `/v1/chat/completions`):
 
     receive -> parse JSON -> session id -> prompt token ids -> block hashes [-> prefix session]
-            -> policy.decide(request, fleet view) -> RouterState.admit     (t_prefill_sent)
-            [PD: pd.run_prefill on P -> RouterState.prefill_done]          (t_prefill_done)
-            -> POST to the (decode) engine -> relay bytes; first event
-               with choices -> RouterState.first_token                     (t_first_token)
-            -> end of stream -> RouterState.finish -> record               (t_done)
+            -> policy.decide(request, fleet view)
+            [PD: RouterState.admit -> pd.run_prefill on P                  (t_prefill_sent)
+                 -> RouterState.prefill_done]                               (t_prefill_done)
+            -> POST to the (decode) engine [colocated: -> RouterState.admit] (t_prefill_sent)
+            -> relay bytes; first event with choices
+               -> RouterState.first_token                                   (t_first_token)
+            -> end of stream -> RouterState.finish -> record                (t_done)
+
+A colocated request is admitted just after it is written upstream, before the proxy waits for
+anything (`_Admission`): what the next decision sees is the same as if it were admitted first,
+and the request does not wait for the router's bookkeeping.
 
 Every exit path (client error, upstream error, client gone, timeout) goes through `finish`,
 so the in-flight accounting a policy sees never leaks a request.
@@ -34,7 +40,7 @@ import msgspec
 from agentic_kvc.cache.kv_events import ExactCacheView, KVEventSubscriber
 from agentic_kvc.metrics.prometheus import EngineMetrics
 from agentic_kvc.metrics.records import RequestRecord
-from agentic_kvc.policy.base import Decision, NoHealthyInstance, RequestView
+from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, RequestView
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
@@ -67,6 +73,54 @@ HOLD_HEADERS = "akvc.hold_headers"
 
 class _Retry(Exception):
     """The chosen engine refused the connection before the request reached it."""
+
+
+class _Admission:
+    """One routed request's entry into the router's state (`ProxyApp._admit`), made once.
+
+    A colocated request is admitted right after it is written upstream (`on_sent`, which the
+    upstream client calls before any wait, so no other request is routed in between and every
+    decision still sees all earlier ones): the bookkeeping then runs while the engine works
+    instead of delaying the request. A PD request is admitted before its prefill, which waits.
+    """
+
+    __slots__ = ("_app", "_ticket", "decision", "fleet", "rec", "request")
+
+    def __init__(
+        self,
+        app: ProxyApp,
+        request: RequestView,
+        decision: Decision,
+        fleet: FleetView,
+        rec: RequestRecord,
+    ) -> None:
+        self._app = app
+        self.request = request
+        self.decision = decision
+        self.fleet = fleet
+        self.rec = rec
+        self._ticket: Ticket | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self._ticket is not None
+
+    @property
+    def ticket(self) -> Ticket:
+        assert self._ticket is not None, "used before admission"
+        return self._ticket
+
+    @ticket.setter
+    def ticket(self, ticket: Ticket) -> None:
+        self._ticket = ticket
+
+    def on_sent(self) -> None:
+        """The request is on its way upstream (or about to wait for a connection): stamp it
+        and admit it."""
+        app, rec = self._app, self.rec
+        rec.t_prefill_sent = app.now()
+        app.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
+        self._ticket = app._admit(self.request, self.decision, self.fleet, rec)
 
 
 def error_body(message: str, kind: str, code: int) -> bytes:
@@ -446,31 +500,14 @@ class ProxyApp:
                 await self._reject(send, path, 503, rec.error, "service_unavailable")
                 return
             decision.policy = decision.policy or self.settings.policy
-            if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
-                # Asked before `admit`, which records the prompt in an estimated view. A view
-                # that holds nothing below HBM (engines without offloading: no event with a
-                # host or disk medium) would answer 0 and 0 after another walk of the prompt
-                # on every request; a policy that asked already has its answer cached.
-                below = getattr(fleet.cache, "holds_below_hbm", None)
-                if below is None or below():
-                    hits = fleet.tier_hits(request)[decision.prefill]
-                    rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
-                else:
-                    rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
-            ticket = self.state.admit(request, decision, self.now())
-            # Finished sessions first: the decode engine frees the last turn's KV to the head of
-            # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
-            ticket.release_first = self.settings.finish_first and request.last_turn is True
-            _fill_decision(rec, decision)
-            if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
-                rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
-            self.metrics.decision(decision.route_class, decision.reason)
+            admission = _Admission(self, request, decision, fleet, rec)
             try:
                 await self._execute(
-                    path, body, payload, stream, drop_usage, rec, ticket, receive, send
+                    path, body, payload, stream, drop_usage, rec, admission, receive, send
                 )
                 return
             except _Retry:
+                ticket = admission.ticket  # (the upstream client admits before it raises)
                 if retries == 0:
                     await self._fail(send, path, rec, ticket, 502, rec.error or "refused")
                     return
@@ -498,6 +535,31 @@ class ProxyApp:
         kind = "timeout" if status == 504 else "upstream_error"
         await self._reject(send, path, status, message, kind)
 
+    def _admit(
+        self, request: RequestView, decision: Decision, fleet: FleetView, rec: RequestRecord
+    ) -> Ticket:
+        """Enter a routed request in the router's state, its record and the decision metric."""
+        if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
+            # Asked before `admit`, which records the prompt in an estimated view. A view that
+            # holds nothing below HBM (engines without offloading: no event with a host or
+            # disk medium) would answer 0 and 0 after another walk of the prompt on every
+            # request; a policy that asked already has its answer cached.
+            below = getattr(fleet.cache, "holds_below_hbm", None)
+            if below is None or below():
+                hits = fleet.tier_hits(request)[decision.prefill]
+                rec.predicted_host_tokens, rec.predicted_disk_tokens = hits.host, hits.disk
+            else:
+                rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
+        ticket = self.state.admit(request, decision, self.now())
+        # Finished sessions first: the decode engine frees the last turn's KV to the head of
+        # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
+        ticket.release_first = self.settings.finish_first and request.last_turn is True
+        _fill_decision(rec, decision)
+        if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
+            rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
+        self.metrics.decision(decision.route_class, decision.reason)
+        return ticket
+
     def _engine_failed(self, e: EngineClient, exc: BaseException, where: str) -> str:
         kind = type(exc).__name__
         self.metrics.engine_error(e.index, kind)
@@ -512,16 +574,17 @@ class ProxyApp:
         stream: bool,
         drop_usage: bool,
         rec: RequestRecord,
-        ticket: Ticket,
+        admission: _Admission,
         receive: Receive,
         send: Send,
     ) -> None:
-        decision = ticket.decision
+        decision = admission.decision
         target = self.engines[decision.decode]
-        rec.t_prefill_sent = self.now()
-        self.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
         pd_done = False
+        release_first = self.settings.finish_first and admission.request.last_turn is True
         if decision.disaggregated:
+            admission.on_sent()  # before the prefill's wait, in which others are routed
+            ticket = admission.ticket
             prefill = self.engines[decision.prefill]
             peers = self.settings.kv_peers
             fallback: str | None = None
@@ -543,7 +606,7 @@ class ProxyApp:
                 fallback = f"prefill failed: {exc}"
             if fallback is not None:
                 # D can still do the whole request: run it colocated there, and say why.
-                ticket = self._colocate_on_decode(ticket, rec, fallback)
+                ticket = admission.ticket = self._colocate_on_decode(ticket, rec, fallback)
                 decision = ticket.decision
             else:
                 self.state.prefill_done(ticket, self.now())
@@ -554,33 +617,38 @@ class ProxyApp:
                 payload = _encode(_with_release_first(d_body) if ticket.release_first else d_body)
                 pd_done = True
         if not pd_done:  # colocated, or D alone after a failed prefill
-            if ticket.release_first:
+            if release_first:
                 payload = _encode(_with_release_first(body))
             elif payload is None:
                 payload = _encode(body)
         assert target.pool is not None
         up_headers = {"content-type": "application/json", "x-request-id": rec.request_id}
+        # Colocated: the request is admitted right after it is written, while the engine works.
+        on_sent = None if admission.admitted else admission.on_sent
         try:
             resp = await target.pool.request(
-                "POST", path, payload, up_headers, self.settings.upstream_timeout_s
+                "POST", path, payload, up_headers, self.settings.upstream_timeout_s, on_sent
             )
         except UpstreamRefused as exc:
+            ticket = admission.ticket
             rec.error = self._engine_failed(target, exc, "refused the connection")
             if pd_done or rec.pd_fallback:  # P did (or failed) its part: no second routing
                 await self._fail(send, path, rec, ticket, 502, rec.error)
                 return
             raise _Retry from exc
         except TimeoutError:
-            await self._fail(send, path, rec, ticket, 504, "upstream timed out")
+            await self._fail(send, path, rec, admission.ticket, 504, "upstream timed out")
             return
         except CONNECTION_ERRORS as exc:
             # No response byte reached the client yet (typically a pooled keep-alive connection
             # to an engine that just died), so another engine can take the request.
+            ticket = admission.ticket
             rec.error = self._engine_failed(target, exc, "dropped the request")
             if pd_done or rec.pd_fallback:
                 await self._fail(send, path, rec, ticket, 502, rec.error)
                 return
             raise _Retry from exc
+        ticket = admission.ticket
         prefill, decode = str(decision.prefill).encode(), str(decision.decode).encode()
         headers = [
             (b"content-type", resp.headers.get(b"content-type", JSON)),
@@ -619,16 +687,17 @@ class ProxyApp:
             return
         finally:
             resp.release()
+        headers.append((b"content-length", str(len(data)).encode()))
+        start = {"type": "http.response.start", "status": resp.status, "headers": headers}
+        await send(start | {HOLD_HEADERS: True})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        # The accounting after the answer is on its way: it does not delay the client.
         self.state.first_token(ticket)
         if resp.status == 200:
             with contextlib.suppress(msgspec.DecodeError, AttributeError):
                 _take_usage(rec, _decode(data).get("usage"))
         else:
             rec.error = f"upstream HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}"
-        headers.append((b"content-length", str(len(data)).encode()))
-        start = {"type": "http.response.start", "status": resp.status, "headers": headers}
-        await send(start | {HOLD_HEADERS: True})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
         self._done(path, rec, ticket, "ok" if resp.status == 200 else f"http_{resp.status}")
 
     async def _relay_stream(

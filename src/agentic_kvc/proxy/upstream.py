@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import ssl
+from collections.abc import Callable
 
 import httptools
 
@@ -330,8 +331,14 @@ class UpstreamPool:
         body: bytes = b"",
         headers: dict[str, str] | None = None,
         timeout_s: float | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> UpstreamResponse:
-        """Send one request; return once the response's status and headers are in."""
+        """Send one request; return once the response's status and headers are in.
+
+        `on_sent` is called once: right after the request is written to a pooled connection
+        (so the caller's bookkeeping runs while the engine works, not before it starts), or
+        before the first wait when a connection must be opened, and so always before this
+        returns or raises and before another task can run."""
         head = [f"{method} {path} HTTP/1.1\r\nhost: ".encode(), self._host_header]
         if body or method == "POST":
             head.append(b"\r\ncontent-length: " + str(len(body)).encode())
@@ -344,13 +351,21 @@ class UpstreamPool:
             loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s is not None else None
         for attempt in range(2):
-            conn = await self._checkout(deadline, fresh=attempt > 0)
+            conn = self._idle_connection() if attempt == 0 else None
+            if conn is None:
+                if on_sent is not None:
+                    on_sent()
+                    on_sent = None
+                conn = await self._connect(deadline)
             resp = UpstreamResponse(conn, loop)
             conn.resp = resp
             if deadline is not None:
                 resp._deadline = loop.call_at(deadline, resp._on_timeout)
             assert conn.transport is not None
             conn.transport.write(data)
+            if on_sent is not None:
+                on_sent()
+                on_sent = None
             try:
                 while not resp._headers_done:
                     await resp._wait()
@@ -385,13 +400,17 @@ class UpstreamPool:
         """GET a small document (metrics, health, models): (status, body)."""
         return await self.fetch("GET", path, timeout_s=timeout_s)
 
-    async def _checkout(self, deadline: float | None, fresh: bool = False) -> _Connection:
-        if self.closed:
-            raise UpstreamRefused(f"{self.url}: client closed")
-        while self._idle and not fresh:
+    def _idle_connection(self) -> _Connection | None:
+        """A pooled connection still open, or None (then `_connect` opens one)."""
+        while self._idle and not self.closed:
             conn = self._idle.pop()
             if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
                 return conn
+        return None
+
+    async def _connect(self, deadline: float | None) -> _Connection:
+        if self.closed:
+            raise UpstreamRefused(f"{self.url}: client closed")
         loop = asyncio.get_running_loop()
         timeout = self.connect_timeout_s
         if deadline is not None:
