@@ -717,9 +717,6 @@ class ProxyApp:
         start = {"type": "http.response.start", "status": 200, "headers": headers}
         held = resp.has_data()
         await send(start | {HOLD_HEADERS: True} if held else start)
-        # A client that goes away shows up as a message on receive(); the upstream stream is
-        # then closed, which makes vLLM abort the request instead of decoding for nobody.
-        client_gone = asyncio.ensure_future(receive())
         error: tuple[str, str, int] | None = None
         outcome = "ok"
         closed = False  # the client's response has ended
@@ -731,23 +728,35 @@ class ProxyApp:
             if not fut.cancelled() and not closed:
                 resp.abandon()
 
-        client_gone.add_done_callback(on_client_gone)
+        # A client that goes away shows up as a message on receive(); the upstream stream is
+        # then closed, which makes vLLM abort the request instead of decoding for nobody. The
+        # watch starts once the first bytes are out, when events are already in hand (a task's
+        # start is work the first bytes need not wait for), or before the first wait.
+        client_gone: asyncio.Future[Message] | None = None
         try:
-            while chunk := await resp.next_chunk():
+            while True:
+                if client_gone is None and not (held and resp.has_data()):
+                    client_gone = asyncio.ensure_future(receive())
+                    client_gone.add_done_callback(on_client_gone)
+                chunk = await resp.next_chunk()
+                if not chunk:
+                    break
                 out, first = tracker.feed(chunk)
-                if first:
+                if first:  # stamped at arrival; counted in the router's state once sent on
                     rec.t_first_token = self.now()
-                    self.state.first_token(ticket, rec.t_first_token)
                 if tracker.done:
                     # [DONE] ends the stream: end the client's response with it, rather than
                     # on one more wake-up when the engine's end of body arrives.
                     closed = True
                     await send({"type": "http.response.body", "body": out, "more_body": False})
-                    break
-                if out or held:  # (an empty body message writes a held head)
+                elif out or held:  # (an empty body message writes a held head)
                     held = False
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-                if client_gone.done():
+                if first:
+                    self.state.first_token(ticket, rec.t_first_token)
+                if closed:
+                    break
+                if client_gone is not None and client_gone.done():
                     outcome = "client_gone"
                     break
         except UpstreamAbandoned:
@@ -758,7 +767,8 @@ class ProxyApp:
             msg = self._engine_failed(self.engines[ticket.decision.decode], exc, "dropped")
             error = (msg, "upstream_error", 502)
         finally:
-            client_gone.cancel()
+            if client_gone is not None:
+                client_gone.cancel()
             if closed:
                 # Read the engine's end of body too, so its connection goes back to the pool.
                 with contextlib.suppress(*CONNECTION_ERRORS, TimeoutError):
