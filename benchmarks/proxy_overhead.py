@@ -374,6 +374,16 @@ def main() -> None:
                     total["vs_base_p50_ms"] = (np.percentile(ts, 50) - np.percentile(bs, 50)) * 1e3
                     total["vs_base_p50_ci95_ms"] = added_ci(ts, bs, 50, rng)
                     total["vs_base_p99_ci95_ms"] = added_ci(ts, bs, 99, rng)
+                if name.startswith("akvc:"):
+                    # The standing goal: no more added latency than vllm-router. Ours minus
+                    # each of its policies, same rounds: p50 with its interval.
+                    ts = [t for _f, t in lat[name][mode]]
+                    for peer in (t for t in lat if t.startswith("vllm-router:")):
+                        ps = [t for _f, t in lat[peer][mode]]
+                        total.setdefault("vs_peer_p50_ms", {})[peer] = {
+                            "diff": float(np.percentile(ts, 50) - np.percentile(ps, 50)) * 1e3,
+                            "ci95": added_ci(ts, ps, 50, rng),
+                        }
                 entry[mode] = total
                 if mode == "stream":
                     first["added_p50_ms"] = first["p50_ms"] - base_first["p50_ms"]
@@ -444,6 +454,8 @@ def main() -> None:
             )
     for name, entry in results.items():
         for mode in ("stream", "nonstream"):
+            for peer, d in entry[mode].get("vs_peer_p50_ms", {}).items():
+                print(f"{name} {mode} minus {peer}: p50 {d['diff']:+.3f} ms {d['ci95']}")
             if "vs_base_p50_ms" in entry[mode]:
                 s = entry[mode]
                 print(

@@ -98,7 +98,7 @@ _HEADERS = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)  # (timing is not its subject)
+@settings(max_examples=300)
 @given(body=_BODIES, headers=_HEADERS)
 def test_the_no_session_shortcut_answers_as_the_full_lookup(
     body: dict[str, object], headers: list[tuple[bytes, bytes]]
