@@ -84,7 +84,7 @@ class _Admission:
     instead of delaying the request. A PD request is admitted before its prefill, which waits.
     """
 
-    __slots__ = ("_app", "_ticket", "decision", "fleet", "rec", "request")
+    __slots__ = ("_app", "_ticket", "decision", "fleet", "rec", "release_first", "request")
 
     def __init__(
         self,
@@ -99,6 +99,9 @@ class _Admission:
         self.decision = decision
         self.fleet = fleet
         self.rec = rec
+        # Finished sessions first: the decode engine frees the last turn's KV to the head of
+        # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
+        self.release_first = app.settings.finish_first and request.last_turn is True
         self._ticket: Ticket | None = None
 
     @property
@@ -121,6 +124,7 @@ class _Admission:
         rec.t_prefill_sent = app.now()
         app.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
         self._ticket = app._admit(self.request, self.decision, self.fleet, rec)
+        self._ticket.release_first = self.release_first
 
 
 def error_body(message: str, kind: str, code: int) -> bytes:
@@ -551,9 +555,6 @@ class ProxyApp:
             else:
                 rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
         ticket = self.state.admit(request, decision, self.now())
-        # Finished sessions first: the decode engine frees the last turn's KV to the head of
-        # its free queue (serve/vllm_release_first.py); `finish` tells the estimated view.
-        ticket.release_first = self.settings.finish_first and request.last_turn is True
         _fill_decision(rec, decision)
         if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
             rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
@@ -581,7 +582,6 @@ class ProxyApp:
         decision = admission.decision
         target = self.engines[decision.decode]
         pd_done = False
-        release_first = self.settings.finish_first and admission.request.last_turn is True
         if decision.disaggregated:
             admission.on_sent()  # before the prefill's wait, in which others are routed
             ticket = admission.ticket
@@ -617,7 +617,7 @@ class ProxyApp:
                 payload = _encode(_with_release_first(d_body) if ticket.release_first else d_body)
                 pd_done = True
         if not pd_done:  # colocated, or D alone after a failed prefill
-            if release_first:
+            if admission.release_first:
                 payload = _encode(_with_release_first(body))
             elif payload is None:
                 payload = _encode(body)
