@@ -215,11 +215,17 @@ def added_ci(
 ) -> list[float]:
     """95% bootstrap interval (ms) of percentile q of `through` minus that of `direct`.
 
-    The engines' own tail makes a p99 difference noisy; the interval says how noisy."""
+    Request i of every target ran in round i, so rounds are resampled, the same ones for
+    both: a slow spell of the shared machine that hits a round hits both sides (until
+    2026-12-02 each side was resampled on its own, which left that shared noise in the
+    interval). The engines' own tail makes a p99 difference noisy; the interval says how
+    noisy."""
     a, b = np.asarray(through) * 1e3, np.asarray(direct) * 1e3
+    assert len(a) == len(b), "targets are measured in the same rounds"
     reps = 1000
-    qa = np.percentile(a[rng.integers(0, len(a), (reps, len(a)))], q, axis=1)
-    qb = np.percentile(b[rng.integers(0, len(b), (reps, len(b)))], q, axis=1)
+    rounds = rng.integers(0, len(a), (reps, len(a)))
+    qa = np.percentile(a[rounds], q, axis=1)
+    qb = np.percentile(b[rounds], q, axis=1)
     lo, hi = np.percentile(qa - qb, [2.5, 97.5])
     return [round(float(lo), 3), round(float(hi), 3)]
 
