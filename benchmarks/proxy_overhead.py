@@ -216,10 +216,9 @@ def added_ci(
     """95% bootstrap interval (ms) of percentile q of `through` minus that of `direct`.
 
     Request i of every target ran in round i, so rounds are resampled, the same ones for
-    both: a slow spell of the shared machine that hits a round hits both sides (until
-    2026-12-02 each side was resampled on its own, which left that shared noise in the
-    interval). The engines' own tail makes a p99 difference noisy; the interval says how
-    noisy."""
+    both: a slow spell of the shared machine that hits a round hits both sides and drops
+    out of the difference. The engines' own tail makes a p99 difference noisy; the interval
+    says how noisy."""
     a, b = np.asarray(through) * 1e3, np.asarray(direct) * 1e3
     assert len(a) == len(b), "targets are measured in the same rounds"
     reps = 1000

@@ -123,8 +123,7 @@ class _Admission:
         app, rec = self._app, self.rec
         rec.t_prefill_sent = app.now()
         app.metrics.overhead.observe(rec.t_prefill_sent - (rec.t_proxy_recv or 0.0))
-        self._ticket = app._admit(self.request, self.decision, self.fleet, rec)
-        self._ticket.release_first = self.release_first
+        self._ticket = app._admit(self)
 
 
 def error_body(message: str, kind: str, code: int) -> bytes:
@@ -539,10 +538,14 @@ class ProxyApp:
         kind = "timeout" if status == 504 else "upstream_error"
         await self._reject(send, path, status, message, kind)
 
-    def _admit(
-        self, request: RequestView, decision: Decision, fleet: FleetView, rec: RequestRecord
-    ) -> Ticket:
+    def _admit(self, admission: _Admission) -> Ticket:
         """Enter a routed request in the router's state, its record and the decision metric."""
+        request, decision, fleet, rec = (
+            admission.request,
+            admission.decision,
+            admission.fleet,
+            admission.rec,
+        )
         if fleet.knows_tiers:  # what the view expects from each tier below HBM (issue 30)
             # Asked before `admit`, which records the prompt in an estimated view. A view that
             # holds nothing below HBM (engines without offloading: no event with a host or
@@ -555,6 +558,7 @@ class ProxyApp:
             else:
                 rec.predicted_host_tokens = rec.predicted_disk_tokens = 0
         ticket = self.state.admit(request, decision, self.now())
+        ticket.release_first = admission.release_first
         _fill_decision(rec, decision)
         if decision.disaggregated:  # D's own prefix hit: what it need not pull from P
             rec.predicted_decode_cached_tokens = fleet.cached_tokens(request)[decision.decode]
