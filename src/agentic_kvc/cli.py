@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from agentic_kvc.config import load_config
+from agentic_kvc.config import ConfigError, load_config
 
 # Subcommands that live with their concepts, imported only when called: importing all of them
 # costs ~2 s (jsonschema alone ~1.5 s), paid by every `akvc run-batch` job of the pipeline.
@@ -106,6 +106,9 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     except WorkloadFormatError as exc:  # a bad row, found as the run reads its trace
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except ConfigError as exc:  # a field the run's setup refuses (e.g. a tier under a block)
+        click.echo(f"error: {config}: {exc}", err=True)
+        sys.exit(2)
     summary = run_dir / "summary.json"
     if summary.is_file():
         import json
@@ -161,7 +164,7 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
             click.echo(f"[{i + 1}/{len(configs)}] run {cfg.run_id()}", err=True)
             try:
                 click.echo(str(execute(cfg, results, log=lambda m: click.echo(m, err=True))))
-            except WorkloadFormatError as exc:  # the runs before it are complete and kept
+            except (WorkloadFormatError, ConfigError) as exc:  # the runs before it are kept
                 click.echo(f"error: spec {i + 1} {specs[i]!r}: {exc}", err=True)
                 sys.exit(2)
             if cfg.backend == "sim":

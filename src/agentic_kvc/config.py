@@ -225,7 +225,21 @@ class RunConfig(_Strict):
         # Imported here: the policy registry imports config types for its own params.
         from agentic_kvc.policy.registry import validate_policy
 
-        validate_policy(self.policy.name, self.policy.params)
+        params = validate_policy(self.policy.name, self.policy.params)
+        problem = params.fleet_problem(self.fleet.instances)
+        if problem:
+            raise ValueError(f"field 'policy.params': {problem}")
+        tiers = self.fleet.kv_tiers
+        if (
+            self.backend == "sim"
+            and tiers.enabled
+            and tiers.eviction == "retention"
+            and self.sim.kv_retention_ttl_s <= 0
+        ):
+            raise ValueError(
+                "field 'fleet.kv_tiers.eviction': 'retention' holds a paused session's blocks "
+                "for sim.kv_retention_ttl_s, which is 0; set it > 0 or use 'lru'"
+            )
         return self
 
     def canonical(self) -> dict[str, Any]:

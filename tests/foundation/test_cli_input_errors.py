@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from agentic_kvc.cli import main
+from agentic_kvc.config import load_config
 
 GOOD_ROW = {"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [0, 1, 2]}
 
@@ -236,3 +237,64 @@ def test_replay_refuses_an_out_folder_it_cannot_write_before_replaying(tmp_path:
     assert result.exit_code == 1
     _no_traceback(result)
     assert f"--out {blocker / 'out'}: cannot write there" in result.output
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["fleet.kv_tiers.host_gib=0.000001"], "field 'fleet.kv_tiers.host_gib': "),
+        (["fleet.kv_cache_tokens=3"], "field 'fleet.kv_cache_tokens': 3 tokens"),
+        (["fleet.hardware=h999"], "fields 'fleet.hardware'/'fleet.model': unknown GPU 'h999'"),
+    ],
+)
+def test_run_names_a_field_its_setup_refuses(
+    tmp_path: Path, base_config: dict[str, Any], overrides: list[str], says: str
+) -> None:
+    """Fields only the run's setup can judge (they need the hardware's profile): one line with
+    the config file and the field, exit status 2, the run left incomplete with the reason."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(base_config))
+    results = tmp_path / "results"
+    sets = [a for o in overrides for a in ("--set", o)]
+    result = CliRunner().invoke(main, ["run", str(path), *sets, "--results", str(results)])
+    assert result.exit_code == 2, result.output
+    _no_traceback(result)
+    assert f"error: {path}: {says}" in result.stderr
+    (run_dir,) = (results / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is False and says in manifest["error"]
+
+    bad = tmp_path / "bad.yaml"  # the same config as a file, second in a batch
+    bad.write_text(yaml.safe_dump(load_config(path, overrides).model_dump(mode="json")))
+    batch = _batch_good_then(tmp_path, base_config, bad, tmp_path / "batch")
+    assert batch.exit_code == 2, batch.output
+    _no_traceback(batch)
+    assert "spec 2" in batch.stderr and says in batch.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (
+            ["fleet.kv_tiers.host_gib=1", "fleet.kv_tiers.eviction=retention"],
+            "field 'fleet.kv_tiers.eviction': 'retention' holds",
+        ),
+        (
+            ["policy.name=static_pd", "policy.params={prefill: [0], decode: [7]}"],
+            "static_pd pool indices [7] out of range for a fleet of 3 instances",
+        ),
+    ],
+)
+def test_run_refuses_a_config_whose_fields_disagree_before_any_run(
+    tmp_path: Path, base_config: dict[str, Any], overrides: list[str], says: str
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(base_config))
+    results = tmp_path / "results"
+    sets = [a for o in overrides for a in ("--set", o)]
+    for extra in (["--print-id"], ["--results", str(results)]):
+        result = CliRunner().invoke(main, ["run", str(path), *sets, *extra])
+        assert result.exit_code == 2, result.output
+        _no_traceback(result)
+        assert f"error: {path}: invalid config" in result.stderr and says in result.stderr
+    assert not results.exists()

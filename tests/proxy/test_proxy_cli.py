@@ -109,3 +109,20 @@ def test_impossible_sizes_and_intervals_are_usage_errors(
     monkeypatch.setattr("agentic_kvc.proxy.server.run_proxy", served)
     r = CliRunner().invoke(proxy, ["--engine", A, "--port", "0", *args])
     assert r.exit_code == 2 and option in r.output and "Traceback" not in r.output
+
+
+def test_static_pd_pools_beyond_the_engines_are_refused_before_serving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the proxy served, and every request failed in the policy's decision."""
+
+    def served(_settings: object, log_level: str) -> None:
+        raise AssertionError("the proxy was started")
+
+    monkeypatch.setattr("agentic_kvc.proxy.server.run_proxy", served)
+    pools = ["--policy", "static_pd", "--param", "prefill=[0]", "--param", "decode=[2]"]
+    r = CliRunner().invoke(proxy, ["--engine", A, "--engine", B, *pools])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "static_pd pool indices [2] out of range for a fleet of 2 instances" in r.output
+    ok = _settings(monkeypatch, ["--engine", A, "--engine", B, "--engine", A, *pools])
+    assert ok.params == {"prefill": [0], "decode": [2]}

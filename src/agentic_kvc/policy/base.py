@@ -242,8 +242,19 @@ def _key(k: int) -> str:
     return str(k)
 
 
-class NoParams(BaseModel):
+class PolicyParams(BaseModel):
+    """Base of every policy's parameters: unknown keys are errors, not silent defaults."""
+
     model_config = ConfigDict(extra="forbid")
+
+    def fleet_problem(self, instances: int) -> str | None:
+        """Why these parameters cannot route over `instances` instances (None: they can).
+        A run config asks before its run starts; the policy asks again of the fleet it sees."""
+        return None
+
+
+class NoParams(PolicyParams):
+    pass
 
 
 class NoHealthyInstance(RuntimeError):

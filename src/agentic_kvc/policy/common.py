@@ -18,6 +18,7 @@ from agentic_kvc.policy.base import (
     InstanceView,
     NoHealthyInstance,
     Policy,
+    PolicyParams,
     RequestView,
     TierHits,
     colocating,
@@ -26,8 +27,8 @@ from agentic_kvc.policy.base import (
 RequestClass = Literal["WARM", "MEDIUM", "HEAVY"]
 
 
-class StrictParams(BaseModel):
-    """Base of every policy's parameters: unknown keys are errors, not silent defaults."""
+class StrictParams(PolicyParams):
+    """Parameters of a policy that has some; frozen, as a policy shares them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -47,6 +47,14 @@ class StaticPDParams(StrictParams):
                 raise ValueError(f"instances {sorted(both)} are in both pools")
         return self
 
+    def fleet_problem(self, instances: int) -> str | None:
+        if self.prefill is None or self.decode is None:
+            return None
+        bad = [i for i in self.prefill + self.decode if i >= instances]
+        if not bad:
+            return None
+        return f"static_pd pool indices {bad} out of range for a fleet of {instances} instances"
+
 
 @register
 class StaticPD(ColocatingPolicy):
@@ -58,12 +66,9 @@ class StaticPD(ColocatingPolicy):
         p: StaticPDParams = self.params  # type: ignore[assignment]
         n = len(fleet.instances)
         if p.prefill is not None and p.decode is not None:
-            bad = [i for i in p.prefill + p.decode if i >= n]
-            if bad:
-                raise ValueError(
-                    f"field 'policy.params': static_pd pool indices {bad} out of range for a "
-                    f"fleet of {n} instances"
-                )
+            problem = p.fleet_problem(n)
+            if problem:  # (the proxy's engines: a run config was refused before its run)
+                raise ValueError(f"field 'policy.params': {problem}")
             return list(p.prefill), list(p.decode), "params"
         pre = [i.index for i in fleet.instances if i.role == "prefill"]
         dec = [i.index for i in fleet.instances if i.role == "decode"]

@@ -256,7 +256,9 @@ def proxy(
 
     parsed = key_values(params, "--param")
     try:
-        validate_policy(policy, parsed)
+        problem = validate_policy(policy, parsed).fleet_problem(len(engines))
+        if problem:
+            raise ValueError(f"--param: {problem} (--engine given {len(engines)} times)")
         settings = ProxySettings(
             engines=list(engines),
             policy=policy,

@@ -30,7 +30,7 @@ from typing import Any
 from agentic_kvc.cache.prefix_index import ExactPrefixIndex
 from agentic_kvc.cache.tier_index import estimated_view
 from agentic_kvc.cache.tier_store import walk_stores_at_free
-from agentic_kvc.config import FleetConfig, KVTiersConfig, RunConfig
+from agentic_kvc.config import ConfigError, FleetConfig, KVTiersConfig, RunConfig
 from agentic_kvc.metrics.records import InstanceSample, RequestRecord
 from agentic_kvc.policy.base import NoHealthyInstance, RequestView, TierHits
 from agentic_kvc.policy.fleet import RouterState, Ticket
@@ -200,7 +200,7 @@ class SimFleet:
         capacity = fc.kv_cache_tokens or profile.kv_capacity_tokens
         self.num_blocks = capacity // self.bs
         if self.num_blocks < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"field 'fleet.kv_cache_tokens': {capacity} tokens is less than one block of "
                 f"{self.bs}"
             )
@@ -814,7 +814,7 @@ def _fleet_tiers(config: RunConfig, profile: EngineProfile, hbm_blocks: int) -> 
             cfg.disk_latency_s,
         ]
         if any(v is None for v in given):
-            raise ValueError(f"field 'fleet.kv_tiers': {exc}") from None
+            raise ConfigError(f"field 'fleet.kv_tiers': {exc}") from None
         links = TierLinks(*given, None, "fleet.kv_tiers")  # type: ignore[arg-type]
     return FleetTiers(
         cfg,

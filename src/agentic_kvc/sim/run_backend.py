@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.config import RunConfig
+from agentic_kvc.config import ConfigError, RunConfig
 from agentic_kvc.profiles import get_profile
 from agentic_kvc.profiles.cost import EngineProfile
 from agentic_kvc.run_backend import BackendResult
@@ -23,7 +23,7 @@ def profile_for(config: RunConfig) -> EngineProfile:
         n = fc.instances if fc.hardware.startswith("cpu") else 1
         return get_profile(fc.hardware, fc.model, fc.gpu_memory_utilization, n)
     except ValueError as exc:
-        raise ValueError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
+        raise ConfigError(f"fields 'fleet.hardware'/'fleet.model': {exc}") from None
 
 
 def seed_uses(config: RunConfig) -> list[str]:

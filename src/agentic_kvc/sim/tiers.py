@@ -42,7 +42,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agentic_kvc.cache.tier_store import Link, TierStore
-from agentic_kvc.config import KVTiersConfig
+from agentic_kvc.config import ConfigError, KVTiersConfig
 from agentic_kvc.profiles.hardware import TierLinks
 
 if TYPE_CHECKING:
@@ -163,12 +163,8 @@ class FleetTiers:
         """`lazy_walk_covers_pool`: a lazy tier stores every block when it is freed (vLLM's
         lazy walk is as long as the HBM pool, or the simulator's bound `free`), as well as at
         eviction; `store_after_allocations`: at the next scheduler step, after its allocations,
-        as vLLM's walk does (not the bound)."""
-        if cfg.eviction == "retention" and retention_ttl_s <= 0:
-            raise ValueError(
-                "field 'fleet.kv_tiers.eviction': 'retention' holds a paused session's blocks "
-                "for sim.kv_retention_ttl_s, which is 0; set it > 0 or use 'lru'"
-            )
+        as vLLM's walk does (not the bound). Retention with `retention_ttl_s` 0 holds nothing;
+        a run config refuses it (`RunConfig`)."""
         self.cfg = cfg
         self.retention = cfg.eviction == "retention"
         self.retention_ttl_s = retention_ttl_s
@@ -178,7 +174,7 @@ class FleetTiers:
         def blocks(gib: float, field: str) -> int:
             n = int(gib * GIB // block_bytes)
             if n < 1:
-                raise ValueError(
+                raise ConfigError(
                     f"field 'fleet.kv_tiers.{field}': {gib} GiB holds no KV block of "
                     f"{block_bytes} bytes ({block_size} tokens x {profile.kv_bytes_per_token})"
                 )
