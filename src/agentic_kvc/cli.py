@@ -89,6 +89,7 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     to the same directory, and any changed field to a new one.
     """
     from agentic_kvc.runs import execute
+    from agentic_kvc.serve.procs import ProcessError
     from agentic_kvc.workload.errors import WorkloadFormatError
     from agentic_kvc.workload.load import check_workload_source
 
@@ -109,6 +110,9 @@ def run_cmd(config: Path, overrides: tuple[str, ...], results: Path, print_id: b
     except ConfigError as exc:  # a field the run's setup refuses (e.g. a tier under a block)
         click.echo(f"error: {config}: {exc}", err=True)
         sys.exit(2)
+    except ProcessError as exc:  # a real server that would not start (names it, its log tail)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     summary = run_dir / "summary.json"
     if summary.is_file():
         import json
@@ -142,6 +146,7 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
     import json
 
     from agentic_kvc.runs import execute
+    from agentic_kvc.serve.procs import ProcessError
     from agentic_kvc.workload.errors import WorkloadFormatError
     from agentic_kvc.workload.load import check_workload_source
 
@@ -167,6 +172,9 @@ def run_batch_cmd(specs: tuple[str, ...], results: Path) -> None:
             except (WorkloadFormatError, ConfigError) as exc:  # the runs before it are kept
                 click.echo(f"error: spec {i + 1} {specs[i]!r}: {exc}", err=True)
                 sys.exit(2)
+            except ProcessError as exc:
+                click.echo(f"error: spec {i + 1} {specs[i]!r}: {exc}", err=True)
+                sys.exit(1)
             if cfg.backend == "sim":
                 from agentic_kvc.sim.run_backend import free_dropped_fleets
 

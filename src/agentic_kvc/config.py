@@ -125,6 +125,32 @@ class KVTiersConfig(_Strict):
     def enabled(self) -> bool:
         return self.host_gib > 0 or self.disk_gib > 0
 
+    def real_engine_problem(self) -> str | None:
+        """What real engines cannot do of these tiers (None: they can). vLLM 0.32's
+        SimpleCPUOffloadConnector keeps one LRU tier, host or disk, stored by its own walk;
+        `serve/kv_tier_flags.py` maps the rest to its flags."""
+        if not self.enabled:
+            return "fleet.kv_tiers has no tier on (host_gib and disk_gib are 0)"
+        if self.host_gib > 0 and self.disk_gib > 0:
+            return (
+                "fleet.kv_tiers: host_gib and disk_gib are both set; vLLM's "
+                "SimpleCPUOffloadConnector keeps one tier (host or disk) per instance on real "
+                "engines"
+            )
+        if self.eviction != "lru":
+            return f"fleet.kv_tiers.eviction {self.eviction!r}: real engines' tier is LRU only"
+        if self.lazy_store != "walk":
+            return (
+                f"fleet.kv_tiers.lazy_store {self.lazy_store!r} is a simulator-only model of "
+                "when the lazy store writes; real engines store as vLLM's walk does ('walk')"
+            )
+        if self.disk_gib > 0 and not self.disk_path:
+            return (
+                "fleet.kv_tiers.disk_gib > 0 needs fleet.kv_tiers.disk_path (a directory) on "
+                "real engines"
+            )
+        return None
+
 
 class FleetConfig(_Strict):
     instances: int = Field(2, ge=1, le=1024)
@@ -230,6 +256,9 @@ class RunConfig(_Strict):
         if problem:
             raise ValueError(f"field 'policy.params': {problem}")
         tiers = self.fleet.kv_tiers
+        problem = tiers.real_engine_problem() if tiers.enabled else None
+        if self.backend == "vllm" and problem:
+            raise ValueError(problem)
         if (
             self.backend == "sim"
             and tiers.enabled

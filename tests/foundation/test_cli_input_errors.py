@@ -298,3 +298,42 @@ def test_run_refuses_a_config_whose_fields_disagree_before_any_run(
         _no_traceback(result)
         assert f"error: {path}: invalid config" in result.stderr and says in result.stderr
     assert not results.exists()
+
+
+def _real_config(tmp_path: Path, base_config: dict[str, Any], model: Path, **tiers: Any) -> Path:
+    data = {
+        **base_config,
+        "backend": "vllm",
+        "fleet": {"instances": 1, "model": str(model), "block_size": 32, "kv_tiers": tiers},
+    }
+    path = tmp_path / "real.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_tier_real_engines_cannot_keep_is_refused_at_load(
+    tmp_path: Path, base_config: dict[str, Any]
+) -> None:
+    path = _real_config(tmp_path, base_config, tmp_path, host_gib=1, disk_gib=1)
+    result = CliRunner().invoke(main, ["run", str(path), "--print-id"])
+    assert result.exit_code == 2, result.output
+    _no_traceback(result)
+    assert "host_gib and disk_gib are both set" in result.stderr
+
+
+def test_a_real_fleet_that_cannot_start_is_one_line_and_an_incomplete_run(
+    tmp_path: Path, base_config: dict[str, Any], tiny_model: Path
+) -> None:
+    """The disk tier's folder cannot be made: refused before any engine starts."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = _real_config(tmp_path, base_config, tiny_model, disk_gib=1, disk_path=str(blocker))
+    results = tmp_path / "results"
+    result = CliRunner().invoke(main, ["run", str(path), "--results", str(results)])
+    assert result.exit_code == 1, result.output
+    _no_traceback(result)
+    assert "error: fleet.kv_tiers.disk_path" in result.stderr
+    assert "cannot be created" in result.stderr
+    (run_dir,) = (results / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is False and manifest["error"].startswith("LaunchError: ")

@@ -55,10 +55,7 @@ class KVTierConfigError(ValueError):
 def disk_file(tiers: KVTiersConfig, index: int) -> str:
     """The disk tier's file prefix for instance `index` (one file per instance)."""
     if not tiers.disk_path:
-        raise KVTierConfigError(
-            "fleet.kv_tiers.disk_gib > 0 needs fleet.kv_tiers.disk_path (a directory) on real "
-            "engines"
-        )
+        raise KVTierConfigError(tiers.real_engine_problem() or "fleet.kv_tiers.disk_path")
     return os.path.join(tiers.disk_path, f"akvc-kv-{index}")
 
 
@@ -83,22 +80,9 @@ def kv_tier_transfer_config(
     tiers: KVTiersConfig, index: int, device: str = "cpu"
 ) -> dict[str, Any]:
     """The `--kv-transfer-config` object of instance `index` for its KV tier."""
-    if not tiers.enabled:
-        raise KVTierConfigError("fleet.kv_tiers has no tier on (host_gib and disk_gib are 0)")
-    if tiers.host_gib > 0 and tiers.disk_gib > 0:
-        raise KVTierConfigError(
-            "fleet.kv_tiers: host_gib and disk_gib are both set; vLLM's SimpleCPUOffloadConnector "
-            "keeps one tier (host or disk) per instance on real engines"
-        )
-    if tiers.eviction != "lru":
-        raise KVTierConfigError(
-            f"fleet.kv_tiers.eviction {tiers.eviction!r}: real engines' tier is LRU only"
-        )
-    if tiers.lazy_store != "walk":
-        raise KVTierConfigError(
-            f"fleet.kv_tiers.lazy_store {tiers.lazy_store!r} is a simulator-only model of when "
-            "the lazy store writes; real engines store as vLLM's walk does ('walk')"
-        )
+    problem = tiers.real_engine_problem()  # (a run config was refused at load)
+    if problem:
+        raise KVTierConfigError(problem)
     extra: dict[str, Any] = {"lazy_offload": not tiers.write_through}
     if tiers.host_gib > 0:
         extra |= {"kv_offload_backend": "cpu", "cpu_bytes_to_use": int(tiers.host_gib * GIB)}
