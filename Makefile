@@ -62,6 +62,15 @@ $(STAMPS)/peers:
 
 peers: $(STAMPS)/peers  ## .venv-peers with vllm-router, aiperf, kvcache-simulator (benchmarks)
 
+# cffconvert checks CITATION.cff against the CFF schema (its test); it pins jsonschema < 4,
+# which the project's lock cannot take, so it too lives in a venv of its own (~10 s).
+CFFCONVERT := cffconvert==2.0.0
+$(STAMPS)/cff:
+	@mkdir -p $(STAMPS)
+	test -x .venv-cff/bin/python || $(PYTHON) -m venv .venv-cff
+	.venv-cff/bin/pip install -q $(CFFCONVERT)
+	touch $@
+
 # redis-server (the Debian package) for `akvc serve --redis` and its test, chromium for the
 # JupyterLab browser test (Playwright drives it; it never downloads a browser of its own).
 # Best effort: where there is no apt-get or no root it says so, and the test that needs it skips.
@@ -107,11 +116,11 @@ report: $(STAMPS)/model  ## run the default experiment set and regenerate REPORT
 	$(SNAKEMAKE) report
 
 # Markers (pyproject.toml): `vllm` starts real engines, `slow` takes over a minute.
-test: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
+test: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter $(STAMPS)/cff  ## what CI runs: everything but `slow` (includes quick real-vLLM tests)
 	# --durations: CI's log names the slowest tests, where its time goes when it grows.
 	$(BIN)/python -m pytest -m "not slow" --durations=25 $(PYTEST_ARGS)
 
-test-all: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter  ## every test, slow ones included
+test-all: $(STAMPS)/model $(STAMPS)/system $(STAMPS)/jupyter $(STAMPS)/cff  ## every test, slow ones included
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMPS)/jupyter  ## no real engines, nothing slow
