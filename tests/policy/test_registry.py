@@ -86,3 +86,31 @@ def test_receipt_scores_cover_every_instance_compared(name: str) -> None:
     )
     d = get_policy(name).decide(req(1000, session="fresh"), f)
     assert set(d.scores) == {0, 1, 3}, d.scores
+
+
+def test_a_policy_whose_params_cannot_judge_a_fleet_is_refused_at_registration() -> None:
+    """A run config asks every policy's parameters whether they fit the fleet
+    (`fleet_problem`), so a Params class outside PolicyParams would fail there instead."""
+    from pydantic import BaseModel
+
+    from agentic_kvc.policy.base import Policy
+    from agentic_kvc.policy.registry import register
+
+    class Loose(BaseModel):
+        x: int = 0
+
+    class LoosePolicy(Policy):
+        name = "loose_params_test"
+        Params = Loose  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match="PolicyParams"):
+        register(LoosePolicy)
+    assert "loose_params_test" not in list_policies()
+
+
+def test_every_registered_policy_answers_for_its_fleet() -> None:
+    for name, cls in list_policies().items():
+        assert cls.Params().fleet_problem(8) is None, name  # the defaults fit any fleet
+    pools = validate_policy("static_pd", {"prefill": [0, 1], "decode": [9]})
+    assert pools.fleet_problem(10) is None
+    assert "[9] out of range for a fleet of 8" in pools.fleet_problem(8)

@@ -265,7 +265,7 @@ class Policy(ABC):
     """Base class: subclasses set `name`, optionally `Params`, and implement `decide`."""
 
     name: ClassVar[str]
-    Params: ClassVar[type[BaseModel]] = NoParams
+    Params: ClassVar[type[PolicyParams]] = NoParams
     description: ClassVar[str] = ""
     # False: the policy never asks `fleet.cached_tokens*` (not even for its receipt), so a
     # backend may skip keeping the router's prefix index (the simulator then builds none;

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentic_kvc.policy.base import Policy
+from agentic_kvc.policy.base import Policy, PolicyParams
 
 # One module per policy; importing a module registers what it defines.
 POLICY_MODULES = (
@@ -39,6 +39,11 @@ _loaded = False
 def register(cls: type[Policy]) -> type[Policy]:
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"policy {cls.name!r} registered twice")
+    if not issubclass(cls.Params, PolicyParams):
+        raise TypeError(
+            f"policy {cls.name!r}: Params must subclass policy.base.PolicyParams "
+            f"(or policy.common.StrictParams), not {cls.Params.__name__}"
+        )
     _REGISTRY[cls.name] = cls
     return cls
 
