@@ -56,3 +56,48 @@ def test_a_fleet_with_a_kv_tier_gets_the_tier_view_in_the_estimated_view_only() 
     exact = _parsed(proxy_args_for(load_config(BASE, [*tiers, "policy.cache_view=exact"])))
     assert exact["tier_view"] is False  # the exact view reads the tier from KV events
     assert _parsed(proxy_args_for(load_config(BASE, [])))["tier_view"] is False
+
+
+def test_serve_with_a_config_starts_the_proxy_as_akvc_run_would(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Before: `akvc serve vllm --config X --proxy` took only the policy's name and parameters
+    from X, so an exact cache view, a tier view or a timeout in X was silently not applied."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from agentic_kvc.cli import main
+
+    data = {
+        "workload": {"generator": {}},
+        "fleet": {
+            "instances": 2,
+            "model": str(tiny_model),
+            "block_size": 32,
+            "kv_tiers": {"host_gib": 0.0625},
+        },
+        "policy": {"name": "predicted_ttft", "cache_view": "exact"},
+        "replay": {"request_timeout_s": 42},
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cmd = ["serve", "vllm", "--config", str(path), "--device", "cpu", "--dry-run"]
+    res = CliRunner().invoke(main, [*cmd, "--proxy"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    events = [a for s in out["specs"] for a in s["argv"] if a.startswith('{"enable_kv_cache')]
+    endpoints = [json.loads(e)["endpoint"] for e in events]
+    assert len(endpoints) == 2
+    want = proxy_args_for(load_config(data))
+    assert out["proxy_args"] == [*want, "--kv-events", endpoints[0], "--kv-events", endpoints[1]]
+    assert _parsed(out["proxy_args"])["cache_view"] == "exact"
+
+    data["policy"]["cache_view"] = "estimated"  # the tier modelled from the engines' flags
+    path.write_text(yaml.safe_dump(data))
+    out = json.loads(CliRunner().invoke(main, [*cmd, "--proxy"]).output)
+    assert _parsed(out["proxy_args"])["tier_view"] is True
+    assert not any(a.startswith('{"enable_kv_cache') for s in out["specs"] for a in s["argv"])
+    plain = json.loads(CliRunner().invoke(main, cmd).output)  # no proxy: no proxy flags
+    assert "proxy_args" not in plain

@@ -7,13 +7,16 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
 
 from agentic_kvc.cli_options import key_values
-from agentic_kvc.config import ConfigError, FleetConfig, load_config, load_yaml
+from agentic_kvc.config import ConfigError, FleetConfig, RunConfig, load_config, load_yaml
+
+if TYPE_CHECKING:
+    from agentic_kvc.serve.kv_transfer_flags import KVLaunch
 
 
 def _per_instance(items: tuple[str, ...], n: int) -> list[list[str]] | None:
@@ -55,7 +58,8 @@ def serve() -> None:
     "config_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Take fleet.* (and policy.* for --proxy) from this run config.",
+    help="Take fleet.* from this run config; with --proxy also policy.* and the proxy's "
+    "settings (cache view and its KV events, tier view, timeout), as `akvc run` sets them.",
 )
 @click.option(
     "--block-size", type=click.IntRange(min=1), default=None, help="KV block size [fleet default]."
@@ -114,9 +118,11 @@ def vllm_cmd(
     Values may use {index}, {port}, {core}, {gpu}. Prints each URL when all answer /health.
     """
     from agentic_kvc.serve.device import detect_device
+    from agentic_kvc.serve.kv_transfer_flags import may_disaggregate, warm_nixl_pairs
     from agentic_kvc.serve.launcher import CPU_BLOCK_MULTIPLE, LaunchError, VllmFleet, plan_fleet
     from agentic_kvc.serve.services import ProxyProcess, RedisServer, ServiceError
 
+    cfg: RunConfig | None = None
     fleet_cfg, policy_name, policy_params = FleetConfig(), "round_robin", {}
     if config_file is not None:
         try:
@@ -141,27 +147,35 @@ def vllm_cmd(
     }
     if block_size is None and config_file is None and detect_device(device) == "cpu":
         updates["block_size"] = CPU_BLOCK_MULTIPLE  # the fleet default (16) fails on CPU
-    try:
-        fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
-        plan = plan_fleet(
-            fleet_cfg,
-            device,
-            extra_args=list(vllm_args),
-            extra_env=key_values(env, "--env", as_yaml=False),
-            per_instance_args=_per_instance(instance_args, fleet_cfg.instances),
-        )
-    except (ValueError, LaunchError) as exc:
-        raise click.ClickException(str(exc)) from None
-    if dry_run:
-        click.echo(
-            json.dumps({"device": plan.device, "specs": [vars_of(s) for s in plan.specs]}, indent=2)
-        )
-        return
     policy_name = policy or policy_name
     policy_params = {
         **policy_params,
         **key_values(params, "--param"),
     }
+    try:
+        fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
+        per_args = _per_instance(instance_args, fleet_cfg.instances)
+        proxy_args, kv = (
+            _proxy_setup(cfg, fleet_cfg, policy_name, policy_params, device)
+            if with_proxy
+            else ([], None)
+        )
+        plan = plan_fleet(
+            fleet_cfg,
+            device,
+            extra_args=list(vllm_args),
+            extra_env=key_values(env, "--env", as_yaml=False),
+            per_instance_args=_joined(per_args, kv.args if kv else None),
+            per_instance_env=kv.env if kv else None,
+        )
+    except (ValueError, LaunchError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if dry_run:
+        out: dict[str, Any] = {"device": plan.device, "specs": [vars_of(s) for s in plan.specs]}
+        if with_proxy:
+            out["proxy_args"] = proxy_args
+        click.echo(json.dumps(out, indent=2))
+        return
     fleet = VllmFleet(plan, log_dir, startup_timeout)
     started: list[Any] = []
     try:
@@ -175,12 +189,15 @@ def vllm_cmd(
             click.echo(f"vllm[{i}] {url}  ({fleet.startup_s[i]} s)")
         desc: dict[str, Any] = {"fleet": fleet.describe()}
         if with_proxy:
+            if kv is not None and may_disaggregate(policy_name, policy_params):
+                warm_nixl_pairs(fleet.urls, fleet.model_name, [i.role for i in kv.instances])
             proxy = ProxyProcess(
                 fleet.urls,
                 policy_name,
                 log_dir,
                 policy_params,
                 log_dir / "proxy_records.jsonl",
+                extra_args=proxy_args,
                 cpus=plan.frontend_cores,  # off the workers' cores when there is a spare one
             )
             proxy.start()
@@ -214,6 +231,42 @@ def vllm_cmd(
         if left:
             click.echo(f"warning: processes still alive: {sorted(left)}", err=True)
             sys.exit(1)
+
+
+def _proxy_setup(
+    cfg: RunConfig | None,
+    fleet_cfg: FleetConfig,
+    policy: str,
+    params: dict[str, Any],
+    device: str,
+) -> tuple[list[str], KVLaunch | None]:
+    """The proxy's arguments and the engines' KV flags, as `akvc run` sets them up for the
+    same config (serve/run_backend.py): the config's cache view (KV events for the exact one),
+    the tier view when the fleet has a tier, roles, scrape interval and timeout; a NIXL
+    connector when the policy may split prefill from decode. Without a config: the proxy's
+    defaults, and the connector if the policy needs one."""
+    from agentic_kvc.serve.device import detect_device
+    from agentic_kvc.serve.kv_transfer_flags import kv_launch_for_run
+    from agentic_kvc.serve.run_backend import proxy_args_for
+
+    args: list[str] = []
+    cache_view = "estimated"
+    if cfg is not None:
+        cfg = cfg.model_copy(update={"fleet": fleet_cfg})
+        args, cache_view = proxy_args_for(cfg), cfg.policy.cache_view
+    kv = kv_launch_for_run(
+        policy, params, cache_view, fleet_cfg.instances, fleet_cfg.roles, detect_device(device)
+    )
+    for endpoint in kv.events_endpoints if kv else ():
+        args += ["--kv-events", endpoint]
+    return args, kv
+
+
+def _joined(a: list[list[str]] | None, b: list[list[str]] | None) -> list[list[str]] | None:
+    """Two per-instance argument lists as one (either may be None)."""
+    if a is None or b is None:
+        return a or b
+    return [x + y for x, y in zip(a, b, strict=True)]
 
 
 def vars_of(spec: Any) -> dict[str, Any]:
