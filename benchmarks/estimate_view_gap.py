@@ -36,7 +36,7 @@ from pause_aware import (
     run_in_cell,
 )  # a sibling script (benchmarks/ is on the path)
 
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.config import override_item
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.paired import paired_compare
 from agentic_kvc.runs import hardware_info

@@ -50,8 +50,7 @@ from typing import Any
 
 import polars as pl
 
-from agentic_kvc.analysis.experiments import override_item
-from agentic_kvc.config import load_config
+from agentic_kvc.config import load_config, override_item
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.paired import paired_compare, request_frame
 from agentic_kvc.runs import hardware_info

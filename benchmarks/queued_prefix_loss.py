@@ -25,8 +25,7 @@ from typing import Any
 
 from tiers_sweep import study  # a sibling script (benchmarks/ is on the path)
 
-from agentic_kvc.analysis.experiments import override_item
-from agentic_kvc.config import load_config
+from agentic_kvc.config import load_config, override_item
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.instruments.stats import mean_ci
 from agentic_kvc.io import atomic_write_json

@@ -26,7 +26,7 @@ import polars as pl
 from pause_aware import paired_frame, run_in_cell  # sibling scripts (benchmarks/ is on the path)
 from tiers_sweep import WINDOWS, study
 
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.config import override_item
 from agentic_kvc.io import atomic_write_json
 from agentic_kvc.paired import paired_compare
 from agentic_kvc.runs import hardware_info

@@ -58,9 +58,8 @@ from agentic_kvc.analysis.bench_summary.tiers import (
     against_exact_links,
     excludes_zero,
 )
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
-from agentic_kvc.config import load_config
+from agentic_kvc.config import load_config, override_item
 from agentic_kvc.profiles.hardware import tier_links
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

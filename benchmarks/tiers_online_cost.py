@@ -37,11 +37,10 @@ from typing import Any
 import polars as pl
 
 from agentic_kvc.analysis.bench_summary.tiers import worst_peer_of_today
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.analysis.studies.base import Section, StudyData
 from agentic_kvc.analysis.studies.common import online_fit_table
-from agentic_kvc.config import load_config
+from agentic_kvc.config import load_config, override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiers_opening_lifetime import TODAY, cells

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_kvc.analysis.bench_summary.tiers import worst_peer_of_today
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.config import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiers_sweep import WINDOWS, Rows, Run, Unit, cell_runs, ci_cell, per_host, study

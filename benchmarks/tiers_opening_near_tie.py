@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentic_kvc.analysis.bench_summary.tiers import worst_peer_of_today
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.config import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiers_opening_lifetime import TODAY, cells

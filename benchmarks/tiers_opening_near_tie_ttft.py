@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.analysis.experiments import override_item
+from agentic_kvc.config import override_item
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiers_agentic_seeds import deployments_part

@@ -38,8 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from agentic_kvc.analysis.experiments import override_item
-from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.config import RunConfig, load_config, override_item
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView
 from agentic_kvc.policy.predicted_ttft import PredictedTTFT
 from agentic_kvc.policy.registry import list_policies, register

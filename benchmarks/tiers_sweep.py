@@ -43,9 +43,8 @@ from typing import Any, Literal
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
-from agentic_kvc.config import load_config
+from agentic_kvc.config import load_config, override_item
 from agentic_kvc.runs import timing_conditions
 
 REPO = Path(__file__).resolve().parent.parent

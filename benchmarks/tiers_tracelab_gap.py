@@ -51,8 +51,8 @@ import numpy as np
 import polars as pl
 import yaml
 
-from agentic_kvc.analysis.experiments import expand_experiment, override_item
-from agentic_kvc.config import RunConfig, load_config
+from agentic_kvc.analysis.experiments import expand_experiment
+from agentic_kvc.config import RunConfig, load_config, override_item
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.paired import REQUEST_SCHEMA, PairedResult, paired_compare
 from agentic_kvc.policy.base import FleetView, InstanceView, RequestView

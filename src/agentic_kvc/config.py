@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -304,6 +305,12 @@ def run_id_of(canonical: dict[str, Any]) -> str:
     return hashlib.sha256(dumps_canonical(canonical).encode()).hexdigest()[:12]
 
 
+def override_item(key: str, value: Any) -> str:
+    """`--set` item for a value. JSON is valid YAML, so strings, numbers, lists and mappings
+    all come back as they were (`"8"` stays a string, `8` an int)."""
+    return f"{key}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a","b","c"], value parsed as YAML so numbers and lists work)."""
     if "=" not in item:
@@ -333,8 +340,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
-    lines = [f"{source}: invalid config"]
+def format_validation_error(source: str, exc: ValidationError, what: str = "config") -> str:
+    """A pydantic error as `SOURCE: invalid WHAT` and one `field 'a.b': message` line each."""
+    lines = [f"{source}: invalid {what}"]
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"]
@@ -372,6 +380,6 @@ def load_config(
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_error(name, exc)) from None
+        raise ConfigError(format_validation_error(name, exc)) from None
     except ValueError as exc:  # raised by validate_policy outside pydantic's wrapping
         raise ConfigError(f"{name}: {exc}") from None

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.analysis.studies import tiers
 from agentic_kvc.bench_scripts import load_benchmark
+from agentic_kvc.config import override_item
 from agentic_kvc.policy.predicted_ttft import PredictedTTFTParams
 
 bench = load_benchmark("tiers_online_cost")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from agentic_kvc.analysis.bench_summary.tiers import form_cells
-from agentic_kvc.analysis.experiments import override_item
 from agentic_kvc.bench_scripts import load_benchmark
+from agentic_kvc.config import override_item
 
 sweep = load_benchmark("tiers_sweep")
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agentic_kvc.analysis.experiments import Plan, expand, override_item, read_plan
-from agentic_kvc.config import ConfigError, load_config
+from agentic_kvc.analysis.experiments import Plan, expand, read_plan
+from agentic_kvc.config import ConfigError, load_config, override_item
 
 
 @pytest.fixture

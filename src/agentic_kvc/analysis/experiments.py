@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.config import ConfigError, RunConfig, load_config
+from agentic_kvc.config import ConfigError, RunConfig, load_config, override_item
 from agentic_kvc.runs import is_complete
 from agentic_kvc.workload.load import check_workload_source
 
@@ -150,12 +150,6 @@ class Plan:
 
 def read_plan(path: str | Path) -> Plan:
     return Plan.from_json(json.loads(Path(path).read_text()))
-
-
-def override_item(key: str, value: Any) -> str:
-    """`--set` item for a value. JSON is valid YAML, so strings, numbers, lists and mappings
-    all come back as they were (`"8"` stays a string, `8` an int)."""
-    return f"{key}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
 
 
 def _resources_for(cfg: RunConfig, requested: Mapping[str, int]) -> dict[str, int]:

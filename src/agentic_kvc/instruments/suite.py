@@ -9,9 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentic_kvc.config import RunConfig, load_config, load_yaml
+from agentic_kvc.config import (
+    RunConfig,
+    format_validation_error,
+    load_config,
+    load_yaml,
+    override_item,
+)
 from agentic_kvc.instruments.cache_error import run_cache_error
 from agentic_kvc.instruments.regret import RegretSettings, run_regret
 from agentic_kvc.instruments.routers import measures, run_routers
@@ -41,16 +47,27 @@ class RoutersSpec(_Strict):
 
 class SuiteSpec(_Strict):
     base: str
+    # `--set` items, or a mapping of dotted keys to values as an experiment's `set` is written
+    # in config/config.yaml.
     set: list[str] = Field(default_factory=list)
     policies: list[str]
     regret: RegretSpec | None = None
     cache_view: CacheViewSpec | None = None
     routers: RoutersSpec | None = None
 
+    @field_validator("set", mode="before")
+    @classmethod
+    def _items(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return [override_item(str(k), v) for k, v in value.items()]
+        return value
+
 
 def load_spec(path: Path) -> SuiteSpec:
     try:
         return SuiteSpec.model_validate(load_yaml(path.read_text()) or {})
+    except ValidationError as exc:
+        raise ValueError(format_validation_error(str(path), exc, "instruments spec")) from None
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
 
