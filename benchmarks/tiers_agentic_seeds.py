@@ -18,6 +18,8 @@ experiments, so the paired intervals are the study's):
   `tiers_agentic_hi` on 8 x H20 with 120 sessions at 0.2 sessions/s (the same load per
   instance, twice the fleet), and agentic-long with no Pareto tail (`tool_wait_tail_prob: 0`)
   at 0.1 sessions/s; five routers, host 0 and 128 GiB, seeds 0-4.
+- `--part subagents`: `tiers_agentic_hi` with 30% of turns spawning 1-4 subagents (the
+  agentic-subagents preset's share); five routers, host 0 and 128 GiB, seeds 0-4.
 - `--part deployments`: two deployments no issue names, set before any of their runs
   (docs/kv_tiers/study_followups.md, "Two deployments no issue names"): `tiers_agentic_hi`'s
   workload on 4 x H100 and on 4 x H20 serving Llama-3.1-8B (dense; 128 KiB of KV per token),
@@ -134,6 +136,16 @@ def heldout_part(n: int) -> list[dict[str, Any]]:
     ):
         out.append(derived(hi, name, variant, sets, n))
     return out
+
+
+def subagents_part(n: int) -> list[dict[str, Any]]:
+    """`tiers_agentic_hi` with sessions that spawn subagents (docs/kv_tiers/study_followups.md,
+    "Agentic sessions that spawn subagents"): the agentic-subagents preset's share of turns
+    that spawn them, the rest of the workload unchanged."""
+    hi = _experiments()["tiers_agentic_hi"]
+    variant = "held out: agentic-long with subagents (30% of turns spawn 1-4), 0.1 sessions/s"
+    sets = {"workload.generator.params.subagent_prob": 0.3}
+    return [derived(hi, "heldout_agentic_subagents", variant, sets, n)]
 
 
 # Llama-3.1-8B's context (131,072 tokens) less the generator's output cap (`output_max_tokens`,
@@ -342,7 +354,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=["seeds", "heldout", "deployments"])
+    ap.add_argument("--part", choices=["seeds", "heldout", "deployments", "subagents"])
     ap.add_argument("--results", type=Path)
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (11 / 5 / 11 by part)")
     ap.add_argument("--out", type=Path)
@@ -361,6 +373,8 @@ def main() -> int:
         exps, configured = seeds_part(args.seeds or 11)
     elif args.part == "heldout":
         exps, configured = heldout_part(args.seeds or 5), []
+    elif args.part == "subagents":
+        exps, configured = subagents_part(args.seeds or 5), []
     else:
         exps, configured = deployments_part(args.seeds or 11), []
     plan = expand(exps, REPO)
