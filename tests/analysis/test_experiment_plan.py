@@ -77,6 +77,11 @@ def test_disabled_tags_and_duplicates(root: Path) -> None:
     ]
     assert {r.experiment for r in expand(exps, root).runs} == {"a", "b"}
     assert {r.experiment for r in expand(exps, root, tags=["gpu"]).runs} == {"b"}
+    # A tag no experiment carries (a typo) is refused rather than selecting nothing.
+    with pytest.raises(
+        ConfigError, match=r"select_tags \['gpus'\]: no experiment.*\['gpu', 'sim'\]"
+    ):
+        expand(exps, root, tags=["gpu", "gpus"])
     with pytest.raises(ConfigError, match="defined twice"):
         expand([_exp(name="a"), _exp(name="a")], root)
 

@@ -308,8 +308,16 @@ def expand(
     archive: Path | None = None,
     tags: Iterable[str] | None = None,
 ) -> Plan:
-    """The plan for every enabled experiment (and, if `tags` is given, only those tagged so)."""
+    """The plan for every enabled experiment (and, if `tags` is given, only those tagged so).
+    A tag no experiment carries is refused (a typo would otherwise select nothing, silently)."""
+    experiments = list(experiments)
     wanted = set(tags or ())
+    known = {str(t) for exp in experiments for t in exp.get("tags") or ()}
+    if wanted - known:
+        raise ConfigError(
+            f"select_tags {sorted(wanted - known)}: no experiment carries "
+            f"{'it' if len(wanted - known) == 1 else 'them'}; tags in use: {sorted(known)}"
+        )
     plan = Plan()
     seen: set[str] = set()
     for exp in experiments:
