@@ -317,3 +317,16 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
     assert "| p50_us | 3.5 |" in (pipeline / "REPORT.md").read_text()
     final = _run_report(pipeline, calls)
     assert "Nothing to be done" in final.stdout + final.stderr
+
+
+def test_the_wider_tiers_router_set_runs_with_the_command_its_file_gives(pipeline: Path) -> None:
+    """config/tiers_full.yaml's header (and the tiers study's text) name the command that runs
+    it. Before: its target came after `--configfile`, which takes every path after it as a
+    config file, so Snakemake read the notebook as a config and refused it."""
+    header = (pipeline / "config" / "tiers_full.yaml").read_text().splitlines()
+    (cmd,) = [line for line in header if "snakemake" in line and line.startswith("#")]
+    args = cmd.split("snakemake", 1)[1].split()
+    out = snakemake(pipeline, "-n", *args)
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert "sim_batch_tiers_agentic_full" in said and "notebook" in said

@@ -319,8 +319,8 @@ def analyse(
         "plus the reloads it has routed there and not seen finish) and recomputes only what no "
         "tier holds. The best peer is picked per setup from the same runs it is compared on, "
         "which favours the peer. The wider router set (llm-d's two-scorer recipe, session "
-        "affinity with an idle TTL, llmd_weighted) runs with `snakemake --cores 1 --configfile "
-        "config/tiers_full.yaml results/notebooks/study_tiers.ipynb`."
+        "affinity with an idle TTL, llmd_weighted) runs with `snakemake --cores 1 "
+        "results/notebooks/study_tiers.ipynb --configfile config/tiers_full.yaml`."
     )
     real_answer = tiers_real.analyse_real(s, real_part, data) if real_part.height else ""
     s.answer = _joined(sim_answer, real_answer, bool(gains or ours))
