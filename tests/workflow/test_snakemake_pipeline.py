@@ -270,6 +270,15 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
         pytest.skip("papermill not installed next to this Python")
     (pipeline / "config" / "config.yaml").write_text(yaml.safe_dump(SMALL_CONFIG))
     (pipeline / "benchmarks" / "tiny.py").write_text(TINY_BENCH)
+    # The analysis code the notebooks and the report watch (ANALYSIS_CODE): the files of a
+    # checkout, so the copy gets them too (the installed package is what runs).
+    analysis = REPO / "src" / "agentic_kvc" / "analysis"
+    shutil.copytree(
+        analysis,
+        pipeline / "src/agentic_kvc/analysis",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy2(REPO / "src/agentic_kvc/paired.py", pipeline / "src/agentic_kvc/paired.py")
     calls = pipeline / "calls.txt"
     first = _run_report(pipeline, calls)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -317,6 +326,18 @@ def test_full_pipeline_reruns_nothing_and_regenerates_one_run(pipeline: Path) ->
     assert "| p50_us | 3.5 |" in (pipeline / "REPORT.md").read_text()
     final = _run_report(pipeline, calls)
     assert "Nothing to be done" in final.stdout + final.stderr
+
+    # An edited analysis module runs the notebooks again, not only the report's rendering
+    # (before: a study's changed text stayed out of its section until its notebook was forced).
+    module = pipeline / "src/agentic_kvc/analysis/studies/common.py"
+    module.write_text(module.read_text() + "# edited\n")  # (a touch alone is no change to it)
+    edited = snakemake(
+        pipeline, "-n", "--cores", "1", "report", "--config", f"akvc={sys.executable} {FAKE_AKVC}"
+    )
+    jobs = set(_jobs_run(edited))
+    assert {"notebook", "render_report"} <= jobs and not any(
+        j.startswith("sim_batch_") for j in jobs
+    )
 
 
 def test_the_wider_tiers_router_set_runs_with_the_command_its_file_gives(pipeline: Path) -> None:

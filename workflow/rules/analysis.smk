@@ -27,6 +27,7 @@ rule notebook:
         samples=lambda wildcards: runs_read_by(wildcards.notebook, "instances.jsonl"),
         # A section's own data (config notebook_inputs), e.g. a microbenchmark's summary.
         extra=lambda wildcards: config["notebook_inputs"].get(wildcards.notebook, []),
+        code=checkout_files([*ANALYSIS_CODE, "workflow/scripts/run_notebook.py"]),
     output:
         notebook=f"{RESULTS}/notebooks/{{notebook}}.ipynb",
         tables=directory(f"{RESULTS}/tables/{{notebook}}"),

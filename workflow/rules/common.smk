@@ -21,6 +21,18 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"config/config.yaml experiments: {exc}") from None
 
+def checkout_files(paths):
+    """Those of `paths` that exist: a workflow run against an installed package has no src/."""
+    return sorted(p for p in paths if Path(p).is_file())
+
+
+# The code that turns records into the report's sections and tables: an input of the notebooks
+# and of the report, so that an edit to an analysis module runs them again (Snakemake's code
+# trigger sees a rule's own code only; a study's text changed and its section did not).
+ANALYSIS_CODE = checkout_files(
+    [*(str(p) for p in Path("src/agentic_kvc/analysis").rglob("*.py")), "src/agentic_kvc/paired.py"]
+)
+
 # Runs this pipeline produces, and archived runs (read, never rerun) it reads instead.
 RUN_IDS = PLAN.to_run()
 ARCHIVED_IDS = [r for r in PLAN.run_ids() if r not in set(RUN_IDS)]

@@ -39,18 +39,8 @@ rule report:
 # images it published before and writes the current ones.
 REPORT_FIGURES = "report_figures"
 
-# The code that turns records into REPORT.md: inputs, so that an edit to an analysis or summary
-# module re-renders the report (Snakemake's code trigger sees the rule's own code only). Those
-# of a checkout only: a workflow run against an installed package has no src/ to watch.
-REPORT_CODE = sorted(
-    p
-    for p in [
-        *(str(p) for p in Path("src/agentic_kvc/analysis").rglob("*.py")),
-        "src/agentic_kvc/paired.py",
-        "workflow/scripts/render_report.py",
-    ]
-    if Path(p).is_file()
-)
+# The code that turns records into REPORT.md (ANALYSIS_CODE, common.smk) and its renderer.
+REPORT_CODE = checkout_files([*ANALYSIS_CODE, "workflow/scripts/render_report.py"])
 
 
 rule render_report:
