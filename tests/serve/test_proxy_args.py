@@ -101,3 +101,31 @@ def test_serve_with_a_config_starts_the_proxy_as_akvc_run_would(
     assert not any(a.startswith('{"enable_kv_cache') for s in out["specs"] for a in s["argv"])
     plain = json.loads(CliRunner().invoke(main, cmd).output)  # no proxy: no proxy flags
     assert "proxy_args" not in plain
+
+
+def test_serve_checks_the_proxys_policy_before_starting_engines(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Before: a policy the proxy would refuse (pools beyond the fleet, or a config's
+    parameters carried over to another `--policy`) failed only once the engines were up."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from agentic_kvc.cli import main
+
+    data = {
+        "workload": {"generator": {}},
+        "fleet": {"instances": 2, "model": str(tiny_model), "block_size": 32},
+        "policy": {"name": "static_pd", "params": {"prefill": [0], "decode": [1]}},
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cmd = ["serve", "vllm", "--config", str(path), "--device", "cpu", "--dry-run", "--proxy"]
+    other = CliRunner().invoke(main, [*cmd, "--policy", "round_robin"])
+    assert other.exit_code == 0, other.output  # static_pd's pools are not round_robin's
+    assert "proxy_args" in json.loads(other.output)
+    beyond = CliRunner().invoke(main, [*cmd, "--param", "decode=[5]"])
+    assert beyond.exit_code == 1 and "Traceback" not in beyond.output
+    assert "policy static_pd: static_pd pool indices [5] out of range" in beyond.output

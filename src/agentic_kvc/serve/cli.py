@@ -117,6 +117,7 @@ def vllm_cmd(
 
     Values may use {index}, {port}, {core}, {gpu}. Prints each URL when all answer /health.
     """
+    from agentic_kvc.policy.registry import validate_policy
     from agentic_kvc.serve.device import detect_device
     from agentic_kvc.serve.kv_transfer_flags import may_disaggregate, warm_nixl_pairs
     from agentic_kvc.serve.launcher import CPU_BLOCK_MULTIPLE, LaunchError, VllmFleet, plan_fleet
@@ -147,6 +148,8 @@ def vllm_cmd(
     }
     if block_size is None and config_file is None and detect_device(device) == "cpu":
         updates["block_size"] = CPU_BLOCK_MULTIPLE  # the fleet default (16) fails on CPU
+    if policy and policy != policy_name:
+        policy_params = {}  # the config's parameters are its own policy's
     policy_name = policy or policy_name
     policy_params = {
         **policy_params,
@@ -154,6 +157,10 @@ def vllm_cmd(
     }
     try:
         fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
+        if with_proxy:  # refused now, not by the proxy once the engines are up
+            problem = validate_policy(policy_name, policy_params).fleet_problem(fleet_cfg.instances)
+            if problem:
+                raise ValueError(f"policy {policy_name}: {problem}")
         per_args = _per_instance(instance_args, fleet_cfg.instances)
         proxy_args, kv = (
             _proxy_setup(cfg, fleet_cfg, policy_name, policy_params, device)
