@@ -252,10 +252,7 @@ class RunConfig(_Strict):
         # Imported here: the policy registry imports config types for its own params.
         from agentic_kvc.policy.registry import validate_policy
 
-        params = validate_policy(self.policy.name, self.policy.params)
-        problem = params.fleet_problem(self.fleet.instances)
-        if problem:
-            raise ValueError(f"field 'policy.params': {problem}")
+        validate_policy(self.policy.name, self.policy.params, self.fleet.instances)
         tiers = self.fleet.kv_tiers
         problem = tiers.real_engine_problem() if tiers.enabled else None
         if self.backend == "vllm" and problem:

@@ -128,4 +128,4 @@ def test_serve_checks_the_proxys_policy_before_starting_engines(
     assert "proxy_args" in json.loads(other.output)
     beyond = CliRunner().invoke(main, [*cmd, "--param", "decode=[5]"])
     assert beyond.exit_code == 1 and "Traceback" not in beyond.output
-    assert "policy static_pd: static_pd pool indices [5] out of range" in beyond.output
+    assert "--param: static_pd pool indices [5] out of range for a fleet of 2" in beyond.output

@@ -61,7 +61,14 @@ def list_policies() -> dict[str, type[Policy]]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def validate_policy(name: str, params: dict[str, Any]) -> Any:
+def validate_policy(
+    name: str,
+    params: dict[str, Any],
+    instances: int | None = None,
+    where: str = "field 'policy.params'",
+) -> Any:
+    """`params` validated for policy `name`; with `instances`, also refused when they cannot
+    route over a fleet that size (`PolicyParams.fleet_problem`; `where` names the input)."""
     _load()
     cls = _REGISTRY.get(name)
     if cls is None:
@@ -69,13 +76,17 @@ def validate_policy(name: str, params: dict[str, Any]) -> Any:
             f"field 'policy.name': unknown policy {name!r}; known: {sorted(_REGISTRY)}"
         )
     try:
-        return cls.Params.model_validate(params)
+        validated = cls.Params.model_validate(params)
     except ValidationError as exc:
         errs = "; ".join(
             f"field '{'.'.join(['policy.params', *map(str, e['loc'])])}': {e['msg']}"
             for e in exc.errors()
         )
         raise ValueError(errs) from None
+    problem = validated.fleet_problem(instances) if instances is not None else None
+    if problem:
+        raise ValueError(f"{where}: {problem}")
+    return validated
 
 
 def with_fleet_defaults(

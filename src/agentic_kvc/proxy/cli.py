@@ -256,9 +256,7 @@ def proxy(
 
     parsed = key_values(params, "--param")
     try:
-        problem = validate_policy(policy, parsed).fleet_problem(len(engines))
-        if problem:
-            raise ValueError(f"--param: {problem} (--engine given {len(engines)} times)")
+        validate_policy(policy, parsed, len(engines), "--param (one instance per --engine)")
         settings = ProxySettings(
             engines=list(engines),
             policy=policy,

@@ -158,9 +158,7 @@ def vllm_cmd(
     try:
         fleet_cfg = FleetConfig.model_validate({**fleet_cfg.model_dump(), **updates})
         if with_proxy:  # refused now, not by the proxy once the engines are up
-            problem = validate_policy(policy_name, policy_params).fleet_problem(fleet_cfg.instances)
-            if problem:
-                raise ValueError(f"policy {policy_name}: {problem}")
+            validate_policy(policy_name, policy_params, fleet_cfg.instances, "--param")
         per_args = _per_instance(instance_args, fleet_cfg.instances)
         proxy_args, kv = (
             _proxy_setup(cfg, fleet_cfg, policy_name, policy_params, device)
