@@ -9,6 +9,12 @@ line of the routing path runs and nothing else does. Each prompt length is measu
 session's next turn (the previous turn, `--new-tokens` shorter, is in the hasher's memo, as in
 an agentic session) and as a sessionless request hashed from scratch.
 
+`--chat-lengths` also measures chat requests (/v1/chat/completions with the tiny model's
+tokenizer and chat template, `--model-dir`), where the proxy renders and tokenizes the
+conversation: a session's next turn adds an assistant reply and a tool output of about
+`--new-tokens` tokens, with the token memo (`proxy/token_memo.py`: the previous turn's ids
+reused up to its generation prompt) and without it (`--token-memo-mib 0`), interleaved.
+
 `--cold` writes to a 64 MiB buffer before each measured request, which evicts the caches, as
 the engines, the client and the other processes sharing the proxy's core do between requests
 on a real machine. Measured 2026-11-30 (docs/proxy.md): a 32-token request costs 4-7x its hot
@@ -31,6 +37,7 @@ import argparse
 import asyncio
 import json
 import platform
+import random
 import statistics
 import sys
 import time
@@ -46,6 +53,7 @@ from agentic_kvc.runs import hardware_info, package_versions
 
 REPO = Path(__file__).resolve().parents[1]
 PATH = "/v1/completions"
+CHAT_PATH = "/v1/chat/completions"
 # The steps `--steps` times, in the order `_generate` takes them.
 STEPS = (
     "parse",
@@ -112,10 +120,19 @@ class StepTimer:
         self._saved = {}
 
 
-def make_app(policy: str, timer: StepTimer | None = None) -> ProxyApp:
+def make_app(
+    policy: str,
+    timer: StepTimer | None = None,
+    tokenizer: Path | None = None,
+    token_memo_mib: int = 256,
+) -> ProxyApp:
     # Engines are never contacted: startup() is not run and _execute is replaced below.
     settings = ProxySettings(
-        engines=["http://127.0.0.1:9", "http://127.0.0.1:10"], policy=policy, block_size=32
+        engines=["http://127.0.0.1:9", "http://127.0.0.1:10"],
+        policy=policy,
+        block_size=32,
+        tokenizer=tokenizer,
+        token_memo_mib=token_memo_mib,
     )
     app = ProxyApp(settings)
 
@@ -151,13 +168,14 @@ async def measure(
     session: str | None,
     cold: bool = False,
     timer: StepTimer | None = None,
+    path: str = PATH,
 ) -> float:
     """Send `bodies` in order as one session's turns; seconds taken by the last one (with
     the caches evicted just before it if `cold`; its steps timed into `timer`)."""
     headers = [(b"content-type", b"application/json")]
     if session is not None:
         headers.append((b"x-session-id", session.encode()))
-    scope = {"type": "http", "path": PATH, "method": "POST", "headers": headers}
+    scope = {"type": "http", "path": path, "method": "POST", "headers": headers}
 
     async def send(message: Any) -> None:
         return None
@@ -175,7 +193,7 @@ async def measure(
             return {"type": "http.request", "body": body, "more_body": False}
 
         t0 = time.perf_counter()
-        await app._generate(scope, receive, send, PATH)
+        await app._generate(scope, receive, send, path)
         dt = time.perf_counter() - t0
     if timer is not None:
         timer.on = False
@@ -185,6 +203,144 @@ async def measure(
 def body(tokens: int, first: int = 100_000) -> bytes:
     prompt = list(range(first, first + tokens))
     return json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16, "stream": True}).encode()
+
+
+# Words of a coding agent's conversation (code, paths, tool output), for chat contents.
+_WORDS = [
+    "def",
+    "return",
+    "self",
+    "import",
+    "from",
+    "class",
+    "if",
+    "else",
+    "for",
+    "in",
+    "while",
+    "try",
+    "except",
+    "raise",
+    "with",
+    "as",
+    "None",
+    "True",
+    "False",
+    "print(x)",
+    "len(items)",
+    "src/agentic_kvc/proxy/app.py",
+    "tests/test_app.py",
+    "line",
+    "42",
+    "Error:",
+    "Traceback",
+    "(most",
+    "recent",
+    "call",
+    "last):",
+    "File",
+    "assert",
+    "==",
+    "!=",
+    "+=",
+    "->",
+    "...",
+    "{}",
+    "[]",
+    "()",
+    "0",
+    "1",
+    "2",
+    "16",
+    "256",
+    "1024",
+    "0x7f",
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "bug",
+    "fix",
+    "test",
+    "passed",
+    "failed",
+    "ok",
+    "diff",
+    "--git",
+    "+++",
+    "---",
+    "@@",
+]
+
+
+def chat_turns(tokenizer: Any, tokens: int, new_tokens: int, seed: int) -> tuple[bytes, bytes]:
+    """(the previous turn's body, this turn's): a system prompt and user/assistant/tool
+    messages of about `new_tokens` tokens per turn, until the rendered chat has `tokens`;
+    this turn adds an assistant reply and a tool output to the previous one."""
+    rng = random.Random(seed)
+    per_word = 2.0  # tokens a word, about, with the tiny tokenizer (the loop checks)
+
+    def content(n_tokens: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(max(1, int(n_tokens / per_word))))
+
+    messages = [{"role": "system", "content": content(min(2000, tokens // 4))}]
+    half = max(1, new_tokens // 2)
+    while len(tokenizer.encode(tokenizer.render_chat(messages))) < tokens:
+        messages += [
+            {"role": "assistant", "content": content(half)},
+            {"role": "user", "content": content(half)},
+        ]
+    if len(messages) < 3:
+        messages += [
+            {"role": "assistant", "content": content(half)},
+            {"role": "user", "content": content(half)},
+        ]
+
+    def chat_body(msgs: list[dict[str, str]]) -> bytes:
+        return json.dumps(
+            {"model": "m", "messages": msgs, "max_tokens": 16, "stream": True}
+        ).encode()
+
+    return chat_body(messages[:-2]), chat_body(messages)
+
+
+def measure_chat(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
+    """Chat next turns, with the token memo and without it, interleaved by repeat."""
+    from agentic_kvc.proxy.prompt import PromptTokenizer
+
+    tokenizer = PromptTokenizer(args.model_dir, memo_mib=0)
+    policy = args.policies.split(",")[0]
+    for n in (int(x) for x in args.chat_lengths.split(",")):
+        previous, full = chat_turns(tokenizer, n, args.new_tokens, seed=n)
+        n_tokens = len(tokenizer.encode(tokenizer.render_chat(json.loads(full)["messages"])))
+        samples: dict[int, list[float]] = {256: [], 0: []}
+        apps = {mib: make_app(policy, None, args.model_dir, mib) for mib in samples}
+        for rep in range(args.chat_repeats + 1):  # the first is a warm-up
+            for mib, app in apps.items():
+                turns = [previous, full]
+                dt = asyncio.run(measure(app, turns, f"c{rep}", args.cold, None, CHAT_PATH))
+                if rep:
+                    samples[mib].append(dt * 1e3)
+        for mib, ms in samples.items():
+            ms.sort()
+            row = {
+                "policy": policy,
+                "prompt": "chat",
+                "prompt_tokens": n_tokens,
+                "mode": "session",
+                "token_memo": "on" if mib else "off",
+                "samples": len(ms),
+                "p50_ms": statistics.median(ms),
+                "p90_ms": ms[int(0.9 * (len(ms) - 1))],
+                "mean_ms": statistics.fmean(ms),
+            }
+            results.append(row)
+            print(
+                f"{policy:12} {n_tokens:>7} tokens chat, memo {row['token_memo']:3} "
+                f"p50 {row['p50_ms']:8.3f} ms p90 {row['p90_ms']:8.3f} ms",
+                file=sys.stderr,
+            )
 
 
 def main() -> None:
@@ -204,8 +360,20 @@ def main() -> None:
         action="store_true",
         help="also time each step of the path (median per step, in microseconds)",
     )
+    ap.add_argument(
+        "--chat-lengths",
+        default="2000,20000",
+        help="chat prompt tokens (rendered), measured with and without the token memo; '' for none",
+    )
+    ap.add_argument("--chat-repeats", type=int, default=10, help="measured chat turns per case")
+    ap.add_argument(
+        "--model-dir",
+        type=Path,
+        default=REPO / "models/tiny-qwen2",
+        help="tokenizer and chat template for the chat requests (`make model`)",
+    )
     args = ap.parse_args()
-    results = []
+    results: list[dict[str, Any]] = []
     for policy in args.policies.split(","):
         for n in (int(x) for x in args.lengths.split(",")):
             full = body(n)
@@ -236,6 +404,7 @@ def main() -> None:
                 ms = sorted(samples)
                 row = {
                     "policy": policy,
+                    "prompt": "token_ids",
                     "prompt_tokens": n,
                     "mode": mode,
                     "samples": len(ms),
@@ -259,6 +428,11 @@ def main() -> None:
                         + ", ".join(f"{k} {v:.1f}" for k, v in row["step_p50_us"].items()),
                         file=sys.stderr,
                     )
+    if args.chat_lengths:
+        if (args.model_dir / "tokenizer.json").is_file():
+            measure_chat(args, results)
+        else:
+            print(f"chat requests skipped: no tokenizer in {args.model_dir}", file=sys.stderr)
     report = {
         "benchmark": "proxy_request_path",
         "command": " ".join(["python", *sys.argv]),

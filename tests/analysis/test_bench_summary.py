@@ -379,6 +379,22 @@ def test_proxy_request_path_reports_ends_of_the_length_range(tmp_path: Path) -> 
     assert big.value == "10 / 11 ms"  # session / sessionless p50 at 100k tokens
 
 
+def test_proxy_request_path_reports_chat_turns_with_and_without_the_token_memo(
+    tmp_path: Path,
+) -> None:
+    doc = proxy_request_path()
+    doc["results"] += [
+        {"policy": "round_robin", "prompt": "chat", "prompt_tokens": 21_110, "mode": "session",
+         "token_memo": memo, "samples": 10, "p50_ms": p50}
+        for memo, p50 in (("on", 0.4), ("off", 12.0))
+    ]  # fmt: skip
+    rows = summarize(tmp_path, "proxy_request_path", doc)
+    assert len(rows) == 5  # the token-id rows are as without chat rows
+    chat = rows[-1]
+    assert chat.measure.startswith("chat, a session's next turn at 21,110 tokens")
+    assert chat.value == "0.4 / 12 ms"  # memo on / off
+
+
 def test_unknown_benchmark_gets_a_few_scalars_not_a_dump(tmp_path: Path) -> None:
     doc = {
         "benchmark": "lifecycle",

@@ -59,3 +59,22 @@ def _request(body: bytes) -> tuple:
         return None
 
     return scope, receive, send, bench.PATH
+
+
+def test_chat_turns_are_tokenized_through_the_memo(tiny_model) -> None:
+    """The chat part's next turn extends its previous one, and the app with the memo reuses
+    the previous turn's ids for it (the one without it tokenizes everything)."""
+    import json
+
+    from agentic_kvc.proxy.prompt import PromptTokenizer
+
+    tok = PromptTokenizer(tiny_model, memo_mib=0)
+    previous, full = bench.chat_turns(tok, 600, 100, seed=1)
+    before, after = json.loads(previous)["messages"], json.loads(full)["messages"]
+    assert after[:-2] == before and [m["role"] for m in after[-2:]] == ["assistant", "user"]
+    assert len(tok.encode(tok.render_chat(after))) >= 600
+    for mib in (256, 0):
+        app = bench.make_app("round_robin", None, tiny_model, mib)
+        asyncio.run(bench.measure(app, [previous, full], "c", path=bench.CHAT_PATH))
+        memo = app.tokenizer.memo
+        assert (memo.reused_tokens > 0) == (mib > 0)

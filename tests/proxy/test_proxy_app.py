@@ -305,6 +305,39 @@ def test_text_prompts_are_tokenized_with_the_model_tokenizer(make_proxy, tiny_mo
     assert recs[1]["input_tokens"] > n  # the chat template adds role markers
 
 
+@pytest.mark.parametrize("memo_mib", [256, 0])
+def test_chat_turns_hash_as_their_whole_encode(make_proxy, tiny_model, memo_mib) -> None:
+    """A chat session's turns, tokenized through the token memo or whole: the records' token
+    counts and the router's predicted prefix hits are those of the whole encode."""
+    from tokenizers import Tokenizer
+
+    proxy, client = make_proxy(policy="test_most_cached", tokenizer=tiny_model,
+                               token_memo_mib=memo_mib)  # fmt: skip
+    tok = proxy.app.tokenizer
+    whole = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+    messages = [{"role": "system", "content": "You fix bugs in Python code. " * 30}]
+    ids: list[list[int]] = []
+    for turn in range(3):
+        messages += [{"role": "user", "content": f"tool output {turn}: " + "x = 1\n" * 40}]
+        body = {"messages": messages, "max_tokens": 1}
+        r = client.post("/v1/chat/completions", json=body, headers={"x-session-id": "chat"})
+        assert r.status_code == 200, r.text
+        ids.append(whole.encode(tok.render_chat(messages), add_special_tokens=False).ids)
+        messages += [{"role": "assistant", "content": f"reply {turn}"}]
+    recs = _records(proxy)
+    bs = proxy.app.block_size
+    assert [r["input_tokens"] for r in recs] == [len(x) for x in ids]
+
+    def shared(a: list[int], b: list[int]) -> int:
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+        return bs * (min(n, len(b) - 1) // bs)
+
+    assert [r["predicted_cached_tokens"] for r in recs] == [
+        0, shared(ids[0], ids[1]), shared(ids[1], ids[2])
+    ]  # fmt: skip
+    assert (tok.memo.reused_tokens > 0) == (memo_mib > 0)
+
+
 def test_long_token_prompts_are_forwarded_intact_and_hashed(make_proxy, fakes: Fakes) -> None:
     # Bodies this large take the raw-prompt path (parse_request): the prompt is parsed into an
     # array for hashing and forwarded byte for byte, also when the proxy adds stream_options.

@@ -126,3 +126,18 @@ def test_static_pd_pools_beyond_the_engines_are_refused_before_serving(
     assert "static_pd pool indices [2] out of range for a fleet of 2 instances" in r.output
     ok = _settings(monkeypatch, ["--engine", A, "--engine", B, "--engine", A, *pools])
     assert ok.params == {"prefill": [0], "decode": [2]}
+
+
+def test_token_memo_budget_reaches_the_tokenizer(monkeypatch, tiny_model) -> None:
+    """`--token-memo-mib` defaults to the settings' default and sizes the tokenizer's memo;
+    0 turns it off."""
+    from agentic_kvc.proxy.app import ProxyApp
+
+    tok = str(tiny_model)
+    default = ProxySettings([A]).token_memo_mib
+    assert _settings(monkeypatch, ["--engine", A]).token_memo_mib == default
+    s = _settings(monkeypatch, ["--engine", A, "--tokenizer", tok, "--token-memo-mib", "3"])
+    memo = ProxyApp(s).tokenizer.memo  # type: ignore[union-attr]
+    assert memo.enabled and memo.budget_bytes == 3 << 20
+    s = _settings(monkeypatch, ["--engine", A, "--tokenizer", tok, "--token-memo-mib", "0"])
+    assert not ProxyApp(s).tokenizer.memo.enabled  # type: ignore[union-attr]

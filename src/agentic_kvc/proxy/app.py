@@ -223,7 +223,10 @@ class ProxyApp:
             )
         # A policy fitting its cost model online watches the streams (profiles/online.py).
         self.state.observer = getattr(self.policy, "stream_observer", None)
-        self.tokenizer = PromptTokenizer.find(settings.tokenizer) if settings.tokenizer else None
+        memo = settings.token_memo_mib
+        self.tokenizer = (
+            PromptTokenizer.find(settings.tokenizer, memo_mib=memo) if settings.tokenizer else None
+        )
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
         self.metrics = ProxyMetrics(settings.policy, self.state, self.engines)
@@ -282,7 +285,8 @@ class ProxyApp:
             data = {}
         e.model_id, e.model_root = data.get("id"), data.get("root")
         if self.tokenizer is None:
-            self.tokenizer = PromptTokenizer.find(e.model_root, e.model_id)
+            memo = self.settings.token_memo_mib
+            self.tokenizer = PromptTokenizer.find(e.model_root, e.model_id, memo_mib=memo)
             if self.tokenizer is not None:
                 log.info("tokenizer for text prompts: %s", self.tokenizer.path)
 

@@ -166,6 +166,15 @@ def _peer(text: str) -> dict[str, str]:
     "path from /v1/models, if it is a local directory).",
 )
 @click.option(
+    "--token-memo-mib",
+    default=256,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Memory for the token ids of recent chat and text prompts: a conversation's next "
+    "turn reuses its last turn's ids up to a special token and tokenizes only what it adds "
+    "(exact; docs/proxy.md). 0 tokenizes every prompt whole.",
+)
+@click.option(
     "--block-size",
     type=click.IntRange(min=1),
     default=None,
@@ -236,6 +245,7 @@ def proxy(
     upstream_timeout: float,
     connect_timeout: float,
     tokenizer: Path | None,
+    token_memo_mib: int,
     block_size: int | None,
     roles: tuple[str, ...],
     no_retry: bool,
@@ -275,6 +285,7 @@ def proxy(
             upstream_timeout_s=upstream_timeout,
             connect_timeout_s=connect_timeout,
             tokenizer=tokenizer,
+            token_memo_mib=token_memo_mib,
             block_size=block_size,
             roles=list(roles) or None,  # type: ignore[arg-type]
             retry_refused=not no_retry,

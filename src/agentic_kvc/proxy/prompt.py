@@ -11,6 +11,7 @@ proxy still routes, but text prompts get a length estimate and no block hashes.
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
+
+from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB, PrefixTokenMemo
+
+log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4  # rough length estimate when no tokenizer is available
 RAW_PROMPT_MIN_BYTES = 4096  # below this a plain decode is as fast
@@ -78,11 +83,19 @@ def _int_list(text: bytes) -> np.ndarray | None:
 
 
 class PromptTokenizer:
-    def __init__(self, model_dir: Path) -> None:
+    """The model's tokenizer and chat template. A conversation's next turn is tokenized from
+    where it leaves its last turn's text (`token_memo.PrefixTokenMemo`, `memo_mib` MiB)."""
+
+    def __init__(self, model_dir: Path, memo_mib: int = DEFAULT_BUDGET_MIB) -> None:
         from tokenizers import Tokenizer
 
         self.path = model_dir
         self._tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.memo = PrefixTokenMemo(self._tok, memo_mib)
+        if memo_mib and not self.memo.enabled:
+            log.info(
+                "tokenizer %s: every prompt tokenized whole (%s)", model_dir, self.memo.off_reason
+            )
         self._template = None
         cfg_path = model_dir / "tokenizer_config.json"
         if cfg_path.is_file():
@@ -98,7 +111,9 @@ class PromptTokenizer:
                 }
 
     @classmethod
-    def find(cls, *candidates: str | Path | None) -> PromptTokenizer | None:
+    def find(
+        cls, *candidates: str | Path | None, memo_mib: int = DEFAULT_BUDGET_MIB
+    ) -> PromptTokenizer | None:
         """The first candidate that is a local directory holding a tokenizer.json."""
         for cand in candidates:
             if cand is None:
@@ -107,12 +122,13 @@ class PromptTokenizer:
             if path.is_file() and path.name == "tokenizer.json":
                 path = path.parent
             if (path / "tokenizer.json").is_file():
-                return cls(path)
+                return cls(path, memo_mib)
         return None
 
-    def encode(self, text: str) -> list[int]:
-        # Special tokens in a rendered chat template must map to their ids, not be split.
-        return self._tok.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str) -> np.ndarray:
+        # Special tokens in a rendered chat template map to their ids (the memo encodes
+        # without adding any), as the engine's own rendering does.
+        return self.memo.encode(text)
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
         if self._template is None:

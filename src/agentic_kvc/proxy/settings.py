@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentic_kvc.policy.base import Role
+from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB
 from agentic_kvc.proxy.upstream import DEFAULT_MAX_IDLE
 
 
@@ -30,6 +31,8 @@ class ProxySettings:
     # Idle keep-alive connections kept per engine after a burst (busy ones are not capped).
     max_idle_connections: int = DEFAULT_MAX_IDLE
     tokenizer: Path | None = None  # dir or tokenizer.json; default: the engine's model dir
+    # MiB for the token ids of recent chat/text prompts, reused by the next turn (token_memo.py).
+    token_memo_mib: int = DEFAULT_BUDGET_MIB
     block_size: int | None = None  # router hashing block size; default: the engine's
     roles: list[Role] | None = None  # per engine; default all "combined"
     retry_refused: bool = True  # a refused connection is retried once on another engine

@@ -128,9 +128,16 @@ def _proxy_overhead(doc: dict[str, Any]) -> list[Fig]:
 @summariser("proxy_request_path", "the proxy's own CPU time per request, by prompt length")
 def _proxy_request_path(doc: dict[str, Any]) -> list[Fig]:
     cells: dict[tuple[str, int], dict[str, float]] = {}
+    chat: dict[int, dict[str, float]] = {}  # rendered tokens -> token memo on/off -> p50
     for row in field_at(doc, "results"):
+        p50 = float(field_at(row, "p50_ms"))
+        if row.get("prompt") == "chat":
+            chat.setdefault(int(field_at(row, "prompt_tokens")), {})[
+                str(field_at(row, "token_memo"))
+            ] = p50
+            continue
         key = (str(field_at(row, "policy")), int(field_at(row, "prompt_tokens")))
-        cells.setdefault(key, {})[str(field_at(row, "mode"))] = float(field_at(row, "p50_ms"))
+        cells.setdefault(key, {})[str(field_at(row, "mode"))] = p50
     out = []
     for policy in sorted({p for p, _ in cells}):
         lengths = sorted(n for p, n in cells if p == policy)
@@ -142,4 +149,8 @@ def _proxy_request_path(doc: dict[str, Any]) -> list[Fig]:
             out.append(
                 Fig(f"{policy}: p50 at {n:,} tokens (session turn / sessionless)", value + " ms")
             )
+    for n, memo in sorted(chat.items()):
+        value = " / ".join(num(memo[m]) if m in memo else "-" for m in ("on", "off"))
+        label = f"chat, a session's next turn at {n:,} tokens: p50 (token memo on / off)"
+        out.append(Fig(label, value + " ms"))
     return out
