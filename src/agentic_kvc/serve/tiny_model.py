@@ -16,6 +16,11 @@ from pathlib import Path
 from agentic_kvc.profiles.tiny_model import MAX_POSITIONS, VOCAB_SIZE, model_config
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Qwen2's pre-tokenizer split (its tokenizer.json; transformers' Qwen2 tokenizer).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # ChatML, as Qwen2 uses; enough for /v1/chat/completions to render prompts.
 CHAT_TEMPLATE = (
@@ -53,7 +58,7 @@ def _corpus(seed: int = 0, lines: int = 40_000) -> Iterator[str]:
 
 def build_tiny_model(out_dir: Path, force: bool = False) -> Path:
     """Write config.json, tokenizer.json, tokenizer_config.json, generation_config.json."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     out_dir = Path(out_dir)
     done = out_dir / "config.json"
@@ -73,6 +78,19 @@ def build_tiny_model(out_dir: Path, force: bool = False) -> Path:
     tok.train_from_iterator(_corpus(), trainer=trainer)
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} tokens, expected {VOCAB_SIZE}")
+    # The engine's text pipeline, written into the file. transformers (5.x, which vLLM loads
+    # tokenizers with) reads a `qwen2` model's tokenizer as Qwen2's: NFC, then Qwen2's split
+    # (each digit alone, among others) before the byte-level step, whatever tokenizer.json
+    # says; the vocabulary and merges are the file's. Saying the same here keeps every other
+    # reader of tokenizer.json (the proxy's tokenizer) on the engine's ids: with the plain
+    # byte-level split the proxy read " 1" as one token where the engine reads two.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.save(str(out_dir / "tokenizer.json"))
 
     tok_cfg = {
