@@ -166,6 +166,36 @@ def test_chat_token_ids_are_the_engines(fleet, tiny_model) -> None:
     assert tok.memo.reused_tokens > 0  # later turns came through the memo
 
 
+def test_a_chat_session_gets_the_prefix_hits_the_router_predicts(fleet, tmp_path) -> None:
+    """A chat agent's session through the proxy (text, rendered and tokenized by the proxy
+    as the engine does, later turns through the token memo): the router's predicted prefix
+    hit of each turn is the engine's own (its usage), and the session keeps its instance."""
+    messages: list[dict] = [{"role": "system", "content": "You fix bugs. " * 60}]
+    with ProxyProcess(fleet.urls, "unified", tmp_path, records=tmp_path / "p.jsonl") as proxy:
+        for turn in range(3):
+            messages.append({"role": "user", "content": f"tool output {turn}: x = {turn}\n" * 25})
+            body = {
+                "model": fleet.model_name,
+                "messages": messages,
+                "max_tokens": 8,
+                "stream": turn != 1,
+            }
+            r = httpx.post(
+                proxy.url + "/v1/chat/completions",
+                json=body,
+                headers={"x-session-id": "chat-real"},
+                timeout=120,
+            )
+            assert r.status_code == 200, r.text
+            messages.append({"role": "assistant", "content": f"patched line {turn}"})
+    recs = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["turn"] for r in recs] == [0, 1, 2] and all(not r.get("error") for r in recs)
+    assert len({r["prefill_instance"] for r in recs}) == 1
+    predicted = [r["predicted_cached_tokens"] for r in recs]
+    assert predicted[1] > 0 and predicted[2] > predicted[1]
+    assert [r["cached_tokens"] for r in recs] == predicted
+
+
 def _engine(url: str) -> tuple[float, float]:
     """(requests running, generation tokens so far) from an engine's /metrics."""
     m = parse_vllm_metrics(httpx.get(url + "/metrics", timeout=30).text)
