@@ -134,3 +134,11 @@ def test_plan_notes_a_lazy_walk_shorter_than_the_pool(tiny_model: Path) -> None:
     assert not any("lazy KV offload" in n for n in plan_fleet(eager, device="cpu").notes)
     by_memory = short.model_copy(update={"kv_cache_tokens": None})
     assert "a pool sized by GPU memory" in (lazy_walk_note(by_memory) or "")
+
+
+def test_a_disk_file_without_a_directory_says_which_field() -> None:
+    from agentic_kvc.serve.kv_tier_flags import disk_file
+
+    with pytest.raises(KVTierConfigError, match=r"fleet\.kv_tiers\.disk_path is empty"):
+        disk_file(KVTiersConfig(disk_gib=1.0), 0)
+    assert disk_file(KVTiersConfig(disk_gib=1.0, disk_path="/tmp/kv"), 2) == "/tmp/kv/akvc-kv-2"

@@ -55,7 +55,9 @@ class KVTierConfigError(ValueError):
 def disk_file(tiers: KVTiersConfig, index: int) -> str:
     """The disk tier's file prefix for instance `index` (one file per instance)."""
     if not tiers.disk_path:
-        raise KVTierConfigError(tiers.real_engine_problem() or "fleet.kv_tiers.disk_path")
+        raise KVTierConfigError(
+            "fleet.kv_tiers.disk_path is empty: a disk tier on real engines needs a directory"
+        )
     return os.path.join(tiers.disk_path, f"akvc-kv-{index}")
 
 
