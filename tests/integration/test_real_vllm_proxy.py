@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -190,6 +191,75 @@ def test_a_chat_session_gets_the_prefix_hits_the_router_predicts(fleet, tmp_path
             messages.append({"role": "assistant", "content": f"patched line {turn}"})
     recs = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["turn"] for r in recs] == [0, 1, 2] and all(not r.get("error") for r in recs)
+    assert len({r["prefill_instance"] for r in recs}) == 1
+    predicted = [r["predicted_cached_tokens"] for r in recs]
+    assert predicted[1] > 0 and predicted[2] > predicted[1]
+    assert [r["cached_tokens"] for r in recs] == predicted
+
+
+def _messages_events(text: str) -> list[tuple[str, Any]]:
+    """(event name, its data without ids) of a Messages API stream."""
+    out = []
+    for event in text.strip().split("\n\n"):
+        name, data = event.split("\n", 1)
+        obj = json.loads(data.removeprefix("data: "))
+        obj.get("message", {}).pop("id", None)
+        out.append((name.removeprefix("event: "), obj))
+    return out
+
+
+def test_claude_code_messages_through_the_proxy(fleet, tmp_path) -> None:
+    """`POST /v1/messages` (the Anthropic Messages API Claude Code speaks; vLLM serves it):
+    relayed event for event as the engine writes it, the session from Claude Code's header,
+    the prompt's token count the engine's own (count_tokens, relayed too), and each turn's
+    prefix hit (`cache_read_input_tokens`) the one the router predicted."""
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=00;"},
+        {"type": "text", "text": "You are a coding agent. " * 30},
+    ]
+    messages: list[dict] = []
+    head = {"x-claude-code-session-id": "cc-1"}
+    counts, direct_counts = [], []
+    with ProxyProcess(fleet.urls, "unified", tmp_path, records=tmp_path / "m.jsonl") as proxy:
+        for turn in range(3):
+            system[0]["text"] = f"x-anthropic-billing-header: cc_version=2.1; cch={turn:02};"
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"t{turn}", "content": "x = 1\n" * 30},
+                {"type": "text", "text": f"step {turn}"}]} if turn else
+                {"role": "user", "content": "fix the bug in a.py " * 10})  # fmt: skip
+            # (No `tools`: the engine would want a tool-call parser; tests/proxy/test_anthropic.py)
+            body = {"model": fleet.model_name, "max_tokens": 6, "temperature": 0, "system": system,
+                    "messages": messages, "stream": turn != 1}  # fmt: skip
+            count = {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}
+            c = httpx.post(proxy.url + "/v1/messages/count_tokens", json=count, timeout=60)
+            assert c.status_code == 200, c.text
+            counts.append(c.json()["input_tokens"])
+            direct = httpx.post(fleet.urls[0] + "/v1/messages/count_tokens", json=count, timeout=60)
+            direct_counts.append(direct.json()["input_tokens"])
+            r = httpx.post(proxy.url + "/v1/messages", json=body, headers=head, timeout=120)
+            assert r.status_code == 200, r.text
+            if body["stream"]:
+                events = _messages_events(r.text)
+                assert events[0][0] == "message_start" and events[-1][0] == "message_stop"
+                if turn == 0:  # the same request straight to each engine: the same events
+                    for url in fleet.urls:
+                        d = httpx.post(url + "/v1/messages", json=body, timeout=120)
+                        got = _messages_events(d.text)
+                        assert [n for n, _ in got] == [n for n, _ in events]
+                        deltas = [e for n, e in got if n == "content_block_delta"]
+                        assert deltas == [e for n, e in events if n == "content_block_delta"]
+            else:
+                assert r.json()["type"] == "message"
+            messages.append({"role": "assistant", "content": [
+                {"type": "text", "text": f"reading {turn}"},
+                {"type": "tool_use", "id": f"t{turn + 1}", "name": "Read",
+                 "input": {"path": "a.py"}}]})  # fmt: skip
+    assert counts == direct_counts
+    recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["turn"] for r in recs] == [0, 1, 2] and all(not r.get("error") for r in recs)
+    assert {r["session_source"] for r in recs} == {"header:x-claude-code-session-id"}
+    assert [r["input_tokens"] for r in recs] == counts  # the engine's own count
+    assert all(r["output_tokens"] == 6 for r in recs)
     assert len({r["prefill_instance"] for r in recs}) == 1
     predicted = [r["predicted_cached_tokens"] for r in recs]
     assert predicted[1] > 0 and predicted[2] > predicted[1]

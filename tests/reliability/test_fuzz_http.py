@@ -37,6 +37,11 @@ class TolerantFake(FakeVLLM):
             body = {**body, "stream_options": None}
         await super()._generate(path, body, send)
 
+    async def _messages(self, body, send):  # type: ignore[no-untyped-def]
+        if not isinstance(body.get("max_tokens"), int) or not 0 < body["max_tokens"] <= 8:
+            body = {**body, "max_tokens": 8}
+        await super()._messages(body, send)
+
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyThread]:

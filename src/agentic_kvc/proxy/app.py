@@ -4,14 +4,15 @@ A raw ASGI callable rather than a framework app: the request path is a handful o
 a framework's request objects, middleware stack and per-response task groups would add tens
 to hundreds of microseconds per request, which is the budget this proxy is measured against.
 
-Life of a generation request (`/v1/completions`, `/v1/chat/completions`):
+Life of a generation request (`/v1/completions`, `/v1/chat/completions`, and `/v1/messages`,
+the Anthropic Messages API, read as the chat request vLLM makes of it: anthropic.py):
 
     receive -> parse JSON -> session id -> prompt token ids -> block hashes [-> prefix session]
             -> policy.decide(request, fleet view)
             [PD: RouterState.admit -> pd.run_prefill on P                  (t_prefill_sent)
                  -> RouterState.prefill_done]                               (t_prefill_done)
             -> POST to the (decode) engine [colocated: -> RouterState.admit] (t_prefill_sent)
-            -> relay bytes; first event with choices
+            -> relay bytes; first event with choices (Messages API: first delta)
                -> RouterState.first_token                                   (t_first_token)
             -> end of stream -> RouterState.finish -> record                (t_done)
 
@@ -44,6 +45,8 @@ from agentic_kvc.policy.base import Decision, FleetView, NoHealthyInstance, Requ
 from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
+from agentic_kvc.proxy.anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH
+from agentic_kvc.proxy.anthropic import take_usage as messages_usage
 from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher, with_engine_tier
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
@@ -59,7 +62,7 @@ from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, Upstr
 log = logging.getLogger("agentic_kvc.proxy")
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on GPUs; replaced by the engine's cache_config_info
-GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions"])
+GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions", MESSAGES_PATH])
 JSON = b"application/json"
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
@@ -131,7 +134,10 @@ def error_body(message: str, kind: str, code: int) -> bytes:
     return _encode({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
-def _sse_error(message: str, kind: str, code: int) -> bytes:
+def _sse_error(message: str, kind: str, code: int, messages_api: bool = False) -> bytes:
+    if messages_api:  # the Messages API's error event
+        err = _encode({"type": "error", "error": {"type": kind, "message": message}})
+        return b"event: error\ndata: " + err + b"\n\n"
     return b"data: " + error_body(message, kind, code) + b"\n\ndata: [DONE]\n\n"
 
 
@@ -383,6 +389,8 @@ class ProxyApp:
                 await _respond(send, 200, self.metrics.render(), b"text/plain; version=0.0.4")
             elif method == "GET" and path == "/v1/models":
                 await self._models(send)
+            elif method == "POST" and path == COUNT_TOKENS_PATH:
+                await self._count_tokens(receive, send)
             elif method == "GET" and path == "/openapi.json":
                 await _respond(send, 200, _encode(OPENAPI))
             else:
@@ -413,6 +421,27 @@ class ProxyApp:
                 self._set_health(e, False, f"/v1/models: {type(exc).__name__}")
                 continue
             await _respond(send, status, raw)
+            return
+        await _respond(send, 503, error_body("no healthy engine", "service_unavailable", 503))
+
+    async def _count_tokens(self, receive: Receive, send: Send) -> None:
+        """The Messages API's token count, from the first healthy engine (nothing routed)."""
+        raw = await _read_body(receive)
+        headers = {"content-type": "application/json"}
+        for e in self.engines:
+            if not e.healthy or e.pool is None:
+                continue
+            try:
+                resp = await e.pool.request(
+                    "POST", COUNT_TOKENS_PATH, raw, headers, self.settings.connect_timeout_s
+                )
+                try:
+                    data = await resp.read()
+                finally:
+                    resp.release()
+            except (*CONNECTION_ERRORS, TimeoutError, UpstreamRefused):
+                continue
+            await _respond(send, resp.status, data)
             return
         await _respond(send, 503, error_body("no healthy engine", "service_unavailable", 503))
 
@@ -448,7 +477,7 @@ class ProxyApp:
             await self._reject(send, path, 400, f"cannot read the prompt: {exc}")
             return
         if n_input == 0:
-            need = "messages" if path.endswith("chat/completions") else "prompt"
+            need = "prompt" if path == "/v1/completions" else "messages"
             await self._reject(send, path, 400, f"request has no usable '{need}'")
             return
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
@@ -458,7 +487,7 @@ class ProxyApp:
         stream = body.get("stream") is True
         payload: bytes | None = raw
         drop_usage = False
-        if stream:
+        if stream and path != MESSAGES_PATH:  # (the Messages API's stream has usage)
             opts = body.get("stream_options")
             if opts is not None and not isinstance(opts, dict):  # found by fuzzing: was a 500
                 await self._reject(send, path, 400, "stream_options must be an object")
@@ -588,8 +617,14 @@ class ProxyApp:
         send: Send,
     ) -> None:
         decision = admission.decision
-        target = self.engines[decision.decode]
         pd_done = False
+        if decision.disaggregated and path == MESSAGES_PATH:
+            # vLLM's Messages API answer carries no KV transfer parameters for a decode leg.
+            admission.on_sent()
+            why = "the Messages API has no prefill/decode split here"
+            admission.ticket = self._colocate_on_decode(admission.ticket, rec, why)
+            decision = admission.ticket.decision
+        target = self.engines[decision.decode]
         if decision.disaggregated:
             admission.on_sent()  # before the prefill's wait, in which others are routed
             ticket = admission.ticket
@@ -719,7 +754,7 @@ class ProxyApp:
         receive: Receive,
         send: Send,
     ) -> None:
-        tracker = StreamTracker(drop_usage_event=drop_usage)
+        tracker = StreamTracker(drop_usage_event=drop_usage, messages_api=path == MESSAGES_PATH)
         # The head goes out with the first events when they are already here (one write);
         # otherwise at once, so a client sees the response begin while the engine works.
         start = {"type": "http.response.start", "status": 200, "headers": headers}
@@ -790,9 +825,8 @@ class ProxyApp:
         elif error is not None:
             rec.error = error[0]
             outcome = error[1]
-            await send(
-                {"type": "http.response.body", "body": _sse_error(*error), "more_body": True}
-            )
+            err = _sse_error(*error, messages_api=path == MESSAGES_PATH)
+            await send({"type": "http.response.body", "body": err, "more_body": True})
         elif not tracker.done:
             rec.error = "upstream stream ended without [DONE]"
             outcome = "truncated"
@@ -876,8 +910,16 @@ def _pd_accounting(rec: RequestRecord) -> None:
 
 def _take_usage(rec: RequestRecord, usage: Any) -> None:
     """Output and cached tokens from an OpenAI usage object (cached needs vLLM's
-    `--enable-prompt-tokens-details`; without it the field is absent and stays 0)."""
+    `--enable-prompt-tokens-details`; without it the field is absent and stays 0), or from a
+    Messages API one (`output_tokens`, `cache_read_input_tokens`)."""
     if not isinstance(usage, dict):
+        return
+    if "output_tokens" in usage and "completion_tokens" not in usage:
+        out, hit = messages_usage(usage)
+        if out is not None:
+            rec.output_tokens = out
+        if hit is not None:
+            rec.cached_tokens = hit
         return
     out = usage.get("completion_tokens")
     if isinstance(out, int):

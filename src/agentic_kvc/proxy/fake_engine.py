@@ -56,14 +56,22 @@ class FakeVLLM:
         elif path == "/v1/models":
             body = {"object": "list", "data": [{"id": self.model, "root": self.model}]}
             await _reply(send, 200, json.dumps(body).encode())
-        elif path in ("/v1/completions", "/v1/chat/completions"):
+        elif path in ("/v1/completions", "/v1/chat/completions", "/v1/messages") or (
+            path == "/v1/messages/count_tokens"
+        ):
             raw = b""
             more = True
             while more:
                 msg = await receive()
                 raw += msg.get("body", b"")
                 more = msg.get("more_body", False)
-            await self._generate(path, json.loads(raw), send)
+            if path == "/v1/messages":
+                await self._messages(json.loads(raw), send)
+            elif path == "/v1/messages/count_tokens":
+                n_in = len(json.dumps(json.loads(raw).get("messages"))) // 4
+                await _reply(send, 200, json.dumps({"input_tokens": n_in}).encode())
+            else:
+                await self._generate(path, json.loads(raw), send)
         else:
             await _reply(send, 404, b'{"error":"not found"}')
 
@@ -161,6 +169,36 @@ class FakeVLLM:
             if delay and 0 < i < n_content:
                 await asyncio.sleep(delay)
             await send({"type": "http.response.body", "body": ev, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _messages(self, body: dict[str, Any], send: Send) -> None:
+        """The Messages API, as vLLM answers it (a few events; usage in message_start and
+        message_delta; no prefix cache: `cache_read_input_tokens` 0)."""
+        self.requests.append(body)
+        n_in = len(json.dumps(body.get("messages"))) // 4
+        n_out = int(body.get("max_tokens") or 16)
+        usage = {"input_tokens": n_in, "output_tokens": n_out, "cache_read_input_tokens": 0}
+        msg = {"id": f"msg-fake-{n_in}", "type": "message", "role": "assistant",
+               "model": self.model}  # fmt: skip
+        if not body.get("stream"):
+            content = [{"type": "text", "text": " tok" * n_out}]
+            out = {**msg, "content": content, "stop_reason": "max_tokens", "usage": usage}
+            await _reply(send, 200, json.dumps(out).encode())
+            return
+        start = {**msg, "content": [], "usage": {"input_tokens": n_in, "output_tokens": 0}}
+        events = [("message_start", {"type": "message_start", "message": start})]
+        for _ in range(n_out):
+            delta = {"type": "text_delta", "text": " tok"}
+            events.append(("content_block_delta", {"type": "content_block_delta",
+                                                   "delta": delta, "index": 0}))  # fmt: skip
+        stop = {"stop_reason": "max_tokens"}
+        events.append(("message_delta", {"type": "message_delta", "delta": stop, "usage": usage}))
+        events.append(("message_stop", {"type": "message_stop"}))
+        head = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        for name, obj in events:
+            ev = f"event: {name}\ndata: {json.dumps(obj, separators=(',', ':'))}\n\n"
+            await send({"type": "http.response.body", "body": ev.encode(), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def metrics_text(self) -> str:

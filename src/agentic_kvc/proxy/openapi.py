@@ -103,6 +103,9 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         "/v1/completions": _generate("Text completion, routed by the policy", "prompt", _PROMPT),
         "/v1/chat/completions": _generate("Chat completion, routed", "messages", _MESSAGES),
+        "/v1/messages": _generate(
+            "Anthropic Messages API (Claude Code), routed; vLLM serves it", "messages", _MESSAGES
+        ),
         "/v1/models": {
             "get": {
                 "summary": "The engines' models",

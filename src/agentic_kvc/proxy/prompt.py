@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from agentic_kvc.proxy.anthropic import MESSAGES_PATH, chat_request
 from agentic_kvc.proxy.chat_render import compile_template, engine_messages, render
 from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB, PrefixTokenMemo
 
@@ -155,6 +156,9 @@ def prompt_tokens(
     completions prompt (a list of prompts) is routed as a whole by its first prompt; its token
     count is the sum over the batch.
     """
+    if path == MESSAGES_PATH:  # the Messages API: rendered as the chat request vLLM makes
+        body = chat_request(body)
+        path = "/v1/chat/completions"
     if path.endswith("/chat/completions"):
         messages = body.get("messages")
         if not isinstance(messages, list):

@@ -13,6 +13,10 @@ engine's bytes. Only a few events are parsed:
 
 Forwarding whole events also means an aborted stream always ends on an event boundary, so the
 proxy's final error event is never glued to half an engine chunk.
+
+The Messages API's stream (`messages_api`; `event: <name>` then `data: {...}`) is read by event
+name: the first `content_block_delta` is the first token, `message_start` and `message_delta`
+carry usage, `message_stop` ends it, `error` is the engine's error.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ _decode = msgspec.json.Decoder().decode
 @dataclass(slots=True)
 class StreamTracker:
     drop_usage_event: bool = False
+    messages_api: bool = False
     buffer: bytes = b""
     first_token_seen: bool = False
     content_events: int = 0
@@ -65,6 +70,8 @@ class StreamTracker:
         payload = _payload(event)
         if payload is None:
             return True, False
+        if self.messages_api:
+            return self._inspect_messages_api(event, payload)
         if payload == b"[DONE]":
             self.done = True
             return True, False
@@ -94,9 +101,39 @@ class StreamTracker:
         self.content_events += 1
         return True, False
 
+    def _inspect_messages_api(self, event: bytes, payload: bytes) -> tuple[bool, bool]:
+        name = event[6 : event.find(b"\n")].strip() if event.startswith(b"event:") else b""
+        if name == b"content_block_delta":
+            self.content_events += 1
+            first = not self.first_token_seen
+            self.first_token_seen = True
+            return True, first
+        if name == b"message_stop":
+            self.done = True
+        elif name in (b"message_start", b"message_delta", b"error"):
+            try:
+                obj = _decode(payload)
+            except msgspec.DecodeError:
+                return True, False
+            if not isinstance(obj, dict):
+                return True, False
+            if name == b"error":
+                err = obj.get("error")
+                self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+                return True, False
+            holder = obj.get("message") if name == b"message_start" else obj
+            usage = holder.get("usage") if isinstance(holder, dict) else None
+            if isinstance(usage, dict):  # message_delta's counts replace message_start's
+                self.usage = {**(self.usage or {}), **usage}
+        return True, False
+
 
 def _payload(event: bytes) -> bytes | None:
-    """The data of a single-line `data: ...` event, or None for comments and other fields."""
-    if not event.startswith(b"data:"):
+    """The data of a `data: ...` event (after an `event:` line, if any), or None for comments
+    and other fields."""
+    if event.startswith(b"data:"):
+        return event[5:].strip()
+    at = event.find(b"\ndata:")
+    if at < 0:
         return None
-    return event[5:].strip()
+    return event[at + 6 :].strip()
