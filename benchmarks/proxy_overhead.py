@@ -14,6 +14,10 @@ per target and mode: p50/p99 of the whole request (to the end of the stream) and
 to the first streamed event, and the added p50/p99 = target minus direct. Throughput: the
 same requests at concurrency 64 (aiohttp), per target and mode.
 
+`--chat-tokens N` sends a chat request instead (`/v1/chat/completions`, a fixed conversation of
+about N prompt tokens as the engine counts them), which the proxy renders and tokenizes
+(docs/proxy.md, "Chat prompts") and vllm-router's cache_aware matches as text.
+
     .venv/bin/python benchmarks/proxy_overhead.py --out results/bench/proxy_overhead.json
 
 Run it alone (`flock /tmp/akvc_vllm.lock ...`): every process on the machine adds noise.
@@ -120,8 +124,9 @@ class SeqClient:
 
     `urls` are used in turn, one connection each ("direct" alternates between engines)."""
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], path: str = "/v1/completions") -> None:
         self.urls = urls
+        self.path = path
         self.conns = [self._connect(u) for u in urls]
         self.k = 0
         self.reconnects = 0
@@ -140,19 +145,19 @@ class SeqClient:
         i = self.k % len(self.conns)
         self.k += 1
         try:
-            return self._timed(self.conns[i], body)
+            return self._timed(self.conns[i], body, self.path)
         except (http.client.HTTPException, ConnectionError):
             # A server closed the idle keep-alive connection (vLLM's uvicorn after 5 s while
             # other targets were measured): reconnect and time a fresh request instead.
             self.reconnects += 1
             self.conns[i].close()
             self.conns[i] = self._connect(self.urls[i])
-            return self._timed(self.conns[i], body)
+            return self._timed(self.conns[i], body, self.path)
 
     @staticmethod
-    def _timed(conn: http.client.HTTPConnection, body: bytes) -> tuple[float, float]:
+    def _timed(conn: http.client.HTTPConnection, body: bytes, path: str) -> tuple[float, float]:
         t0 = time.perf_counter()
-        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        conn.request("POST", path, body, {"content-type": "application/json"})
         resp = conn.getresponse()
         first = resp.read1(65536)
         t_first = time.perf_counter() - t0
@@ -163,7 +168,9 @@ class SeqClient:
         return t_first, dt
 
 
-async def throughput(urls: list[str], body: bytes, total: int, concurrency: int) -> dict[str, Any]:
+async def throughput(
+    urls: list[str], body: bytes, total: int, concurrency: int, path: str = "/v1/completions"
+) -> dict[str, Any]:
     errors = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         todo = iter(range(total))
@@ -173,7 +180,7 @@ async def throughput(urls: list[str], body: bytes, total: int, concurrency: int)
             for i in todo:
                 url = urls[(w + i) % len(urls)]
                 async with http.post(
-                    url + "/v1/completions", data=body, headers={"content-type": "application/json"}
+                    url + path, data=body, headers={"content-type": "application/json"}
                 ) as r:
                     await r.read()
                     errors += r.status != 200
@@ -239,6 +246,42 @@ def pct(xs: list[float]) -> dict[str, float]:
     }
 
 
+def chat_messages(engine: str, model: str, tokens: int) -> tuple[list[dict[str, str]], int]:
+    """A fixed coding-agent conversation of about `tokens` prompt tokens, and its exact count
+    by the engine's own /tokenize (chat template included)."""
+    words = [
+        "def",
+        "return",
+        "self",
+        "x",
+        "=",
+        "1",
+        "import",
+        "os",
+        "path",
+        "file",
+        "test",
+        "fix",
+        "the",
+        "bug",
+        "in",
+        "line",
+        "42",
+        "ok",
+    ]
+    messages = [{"role": "system", "content": "You are a coding agent. Use the tools."}]
+    k = 0
+    while True:
+        body = {"model": model, "messages": messages}
+        n = len(httpx.post(engine + "/tokenize", json=body, timeout=60).json()["tokens"])
+        if n >= tokens:
+            return messages, n
+        role = ("user", "assistant")[k % 2]
+        text = " ".join(words[(k + j) % len(words)] for j in range(max(8, (tokens - n) // 4)))
+        messages.append({"role": role, "content": text})
+        k += 1
+
+
 def peer_version() -> str | None:
     pip = REPO / ".venv-peers" / "bin" / "pip"
     if not pip.exists():
@@ -258,6 +301,12 @@ def main() -> None:
     ap.add_argument("--tput-requests", type=int, default=640, help="requests per throughput run")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument(
+        "--chat-tokens",
+        type=int,
+        default=0,
+        help="send a chat request of about this many prompt tokens instead (0: token ids)",
+    )
     ap.add_argument("--output-tokens", type=int, default=4)
     ap.add_argument("--policies", default="round_robin,unified", help="akvc policies to measure")
     ap.add_argument("--no-peers", action="store_true", help="skip vllm-router")
@@ -317,12 +366,17 @@ def main() -> None:
             pin(fleet.remaining_pids(), engine_cores)
             pin(router_pids, router_cores)
 
-        prompt = list(range(1000, 1000 + args.prompt_tokens))
+        path, chat_tokens = "/v1/completions", None
+        content: dict[str, Any] = {"prompt": list(range(1000, 1000 + args.prompt_tokens))}
+        if args.chat_tokens:
+            path = "/v1/chat/completions"
+            messages, chat_tokens = chat_messages(engines[0], fleet.model_name, args.chat_tokens)
+            content = {"messages": messages}
         bodies = {
             mode: json.dumps(
                 {
                     "model": fleet.model_name,
-                    "prompt": prompt,
+                    **content,
                     "stream": mode == "stream",
                     "max_tokens": args.output_tokens,
                     "ignore_eos": True,
@@ -331,7 +385,7 @@ def main() -> None:
             ).encode()
             for mode in ("stream", "nonstream")
         }
-        clients = {name: SeqClient(urls) for name, urls in targets.items()}
+        clients = {name: SeqClient(urls, path) for name, urls in targets.items()}
         for client in clients.values():  # warm-up: pools, prefix cache, lazy paths
             for body in bodies.values():
                 for _ in range(args.warmup):
@@ -401,7 +455,7 @@ def main() -> None:
         for name, urls in targets.items():
             for mode in ("stream", "nonstream"):
                 tp = asyncio.run(
-                    throughput(urls, bodies[mode], args.tput_requests, args.concurrency)
+                    throughput(urls, bodies[mode], args.tput_requests, args.concurrency, path)
                 )
                 results[name][f"throughput_c{args.concurrency}_{mode}"] = tp
             print(f"throughput {name} done", file=sys.stderr)
@@ -436,6 +490,9 @@ def main() -> None:
             "client": "http.client keep-alive, sequential, interleaved across targets; "
             "aiohttp for throughput",
             "cache_view": "estimated",
+            "request": f"chat, {chat_tokens} prompt tokens (the engine's count)"
+            if chat_tokens
+            else f"completion, {args.prompt_tokens} token ids",
             "direct": "alternates between the two engines",
         },
         "fleet": fleet_desc,

@@ -307,6 +307,22 @@ def test_values_are_the_measured_figures(tmp_path: Path) -> None:
     assert rows[0].value == "74.9 us (unified; fastest 50 us)"  # the stale verdict is not read
 
 
+def test_proxy_overhead_says_its_request_and_the_change_against_a_baseline(
+    tmp_path: Path,
+) -> None:
+    doc = proxy_overhead(p50=0.27)
+    doc["parameters"] = {"request": "chat, 3001 prompt tokens (the engine's count)"}
+    doc["baseline_commit"] = "20d2f4c0123"
+    ours = doc["results"]["akvc:unified"]["stream"]
+    ours["vs_base_p50_ms"], ours["vs_base_p50_ci95_ms"] = -2.65, [-2.725, -2.587]
+    by = {r.measure: r for r in summarize(tmp_path, "proxy_overhead_chat", doc)}
+    assert by["request"].value == "chat, 3001 prompt tokens (the engine's count)"
+    row = by["akvc unified minus the same at 20d2f4c (akvc@base), streaming: p50"]
+    assert row.value == "-2.65 ms [-2.73, -2.59]" and row.verdict == NO_GOAL
+    assert not any("not streaming: p50" in m and "akvc@base" in m for m in by)
+    assert "request" not in {r.measure for r in summarize(tmp_path, "p", proxy_overhead())}
+
+
 def test_sim_vs_vllm_says_beside_how_many_neighbour_threads_it_simulated(tmp_path: Path) -> None:
     doc = sim_vs_vllm()
     doc["cases"][1]["sim"] = {"background_threads": 1.4}  # 1 instance, beside neighbours

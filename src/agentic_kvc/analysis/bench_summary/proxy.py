@@ -65,6 +65,9 @@ PEER_ROUTER = "vllm-router:"  # its targets in the file, one per policy
 def _proxy_overhead(doc: dict[str, Any]) -> list[Fig]:
     results = field_at(doc, "results")
     out = []
+    request = doc.get("parameters", {}).get("request")
+    if isinstance(request, str):  # (files since 2026-12-02 say what each request was)
+        out.append(Fig("request", request))
     stream = results.get(PROXY_TARGET, {}).get("stream")
     for q, limit in PROXY_GOAL_MS.items():
         measure = f"{PROXY_TARGET.replace(':', ' ')}, streaming: added {q}"
@@ -105,6 +108,19 @@ def _proxy_overhead(doc: dict[str, Any]) -> list[Fig]:
                 verdict_of(gap <= 0),
             )
         )
+    for mode, label in (("stream", "streaming"), ("nonstream", "not streaming")):
+        before = ours.get(mode, {})
+        if "vs_base_p50_ms" in before:  # `--baseline-src`: this code against another checkout
+            ci = before.get("vs_base_p50_ci95_ms")
+            interval = f" [{signed(ci[0])}, {signed(ci[1])}]" if ci else ""
+            commit = str(doc.get("baseline_commit") or "?")[:7]
+            out.append(
+                Fig(
+                    f"{PROXY_TARGET.replace(':', ' ')} minus the same at {commit} "
+                    f"(akvc@base), {label}: p50",
+                    f"{signed(float(before['vs_base_p50_ms']))} ms{interval}",
+                )
+            )
     for target in sorted(t for t in results if t not in (PROXY_TARGET, "direct")):
         s = field_at(results, target, "stream")
         p50, p99 = float(field_at(s, "added_p50_ms")), float(field_at(s, "added_p99_ms"))
