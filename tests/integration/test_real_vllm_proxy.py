@@ -197,6 +197,33 @@ def test_a_chat_session_gets_the_prefix_hits_the_router_predicts(fleet, tmp_path
     assert [r["cached_tokens"] for r in recs] == predicted
 
 
+def test_replayed_chat_sessions_get_the_hits_the_router_predicts(
+    fleet, tiny_model, tmp_path
+) -> None:
+    """`akvc replay --api chat`: each request a conversation, one message per block, through
+    the proxy, which renders and tokenizes it (later turns through its token memo): every turn
+    after the first gets the prefix hit the router predicted, on the session's instance."""
+    sessions = []
+    for sid, base in (("chat-a", 11_000), ("chat-b", 12_000)):
+        sizes = [400, 120, 120]
+        reqs = []
+        for t in range(len(sizes)):
+            blocks = tuple(Block(base + j, sizes[j]) for j in range(t + 1))
+            reqs.append(Request(f"{sid}-{t}", sid, t, sum(sizes[: t + 1]), 4, blocks))
+        sessions.append(Session(sid, reqs))
+    recs, _ = _through_proxy(fleet, "unified", Workload(sessions), tiny_model, tmp_path, api="chat")
+    assert all(r.error is None for r in recs), [r.error for r in recs]
+    assert all(r.input_tokens > r.output_tokens for r in recs)  # the engine's count, from usage
+    routed = [json.loads(x) for x in (tmp_path / "proxy.jsonl").read_text().splitlines()]
+    for sid in ("chat-a", "chat-b"):
+        mine = sorted((r for r in routed if r["session_id"] == sid), key=lambda r: r["turn"])
+        assert [r["turn"] for r in mine] == [0, 1, 2]
+        assert len({r["prefill_instance"] for r in mine}) == 1
+        later = mine[1:]
+        assert all(r["predicted_cached_tokens"] > 0 for r in later)
+        assert [r["cached_tokens"] for r in later] == [r["predicted_cached_tokens"] for r in later]
+
+
 def _messages_events(text: str) -> list[tuple[str, Any]]:
     """(event name, its data without ids) of a Messages API stream."""
     out = []

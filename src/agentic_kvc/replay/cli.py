@@ -10,6 +10,10 @@ from agentic_kvc.io import atomic_write_json, atomic_write_jsonl
 from agentic_kvc.metrics.summary import summarize
 
 
+def _no_token_ids(request: object) -> list[int]:
+    raise AssertionError("--api chat sends text; no token ids are made")
+
+
 @click.command("replay")
 @click.option("--target", required=True, metavar="URL", help="Base URL of the proxy or server.")
 @click.argument("workload_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -64,6 +68,16 @@ from agentic_kvc.metrics.summary import summarize
     default=None,
     help="Model dir for vocab and special ids [the target's model root, if local].",
 )
+@click.option(
+    "--api",
+    type=click.Choice(["completions", "chat"]),
+    default="completions",
+    show_default=True,
+    help="completions: token ids to /v1/completions (exact prompt lengths). chat: each "
+    "request as a conversation, one message per workload block, to /v1/chat/completions, as "
+    "an agent sends it (the proxy renders and tokenizes it; lengths are the engine's, from "
+    "its usage).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload seed.")
 @click.option(
     "--out",
@@ -86,6 +100,7 @@ def replay(
     timeout_s: float,
     model: str | None,
     tokenizer: Path | None,
+    api: str,
     seed: int,
     out: Path | None,
     overwrite: bool,
@@ -95,7 +110,8 @@ def replay(
 
     Prompts are token ids synthesized from the workload's content blocks (shared blocks give
     shared prefixes on the engine), streamed from /v1/completions with ignore_eos and
-    max_tokens = the workload's output length. TTFT, ITL, TPOT and E2E follow
+    max_tokens = the workload's output length; with --api chat, conversations of words to
+    /v1/chat/completions instead. TTFT, ITL, TPOT and E2E follow
     `vllm bench serve`. Prints the summary; failed requests are recorded, never waited on.
     """
     import json
@@ -131,7 +147,7 @@ def replay(
         workload = load_workload(wcfg, seed)
         served, root = target_model(target)
         model_dir = tokenizer or root
-        if model_dir is None:
+        if model_dir is None and api == "completions":
             raise ValueError(
                 f"the target's model root is not a local directory; pass --tokenizer DIR "
                 f"(served model {served!r})"
@@ -143,9 +159,10 @@ def replay(
             time_scale=time_scale,
             max_inflight_sessions=max_inflight_sessions,
             timeout_s=timeout_s,
+            api=api,  # type: ignore[arg-type]
             progress=not no_progress,
         )
-        tokens = token_fn(model_dir)
+        tokens = token_fn(model_dir) if model_dir is not None else _no_token_ids
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(

@@ -79,6 +79,20 @@ def completion_body(
     return body
 
 
+def chat_body(
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    session_id: str | None,
+    stream: bool = True,
+) -> dict[str, Any]:
+    """`completion_body`'s request for /v1/chat/completions: the same sampling and length."""
+    body = completion_body(model, "", max_tokens, session_id, stream)
+    del body["prompt"]
+    body["messages"] = messages
+    return body
+
+
 @dataclass(slots=True)
 class Outcome:
     """What the client saw; times are time.monotonic() values."""
@@ -125,8 +139,11 @@ async def send_completion(
                     data = await resp.json()
                     now = time.monotonic()
                     timing.usage = data.get("usage")
-                    choices = data.get("choices") or [{}]
-                    timing.text_parts.append(choices[0].get("text") or "")
+                    choice = (data.get("choices") or [{}])[0]
+                    text = choice.get("text")
+                    if text is None:  # a chat completion's message
+                        text = (choice.get("message") or {}).get("content")
+                    timing.text_parts.append(text or "")
                     timing.t_last = now
                     timing.done = True
     except TimeoutError:

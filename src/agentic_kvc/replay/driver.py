@@ -33,8 +33,15 @@ from typing import Literal
 from tqdm import tqdm
 
 from agentic_kvc.metrics.records import RequestRecord
-from agentic_kvc.replay.client import Outcome, completion_body, new_http_session, send_completion
+from agentic_kvc.replay.client import (
+    Outcome,
+    chat_body,
+    completion_body,
+    new_http_session,
+    send_completion,
+)
 from agentic_kvc.workload.model import Request, Session, Workload, live_dependencies
+from agentic_kvc.workload.tokens import block_messages
 
 TokenFn = Callable[[Request], Sequence[int]]
 RecordHook = Callable[[RequestRecord], None]
@@ -49,7 +56,11 @@ class ReplaySettings:
     max_inflight_sessions: int | None = None
     timeout_s: float = 600.0
     stream: bool = True
-    endpoint: str = "/v1/completions"
+    # "completions": token ids to /v1/completions (exact lengths); "chat": each request as a
+    # conversation (`workload.tokens.block_messages`) to /v1/chat/completions, which the proxy
+    # renders and tokenizes as it does an agent's.
+    api: Literal["completions", "chat"] = "completions"
+    endpoint: str = ""
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -64,6 +75,10 @@ class ReplaySettings:
             raise ValueError("max_inflight_sessions must be >= 1")
         if self.timeout_s <= 0:
             raise ValueError("timeout must be positive")
+        if self.api not in ("completions", "chat"):
+            raise ValueError(f"api {self.api!r}: expected completions or chat")
+        if not self.endpoint:
+            self.endpoint = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
 
 
 def record_from_outcome(
@@ -208,10 +223,18 @@ class Replayer:
         return self.s.target
 
     async def _send(self, req: Request, arrival_s: float) -> None:
-        ids = self.token_ids(req)
-        body = completion_body(
-            self.s.model, ids, req.output_tokens, req.session_id, stream=self.s.stream
-        )
+        if self.s.api == "chat":
+            n_prompt = req.input_tokens  # (the engine's count comes back in the usage)
+            messages = block_messages(req)
+            body = chat_body(
+                self.s.model, messages, req.output_tokens, req.session_id, stream=self.s.stream
+            )
+        else:
+            ids = self.token_ids(req)
+            n_prompt = len(ids)
+            body = completion_body(
+                self.s.model, ids, req.output_tokens, req.session_id, stream=self.s.stream
+            )
         headers = {
             "x-session-id": req.session_id,
             "x-request-id": req.request_id,
@@ -228,7 +251,7 @@ class Replayer:
             done = self._done.get(req.request_id)
             if done is not None:
                 done.set()
-        rec = record_from_outcome(req, len(ids), arrival_s, out, self._origin)
+        rec = record_from_outcome(req, n_prompt, arrival_s, out, self._origin)
         self.records.append(rec)
         if rec.error:
             self._errors += 1

@@ -156,6 +156,26 @@ def request_messages(request: Request) -> list[dict[str, str]]:
     return [{"role": "user", "content": request_text(request)}]
 
 
+def block_messages(request: Request) -> list[dict[str, str]]:
+    """The prompt as a conversation, one message per workload block (the first a system
+    message, then user and assistant in turn), each block's words as in `request_text`.
+
+    An agent's next turn re-sends its earlier messages and appends the reply and the tool
+    output; a workload turn extends the blocks of the one before. So the messages of a turn
+    start with the whole message list of the turn it extends, and a chat endpoint (the proxy's
+    renderer and token memo, the engine's prefix cache) sees what it sees from an agent."""
+    words = _words()
+    idx = (block_token_values(request.blocks) % _U(len(words))).tolist()
+    out: list[dict[str, str]] = []
+    start = 0
+    for j, block in enumerate(request.blocks):
+        text = "".join(words[i] + " " for i in idx[start : start + block.tokens])
+        start += block.tokens
+        role = "system" if j == 0 else ("user" if j % 2 else "assistant")
+        out.append({"role": role, "content": text})
+    return out
+
+
 # --- engine block hashes --------------------------------------------------------------------
 
 
