@@ -77,15 +77,11 @@ class StreamTracker:
             return True, False
         is_usage = b'"usage":{' in payload or b'"usage": {' in payload
         if not self.first_token_seen or is_usage or b'"error"' in payload:
-            try:
-                obj = _decode(payload)
-            except msgspec.DecodeError:
-                return True, False
-            if not isinstance(obj, dict):
+            obj = _object(payload)
+            if obj is None:
                 return True, False
             if "error" in obj and not obj.get("choices"):
-                err = obj["error"]
-                self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+                self.error = _error_text(obj["error"])
                 return True, False
             if obj.get("choices"):
                 self.content_events += 1
@@ -111,21 +107,30 @@ class StreamTracker:
         if name == b"message_stop":
             self.done = True
         elif name in (b"message_start", b"message_delta", b"error"):
-            try:
-                obj = _decode(payload)
-            except msgspec.DecodeError:
-                return True, False
-            if not isinstance(obj, dict):
+            obj = _object(payload)
+            if obj is None:
                 return True, False
             if name == b"error":
-                err = obj.get("error")
-                self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+                self.error = _error_text(obj.get("error"))
                 return True, False
             holder = obj.get("message") if name == b"message_start" else obj
             usage = holder.get("usage") if isinstance(holder, dict) else None
             if isinstance(usage, dict):  # message_delta's counts replace message_start's
                 self.usage = {**(self.usage or {}), **usage}
         return True, False
+
+
+def _object(payload: bytes) -> dict[str, Any] | None:
+    """An event's JSON object, or None if it is not one."""
+    try:
+        obj = _decode(payload)
+    except msgspec.DecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _error_text(err: Any) -> str:
+    return str(err.get("message", err) if isinstance(err, dict) else err)
 
 
 def _payload(event: bytes) -> bytes | None:
