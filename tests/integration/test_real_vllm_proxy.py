@@ -224,6 +224,57 @@ def test_replayed_chat_sessions_get_the_hits_the_router_predicts(
         assert [r["cached_tokens"] for r in later] == [r["predicted_cached_tokens"] for r in later]
 
 
+def test_anthropic_and_openai_sdks_through_the_proxy(fleet, tmp_path) -> None:
+    """The clients agents are built on (the `anthropic` and `openai` SDKs, installed with
+    vLLM) talk to the proxy as to vLLM: create, stream and count_tokens; and the proxy's
+    records see each session's second turn hit what the router predicted."""
+    import anthropic
+    import openai
+
+    with ProxyProcess(fleet.urls, "unified", tmp_path, records=tmp_path / "s.jsonl") as proxy:
+        a = anthropic.Anthropic(
+            base_url=proxy.url, api_key="none", default_headers={"x-claude-code-session-id": "a"}
+        )
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug. " * 30}]
+        kw = {"model": fleet.model_name, "max_tokens": 6, "system": "You code."}
+        first = a.messages.create(messages=msgs, extra_body={"temperature": 0}, **kw)  # type: ignore[arg-type]
+        assert first.stop_reason == "max_tokens" and first.usage.output_tokens == 6
+        msgs += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "go"}]
+        with a.messages.stream(messages=msgs, extra_body={"temperature": 0}, **kw) as s:  # type: ignore[arg-type]
+            text = "".join(s.text_stream)
+            final = s.get_final_message()
+        assert text and final.usage.output_tokens == 6 and final.usage.cache_read_input_tokens
+        count = a.messages.count_tokens(model=fleet.model_name, system="You code.", messages=msgs)  # type: ignore[arg-type]
+        o = openai.OpenAI(base_url=proxy.url + "/v1", api_key="none")
+        chat = [{"role": "user", "content": "Fix it. " * 40}]
+        okw = {"model": fleet.model_name, "max_tokens": 6, "temperature": 0,
+               "extra_headers": {"x-session-id": "o"}}  # fmt: skip
+        chunks = list(o.chat.completions.create(messages=chat, stream=True, **okw))  # type: ignore[call-overload]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        chat += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+        done = o.chat.completions.create(messages=chat, **okw)  # type: ignore[call-overload]
+        assert done.usage is not None and done.usage.completion_tokens == 6
+    recs = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    by = {(r["session_id"], r["turn"]): r for r in recs}
+    assert by[("a", 1)]["input_tokens"] == count.input_tokens
+    for sid in ("a", "o"):
+        second = by[(sid, 1)]
+        assert not second["error"] and second["predicted_cached_tokens"] > 0
+        assert second["cached_tokens"] == second["predicted_cached_tokens"]
+
+
+def _messages_shape(text: str) -> tuple[list[str], str]:
+    """A Messages API stream's event names (runs of deltas as one) and its text."""
+    names: list[str] = []
+    parts: list[str] = []
+    for name, obj in _messages_events(text):
+        if name != "content_block_delta" or not names or names[-1] != name:
+            names.append(name)
+        if name == "content_block_delta":
+            parts.append(obj["delta"].get("text", ""))
+    return names, "".join(parts)
+
+
 def _messages_events(text: str) -> list[tuple[str, Any]]:
     """(event name, its data without ids) of a Messages API stream."""
     out = []
@@ -268,13 +319,11 @@ def test_claude_code_messages_through_the_proxy(fleet, tmp_path) -> None:
             if body["stream"]:
                 events = _messages_events(r.text)
                 assert events[0][0] == "message_start" and events[-1][0] == "message_stop"
-                if turn == 0:  # the same request straight to each engine: the same events
+                if turn == 0:  # the same request straight to each engine: the same text
                     for url in fleet.urls:
                         d = httpx.post(url + "/v1/messages", json=body, timeout=120)
-                        got = _messages_events(d.text)
-                        assert [n for n, _ in got] == [n for n, _ in events]
-                        deltas = [e for n, e in got if n == "content_block_delta"]
-                        assert deltas == [e for n, e in events if n == "content_block_delta"]
+                        # (an engine that falls behind puts several tokens in one delta)
+                        assert _messages_shape(d.text) == _messages_shape(r.text)
             else:
                 assert r.json()["type"] == "message"
             messages.append({"role": "assistant", "content": [
