@@ -49,6 +49,7 @@ import numpy as np
 from agentic_kvc.proxy import app as proxy_app
 from agentic_kvc.proxy.app import ProxyApp
 from agentic_kvc.proxy.settings import ProxySettings
+from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB
 from agentic_kvc.runs import hardware_info, package_versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +125,7 @@ def make_app(
     policy: str,
     timer: StepTimer | None = None,
     tokenizer: Path | None = None,
-    token_memo_mib: int = 256,
+    token_memo_mib: int = DEFAULT_BUDGET_MIB,
 ) -> ProxyApp:
     # Engines are never contacted: startup() is not run and _execute is replaced below.
     settings = ProxySettings(
@@ -314,7 +315,7 @@ def measure_chat(args: argparse.Namespace, results: list[dict[str, Any]]) -> Non
     for n in (int(x) for x in args.chat_lengths.split(",")):
         previous, full = chat_turns(tokenizer, n, args.new_tokens, seed=n)
         n_tokens = len(tokenizer.encode(tokenizer.render_chat(json.loads(full)["messages"])))
-        samples: dict[int, list[float]] = {256: [], 0: []}
+        samples: dict[int, list[float]] = {DEFAULT_BUDGET_MIB: [], 0: []}
         apps = {mib: make_app(policy, None, args.model_dir, mib) for mib in samples}
         for rep in range(args.chat_repeats + 1):  # the first is a warm-up
             for mib, app in apps.items():

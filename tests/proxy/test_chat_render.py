@@ -3,7 +3,6 @@ template environment (which vLLM renders with), and vLLM's normalization of mess
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -145,12 +144,3 @@ def test_claude_code_turns_share_their_prefix_despite_the_billing_header(
     tok.encode(turns[0])
     tok.encode(turns[1])
     assert tok.memo.reused_tokens > 0
-
-
-def test_the_request_body_is_json_as_a_client_sends_it() -> None:
-    # A body that went through JSON (as the proxy decodes it) renders the same.
-    body = json.loads(json.dumps({"messages": MESSAGES, "tools": TOOLS}))
-    template = compile_template(TOOLS_TEMPLATE)
-    assert render(template, body, {}) == render(
-        template, {"messages": MESSAGES, "tools": TOOLS}, {}
-    )

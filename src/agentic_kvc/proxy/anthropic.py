@@ -138,10 +138,3 @@ def chat_request(body: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(body.get("chat_template_kwargs"), Mapping):
         chat["chat_template_kwargs"] = body["chat_template_kwargs"]
     return chat
-
-
-def take_usage(usage: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """(output tokens, prefix-hit tokens) of a Messages API usage object (None: absent)."""
-    out = usage.get("output_tokens")
-    hit = usage.get("cache_read_input_tokens")
-    return (out if isinstance(out, int) else None, hit if isinstance(hit, int) else None)

@@ -46,7 +46,6 @@ from agentic_kvc.policy.fleet import RouterState, Ticket
 from agentic_kvc.policy.registry import get_policy
 from agentic_kvc.proxy import pd
 from agentic_kvc.proxy.anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH
-from agentic_kvc.proxy.anthropic import take_usage as messages_usage
 from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher, with_engine_tier
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
@@ -914,16 +913,12 @@ def _take_usage(rec: RequestRecord, usage: Any) -> None:
     Messages API one (`output_tokens`, `cache_read_input_tokens`)."""
     if not isinstance(usage, dict):
         return
-    if "output_tokens" in usage and "completion_tokens" not in usage:
-        out, hit = messages_usage(usage)
-        if out is not None:
-            rec.output_tokens = out
-        if hit is not None:
-            rec.cached_tokens = hit
-        return
-    out = usage.get("completion_tokens")
+    out = usage.get("completion_tokens", usage.get("output_tokens"))
     if isinstance(out, int):
         rec.output_tokens = out
+    hit = usage.get("cache_read_input_tokens")  # (the Messages API's)
+    if isinstance(hit, int):
+        rec.cached_tokens = hit
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         rec.cached_tokens = details["cached_tokens"]
