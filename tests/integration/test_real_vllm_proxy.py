@@ -367,30 +367,49 @@ def test_client_disconnect_cancels_the_engine_request(fleet, tmp_path) -> None:
     # quiet machine): on 2 busy cores an engine's /metrics answered only 3-10 s late while it
     # decoded, at times after the request had ended, and the client read its first events
     # up to 4 s after the proxy relayed them, so "20 events read, gauge 1" did not hold.
+    # A client starved of CPU for the whole stream (seen once in CI: the tiny model generated
+    # all 3,500 tokens in 7.6 s before the client got to close) leaves after the end, which
+    # tests nothing; such a try is recognised by the proxy's record (a complete stream, no
+    # error) and repeated, up to three tries. A proxy that saw the client leave and still let
+    # the engine finish fails at once.
     asked = 3_500
-    body = completion_body(fleet.model_name, list(range(1_000, 1_256)), asked, "dc")
-    before = [_engine(u)[1] for u in fleet.urls]  # idle engines: exact counts
+    tries: list[tuple[float, float]] = []  # (tokens produced, seconds from close to stop)
     with ProxyProcess(fleet.urls, "round_robin", tmp_path, records=tmp_path / "p.jsonl") as proxy:
-        with httpx.Client(timeout=60) as client:
-            with client.stream("POST", proxy.url + "/v1/completions", json=body) as r:
-                i = int(r.headers["x-akvc-decode"])
-                lines = r.iter_lines()
-                events = [next(lines) for _ in range(10)]
-                assert sum(e.startswith("data: {") for e in events) >= 3  # decoding has begun
-            t_gone = time.monotonic()  # the response is closed here: the client has gone
-        # The engine drops the request: nothing running, and its token count stops growing.
-        _poll(lambda: _engine(fleet.urls[i])[0] == 0, 30, "the engine dropping the request")
-        produced = _engine(fleet.urls[i])[1] - before[i]
-        time.sleep(1.0)
-        assert _engine(fleet.urls[i])[1] - before[i] == produced, "engine still decoding"
-        stopped_s = time.monotonic() - t_gone
-        assert 0 < produced < asked, f"the engine generated {produced} of {asked} tokens"
-        assert _engine(fleet.urls[1 - i])[1] == before[1 - i]  # nothing went elsewhere
-        assert _proxy_inflight(proxy.url, 0) == _proxy_inflight(proxy.url, 1) == 0
+        for attempt in range(3):
+            body = completion_body(
+                fleet.model_name, list(range(1_000, 1_256)), asked, f"dc{attempt}"
+            )
+            before = [_engine(u)[1] for u in fleet.urls]  # idle engines: exact counts
+            with httpx.Client(timeout=60) as client:
+                with client.stream("POST", proxy.url + "/v1/completions", json=body) as r:
+                    i = int(r.headers["x-akvc-decode"])
+                    lines = r.iter_lines()
+                    events = [next(lines) for _ in range(10)]
+                    assert sum(e.startswith("data: {") for e in events) >= 3  # decoding began
+                t_gone = time.monotonic()  # the response is closed here: the client has gone
+            # The engine drops the request: nothing running, its token count stops growing.
+            _poll(lambda i=i: _engine(fleet.urls[i])[0] == 0, 30, "the engine dropping the request")
+            produced = _engine(fleet.urls[i])[1] - before[i]
+            time.sleep(1.0)
+            assert _engine(fleet.urls[i])[1] - before[i] == produced, "engine still decoding"
+            tries.append((produced, time.monotonic() - t_gone))
+            assert _engine(fleet.urls[1 - i])[1] == before[1 - i]  # nothing went elsewhere
+            assert _proxy_inflight(proxy.url, 0) == _proxy_inflight(proxy.url, 1) == 0
+            if produced < asked:
+                break
     rows = [json.loads(x) for x in (tmp_path / "p.jsonl").open()]
-    assert [r["error"] for r in rows] == ["client disconnected"]
-    assert rows[0]["output_tokens"] < asked
-    print(f"engine stopped at {produced:.0f} of {asked} tokens ({stopped_s:.1f} s incl. checks)")
+    assert len(rows) == len(tries)
+    for row, (produced, _) in zip(rows[:-1], tries[:-1], strict=True):
+        # A repeated try: the client left only after the whole stream had been relayed.
+        assert row["error"] is None and row["output_tokens"] == produced == asked, row
+    produced, stopped_s = tries[-1]
+    assert 0 < produced < asked, f"the engine generated {produced} of {asked} tokens"
+    assert rows[-1]["error"] == "client disconnected"
+    assert rows[-1]["output_tokens"] < asked
+    print(
+        f"engine stopped at {produced:.0f} of {asked} tokens ({stopped_s:.1f} s incl. checks;"
+        f" try {len(tries)})"
+    )
 
 
 @pytest.mark.reliability
