@@ -6,8 +6,9 @@ This isolates the part that grows with the prompt, which that benchmark cannot s
 turn is a token-id prompt of tens of thousands of tokens. The app's `_generate` runs in a loop
 on one event loop with its upstream leg replaced by "first token, done" bookkeeping, so every
 line of the routing path runs and nothing else does. Each prompt length is measured as a
-session's next turn (the previous turn, `--new-tokens` shorter, is in the hasher's memo, as in
-an agentic session) and as a sessionless request hashed from scratch.
+session's next turn (the previous turn, `--new-tokens` shorter, is in the hasher's memo and
+the prompt memo, `proxy/ids_memo.py`, as in an agentic session) and as a sessionless request
+read and hashed from scratch.
 
 `--chat-lengths` also measures chat requests (/v1/chat/completions with the tiny model's
 tokenizer and chat template, `--model-dir`), where the proxy renders and tokenizes the
@@ -377,8 +378,6 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for policy in args.policies.split(","):
         for n in (int(x) for x in args.lengths.split(",")):
-            full = body(n)
-            previous = body(max(n - args.new_tokens, 1))
             for mode in ("session", "sessionless"):
                 timer = StepTimer() if args.steps else None
                 app = make_app(policy, timer)
@@ -387,6 +386,10 @@ def main() -> None:
                 samples = []
                 steps: dict[str, list[float]] = {k: [] for k in (*STEPS, "rest")}
                 for rep in range(args.repeats + 1):  # the first is a warm-up
+                    # Each repeat's prompts are its own (another first id), so no repeat finds
+                    # an earlier one's in the proxy's prompt memo (proxy/ids_memo.py).
+                    full = body(n, first=100_000 + rep)
+                    previous = body(max(n - args.new_tokens, 1), first=100_000 + rep)
                     if mode == "session":
                         # The session's previous turn (unmeasured), then this turn: it extends
                         # the previous prompt by `new_tokens`, as an agent's next call does.

@@ -338,10 +338,14 @@ def test_chat_turns_hash_as_their_whole_encode(make_proxy, tiny_model, memo_mib)
     assert (tok.memo.reused_tokens > 0) == (memo_mib > 0)
 
 
-def test_long_token_prompts_are_forwarded_intact_and_hashed(make_proxy, fakes: Fakes) -> None:
+@pytest.mark.parametrize("memo_mib", [256, 0])
+def test_long_token_prompts_are_forwarded_intact_and_hashed(
+    make_proxy, fakes: Fakes, memo_mib: int
+) -> None:
     # Bodies this large take the raw-prompt path (parse_request): the prompt is parsed into an
-    # array for hashing and forwarded byte for byte, also when the proxy adds stream_options.
-    proxy, client = make_proxy(policy="test_most_cached")
+    # array for hashing and forwarded byte for byte, also when the proxy adds stream_options;
+    # with the prompt memo on, a turn's JSON is read from where the last turn's ends.
+    proxy, client = make_proxy(policy="test_most_cached", token_memo_mib=memo_mib)
     history = list(range(5_000, 8_000))  # ~20 KB of JSON
     for turn in range(3):
         history = history + list(range(20_000 + 500 * turn, 20_500 + 500 * turn))
@@ -357,6 +361,7 @@ def test_long_token_prompts_are_forwarded_intact_and_hashed(make_proxy, fakes: F
     # the engine saw exactly the prompt the router hashed: its toy cache agrees token for token
     assert [r["cached_tokens"] for r in recs] == [0, *full]
     assert [r["input_tokens"] for r in recs] == [3_500, 4_000, 4_500]
+    assert proxy.app.ids_memo.reused_tokens == (3_500 + 4_000 if memo_mib else 0)
 
 
 def test_a_request_routed_while_another_waits_to_connect_sees_its_admission(fakes: Fakes) -> None:

@@ -49,6 +49,7 @@ from agentic_kvc.proxy.anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH
 from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher, with_engine_tier
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
+from agentic_kvc.proxy.ids_memo import PromptIdsMemo
 from agentic_kvc.proxy.metrics import ProxyMetrics
 from agentic_kvc.proxy.openapi import OPENAPI
 from agentic_kvc.proxy.prompt import PromptTokenizer, parse_request, prompt_tokens
@@ -232,6 +233,7 @@ class ProxyApp:
         self.tokenizer = (
             PromptTokenizer.find(settings.tokenizer, memo_mib=memo) if settings.tokenizer else None
         )
+        self.ids_memo = PromptIdsMemo(memo)  # a token-id prompt's ids from its last turn's
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
         self.metrics = ProxyMetrics(settings.policy, self.state, self.engines)
@@ -450,7 +452,7 @@ class ProxyApp:
         t_recv = self.now()
         raw = await _read_body(receive)
         try:
-            body, parsed_tokens = parse_request(raw)
+            body, parsed_tokens = parse_request(raw, self.ids_memo)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # (fuzzing)
             await self._reject(send, path, 400, f"request body is not valid JSON: {exc}")
             return

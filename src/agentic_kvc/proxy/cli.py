@@ -170,9 +170,10 @@ def _peer(text: str) -> dict[str, str]:
     default=256,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Memory for the token ids of recent chat and text prompts: a conversation's next "
-    "turn reuses its last turn's ids up to a special token and tokenizes only what it adds "
-    "(exact; docs/proxy.md). 0 tokenizes every prompt whole.",
+    help="Memory for each of the two prompt memos: the token ids of recent chat and text "
+    "prompts (a conversation's next turn reuses its last turn's ids up to a special token and "
+    "tokenizes only what it adds) and of large token-id prompts (a next turn's JSON is read "
+    "from where its last turn's ends). Exact either way; docs/proxy.md. 0 turns both off.",
 )
 @click.option(
     "--block-size",

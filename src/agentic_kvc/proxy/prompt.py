@@ -22,6 +22,7 @@ import numpy as np
 
 from agentic_kvc.proxy.anthropic import MESSAGES_PATH, chat_request
 from agentic_kvc.proxy.chat_render import compile_template, engine_messages, render
+from agentic_kvc.proxy.ids_memo import PromptIdsMemo
 from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB, PrefixTokenMemo
 
 log = logging.getLogger(__name__)
@@ -33,23 +34,31 @@ _decode = msgspec.json.Decoder().decode
 _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
-def parse_request(raw: bytes) -> tuple[Any, np.ndarray | None]:
+def parse_request(raw: bytes, memo: PromptIdsMemo | None = None) -> tuple[Any, np.ndarray | None]:
     """(request body, the token ids of a token-id `prompt` as an int64 array, or None).
 
     Agentic prompts are long token-id lists. Decoding 50k ints into Python objects costs
     ~2 ms and hashing them needs an array copy on top, so a large body's `prompt` is parsed
     straight from its JSON text into an array, and kept in the body as `msgspec.Raw`: the
     encoder writes it back byte for byte when the body is forwarded. Anything that is not a
-    flat list of integers takes the plain path. Raises `msgspec.DecodeError` on bad JSON.
+    flat list of integers takes the plain path. With `memo`, a prompt that extends a
+    remembered one is read from where that one ends (`ids_memo`: the same answer). Raises
+    `msgspec.DecodeError` on bad JSON.
     """
     if len(raw) < RAW_PROMPT_MIN_BYTES:
         return _decode(raw), None
+    if memo is not None and memo.enabled:
+        found = memo.parse(raw)
+        if found is not None:
+            return found
     try:
         fields = _decode_fields(raw)
     except msgspec.ValidationError:  # valid JSON, not an object: the caller rejects it
         return _decode(raw), None
     prompt = fields.get("prompt")
     tokens = _int_list(bytes(prompt)) if prompt is not None else None
+    if memo is not None and tokens is not None:
+        memo.remember(raw, prompt, tokens)
     body: dict[str, Any] = {
         k: v if k == "prompt" and tokens is not None else _decode(v) for k, v in fields.items()
     }
