@@ -127,7 +127,7 @@ class PromptIdsMemo:
         if len(new) and (new.max() == _INT64.max or new.min() == _INT64.min):
             return None  # as a whole read: an id at a bound takes the plain path
         body: dict[str, object] = {
-            k: msgspec.Raw(raw[start : close + 1]) if k == "prompt" else _decode(v)
+            k: msgspec.Raw(memoryview(raw)[start : close + 1]) if k == "prompt" else _decode(v)
             for k, v in fields.items()
         }
         ids = np.concatenate([entry.ids, new]) if len(new) else entry.ids
