@@ -233,6 +233,10 @@ class ReplayConfig(_Strict):
     max_inflight_sessions: int | None = Field(None, ge=1)
     request_timeout_s: float = Field(600.0, gt=0)
     stream: bool = True
+    # completions: token ids (exact prompt lengths); chat: each request as a conversation of
+    # words, one message per workload block, which the proxy renders and tokenizes as an
+    # agent's would be (`akvc replay --api`; real engines only).
+    api: Literal["completions", "chat"] = "completions"
 
 
 class RunConfig(_Strict):
@@ -253,6 +257,11 @@ class RunConfig(_Strict):
         from agentic_kvc.policy.registry import validate_policy
 
         validate_policy(self.policy.name, self.policy.params, self.fleet.instances)
+        if self.backend == "sim" and self.replay.api != "completions":
+            raise ValueError(
+                "field 'replay.api': 'chat' sends conversations to real engines; the simulator "
+                "replays token counts (use backend: vllm, or api: completions)"
+            )
         tiers = self.fleet.kv_tiers
         problem = tiers.real_engine_problem() if tiers.enabled else None
         if self.backend == "vllm" and problem:
@@ -288,6 +297,8 @@ class RunConfig(_Strict):
             del out["sim"]["refresh_on_arrival"]
         if self.sim.router_sees_release or not (self.sim.pause_aware or self.sim.finish_first):
             del out["sim"]["router_sees_release"]
+        if self.replay.api == "completions":  # likewise
+            del out["replay"]["api"]
         if not self.fleet.kv_tiers.enabled:  # HBM-only: ids from before tiers unchanged
             del out["fleet"]["kv_tiers"]
         elif self.fleet.kv_tiers.lazy_store == "walk":  # likewise

@@ -93,3 +93,19 @@ def test_every_leaf_of_the_canonical_config_is_hashed(base_config: dict[str, Any
         old = node[path[-1]]
         node[path[-1]] = "changed" if old != "changed" else "other"
         assert run_id_of(changed) != base_id, ".".join(path)
+
+
+def test_replay_api_is_hashed_for_chat_only(base_config: dict[str, Any]) -> None:
+    # Runs from before the field keep their ids; a chat replay is another run.
+    real = load_config(base_config, ["backend=vllm"])
+    stated = load_config(base_config, ["backend=vllm", "replay.api=completions"])
+    chat = load_config(base_config, ["backend=vllm", "replay.api=chat"])
+    assert stated.run_id() == real.run_id() != chat.run_id()
+    assert "api" not in real.canonical()["replay"]
+
+
+def test_a_chat_replay_in_the_simulator_is_refused(base_config: dict[str, Any]) -> None:
+    from agentic_kvc.config import ConfigError
+
+    with pytest.raises((ConfigError, ValueError), match=r"replay\.api"):
+        load_config(base_config, ["replay.api=chat"])

@@ -124,3 +124,26 @@ def test_run_batch_shares_one_fleet_and_each_run_starts_cold(tiny_model, tmp_pat
         assert len(first_on) == 2
         # An engine that kept run 1's cache would serve run 2's first prompts from it.
         assert [r["cached_tokens"] for r in first_on.values()] == [0, 0], run_dir
+
+
+@pytest.mark.slow
+def test_backend_vllm_run_replays_chat_conversations(tiny_model, tmp_path) -> None:
+    """`replay.api: chat`: the run's requests go to /v1/chat/completions as conversations,
+    the proxy renders and tokenizes them, and later turns hit what it predicted."""
+    cmd = [sys.executable, "-m", "agentic_kvc.cli", "run", str(CONFIG), "--results",
+           str(tmp_path), "--set", "workload.generator.sessions=5", "--set",
+           "policy.name=unified", "--set", "replay.api=chat",
+           # a word is one or two tokens: half the config's lengths keep prompts in the
+           # tiny model's 4,096 positions
+           "--set", "workload.token_scale=0.05"]  # fmt: skip
+    env = {**os.environ, "AKVC_TINY_MODEL": str(tiny_model)}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["complete"] is True and manifest["config"]["replay"]["api"] == "chat"
+    recs = list(read_jsonl(run_dir / "requests.jsonl"))
+    assert recs and all(r["error"] is None for r in recs), [r["error"] for r in recs]
+    later = [r for r in recs if r["turn"] > 0]
+    assert later and all(r["predicted_cached_tokens"] > 0 for r in later)
+    assert sum(r["cached_tokens"] for r in later) > 0

@@ -415,6 +415,7 @@ def _run_vllm(
                 max_inflight_sessions=config.replay.max_inflight_sessions,
                 timeout_s=config.replay.request_timeout_s,
                 stream=config.replay.stream,
+                api=config.replay.api,
             )
             origin = time.monotonic()
             sampler = InstanceSampler(
