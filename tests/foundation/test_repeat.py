@@ -32,8 +32,9 @@ def test_repeat_zero_is_not_in_the_canonical_form(base_config: dict[str, Any]) -
     cfg = load_config(base_config)
     assert cfg.repeat == 0 and "repeat" not in cfg.canonical()
     # The canonical form is every field but a zero repeat, a zero KV retention TTL, no host
-    # neighbours, pause-aware placement off, finished sessions not first, no KV tiers and no
-    # session jitter (all added later, so earlier run ids stay): nothing else.
+    # neighbours, pause-aware placement off, finished sessions not first, no KV tiers, no
+    # session jitter and token-id replay (all added later, so earlier run ids stay): nothing
+    # else.
     dumped = cfg.model_dump(mode="json")
     assert dumped.pop("repeat") == 0 and dumped["sim"].pop("kv_retention_ttl_s") == 0
     assert dumped["workload"].pop("session_jitter_s") == 0
@@ -44,6 +45,7 @@ def test_repeat_zero_is_not_in_the_canonical_form(base_config: dict[str, Any]) -
     assert dumped["sim"].pop("finish_first") is False
     assert dumped["sim"].pop("refresh_on_arrival") is False
     assert dumped["sim"].pop("router_sees_release") is True  # (told: only false enters)
+    assert dumped["replay"].pop("api") == "completions"
     assert dumped["fleet"].pop("kv_tiers")["host_gib"] == 0
     assert dumped == cfg.canonical()
 

@@ -230,3 +230,26 @@ def test_a_prefix_released_first_leaves_a_hole_the_pool_walks_and_recomputes() -
     pair.release(3)
     pair.admit(4, c, 4, 0)
     pair.check([a, b, c])
+
+
+def test_a_prompt_that_leaves_a_piece_where_another_starts_takes_only_its_part() -> None:
+    """Past a hole, a piece can hold a prompt's prefix and then leave it (a branch) at the
+    position where another cached piece continues it. The hit's group for the first piece must
+    end there, or the request takes the whole piece and the block after the branch is held
+    twice and never freed. (Found by the property test above, 2026-12-02.)"""
+    a, b = [1, 2, 3, 4, 5, 6, 7], [1, 9]
+    pair = Pair(8)
+    pair.admit(0, a, 0, 0)
+    pair.cache(0, a, 2)  # [1 2] cached
+    pair.release(0)
+    pair.admit(2, b, 1, 0)  # hits [1]
+    pair.release(2, first=True)  # its [1] goes to the head of the queue: a hole before [2]
+    pair.admit(2, b, 0, 0)  # reuses the head: [1] leaves the cache while [2] stays
+    pair.cache(2, b, 2)  # recomputed as [1 9]: one piece, branching from a at position 1
+    hit = pair.new.lookup(a, 2)
+    assert hit.n == 2 and hit.groups == [(0, 1), (1, 2)]
+    pair.admit(0, a, 2, 0)  # hits [1] of b's piece, then the [2] piece
+    pair.check([a, b])
+    pair.release(2)  # b's block 9 is free again; its block 1 stays with a
+    pair.check([a, b])
+    assert pair.new.num_free == 1

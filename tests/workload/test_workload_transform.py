@@ -123,6 +123,20 @@ def test_max_input_tokens_drop_and_truncate() -> None:
     assert [b.tokens for b in by_id["b/1"].blocks] == [50, 200]
 
 
+def test_settings_that_leave_no_request_are_refused_naming_them() -> None:
+    # A run of nothing would complete with empty records (found with a chat replay whose
+    # token_scale, raised to fit, sent every prompt past max_input_tokens).
+    shortest = min(s.requests[0].input_tokens for s in _toy().sessions)
+    with pytest.raises(ValueError, match=f"max_input_tokens=9 .* shortest has {shortest} "):
+        apply_transforms(_toy(), max_input_tokens=shortest - 1)
+    with pytest.raises(ValueError, match=r"at token_scale 0\.5"):
+        apply_transforms(_toy(), token_scale=0.5, max_input_tokens=1)
+    with pytest.raises(ValueError, match="window_s leave no request of 6"):
+        apply_transforms(_toy(), window_s=(1000.0, 2000.0))
+    assert len(apply_transforms(_toy(), max_input_tokens=shortest).requests()) > 0
+    assert len(apply_transforms(Workload([]), max_input_tokens=1).requests()) == 0  # was empty
+
+
 def test_rate_and_time_scale() -> None:
     wl = apply_transforms(_toy(), rate_scale=2.0)
     r = {x.request_id: x for x in wl.requests()}

@@ -264,7 +264,10 @@ class BlockPool:
         if cached is None:
             n_max = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
             n, pieces = self._walk(hashes, n_max)
-            return Hit(hashes, n, [(p.lo, min(p.hi, n)) for p in pieces], pieces)
+            # A piece's group ends where the next one starts: the prompt may leave a piece
+            # inside it and go on in a piece that starts there (a branch past a hole).
+            ends = [q.lo for q in pieces[1:]] + [n] if pieces else []
+            return Hit(hashes, n, [(p.lo, e) for p, e in zip(pieces, ends, strict=True)], pieces)
         n = self.count_hit(hashes, max_blocks)
         groups: list[tuple[int, int]] = []
         j = n - 1

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agentic_kvc.config import RunConfig, WorkloadConfig, load_config
+from agentic_kvc.config import ConfigError, RunConfig, WorkloadConfig, load_config
 from agentic_kvc.io import dumps_canonical
 from agentic_kvc.workload.errors import WorkloadFormatError
 from agentic_kvc.workload.formats import read_workload
@@ -69,18 +69,21 @@ def load_workload(cfg: WorkloadConfig, seed: int, base_dir: Path | None = None) 
         path = resolve_trace_path(cfg.trace, base_dir).resolve()
         st = path.stat()
         workload = _read_trace(path, st.st_size, st.st_mtime_ns, cfg.format)
-    workload = apply_transforms(
-        workload,
-        window_s=cfg.window_s,
-        max_sessions=cfg.max_sessions,
-        max_requests=cfg.max_requests,
-        token_scale=cfg.token_scale,
-        max_input_tokens=cfg.max_input_tokens,
-        session_jitter_s=cfg.session_jitter_s,
-        seed=seed,
-        rate_scale=cfg.rate_scale,
-        time_scale=cfg.time_scale,
-    )
+    try:
+        workload = apply_transforms(
+            workload,
+            window_s=cfg.window_s,
+            max_sessions=cfg.max_sessions,
+            max_requests=cfg.max_requests,
+            token_scale=cfg.token_scale,
+            max_input_tokens=cfg.max_input_tokens,
+            session_jitter_s=cfg.session_jitter_s,
+            seed=seed,
+            rate_scale=cfg.rate_scale,
+            time_scale=cfg.time_scale,
+        )
+    except ValueError as exc:  # e.g. settings that leave no request
+        raise ConfigError(f"workload: {exc}") from None
     workload.meta["seed"] = seed
     return workload
 

@@ -152,7 +152,9 @@ def apply_transforms(
     if token_scale != 1.0:
         sessions = scale_tokens(Workload(sessions), token_scale).sessions
         done["token_scale"] = token_scale
+    shortest = 0  # the shortest first prompt before the length limit (for the error below)
     if max_input_tokens is not None:
+        shortest = min((s.requests[0].input_tokens for s in sessions if s.requests), default=0)
         sessions, info = _limit_input(sessions, max_input_tokens, overflow)
         done["max_input_tokens"] = info
     if session_jitter_s:
@@ -173,12 +175,28 @@ def apply_transforms(
             ),
         )
         done["time_scale"] = time_scale
+    if n0 and not any(s.requests for s in sessions):
+        # A run of nothing would "complete" with empty records; say which setting did it.
+        raise ValueError(_emptied_by(n0, done, shortest))
     meta = dict(workload.meta)
     if done:
         done["requests_before"] = n0
         done["requests_after"] = sum(len(s.requests) for s in sessions)
         meta["transforms"] = done
     return Workload(sessions, meta=meta)
+
+
+def _emptied_by(n0: int, done: dict[str, Any], shortest_first: int) -> str:
+    """Why none of a workload's `n0` requests is left after the transforms in `done`."""
+    if "max_input_tokens" in done:
+        scaled = f" at token_scale {done['token_scale']}" if "token_scale" in done else ""
+        return (
+            f"max_input_tokens={done['max_input_tokens']['limit']:,} leaves no request of "
+            f"{n0:,}: every session's first prompt is longer (the shortest has "
+            f"{shortest_first:,} tokens{scaled})"
+        )
+    named = ", ".join(k for k in ("window_s", "max_sessions", "max_requests") if k in done)
+    return f"{named or 'the workload transforms'} leave no request of {n0:,}"
 
 
 def _limit_input(
