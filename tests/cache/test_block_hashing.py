@@ -89,6 +89,24 @@ def test_session_hasher_reuses_the_shared_prefix() -> None:
     assert small.reused_blocks == 0  # "a" was evicted by "c"
 
 
+def test_session_memo_keeps_within_its_byte_budget() -> None:
+    # A 10k-token prompt's memo takes 95,000 bytes (tokens, two hash lanes and the key slots,
+    # 8 bytes each); a 300,000-byte budget keeps the latest three sessions, and the keys never
+    # depend on what is kept.
+    rng = np.random.default_rng(1)
+    prompts = {s: rng.integers(0, 50_000, 10_000) for s in "abcdefghij"}
+    h = SessionBlockHasher(block_size=16, budget_bytes=300_000)
+    for s, p in prompts.items():
+        assert h.hash(s, p) == block_hashes(p)
+    assert h.nbytes == 3 * (10_000 * 8 + 3 * 625 * 8)
+    for s in "hija":  # the last three were kept: their next turns reuse every block
+        longer = np.concatenate([prompts[s], [7] * 16])
+        assert h.hash(s, longer) == block_hashes(longer)
+    assert h.reused_blocks == 3 * 625  # not "a": dropped for the budget
+    h.forget("j")
+    assert h.nbytes == 2 * (10_016 * 8 + 3 * 626 * 8)  # "i" and "a" ("h" made room for "a")
+
+
 def test_workload_tokens_share_exactly_the_shared_blocks() -> None:
     sys_prompt, turn_a, turn_b = Block(1, 40), Block(2, 30), Block(3, 30)
     a = workload_tokens([sys_prompt, turn_a])

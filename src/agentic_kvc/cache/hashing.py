@@ -303,6 +303,11 @@ class _Memo:
     h2: np.ndarray
     keys: list[int]
 
+    @property
+    def nbytes(self) -> int:
+        # The arrays and the key list's slots (the key ints are shared with the router's index).
+        return self.tokens.nbytes + self.h1.nbytes + self.h2.nbytes + 8 * len(self.keys)
+
 
 class SessionBlockHasher:
     """Router block hashing with a small per-session memo.
@@ -310,14 +315,20 @@ class SessionBlockHasher:
     An agentic session's turn n+1 usually starts with turn n's whole prompt (plus the reply and
     the tool output). `hash(session, tokens)` finds the leading full blocks shared with the
     session's previous prompt, reuses their keys, and hashes only the rest. The memo keeps the
-    `max_sessions` most recently used sessions.
+    `max_sessions` most recently used sessions, and at most `budget_bytes` of their prompts'
+    arrays (None: no bound): a 100k-token prompt takes about 1 MB, so 4,096 long sessions
+    would otherwise hold gigabytes.
     """
 
-    def __init__(self, block_size: int = 16, max_sessions: int = 4096) -> None:
+    def __init__(
+        self, block_size: int = 16, max_sessions: int = 4096, budget_bytes: int | None = None
+    ) -> None:
         if block_size < 1 or max_sessions < 1:
             raise ValueError("block_size and max_sessions must be >= 1")
         self.block_size = block_size
         self.max_sessions = max_sessions
+        self.budget_bytes = budget_bytes
+        self.nbytes = 0
         self._memo: OrderedDict[str, _Memo] = OrderedDict()
         self.reused_blocks = 0  # counters for benchmarks and tests
         self.hashed_blocks = 0
@@ -344,14 +355,22 @@ class SessionBlockHasher:
         self.reused_blocks += k
         self.hashed_blocks += len(keys) - k
         if session_id is not None:
-            self._memo[session_id] = _Memo(arr, h1, h2, keys)
-            self._memo.move_to_end(session_id)
-            while len(self._memo) > self.max_sessions:
-                self._memo.popitem(last=False)
+            memo = self._memo
+            entry = _Memo(arr, h1, h2, keys)
+            if prev is not None:
+                self.nbytes -= prev.nbytes
+            memo[session_id] = entry
+            memo.move_to_end(session_id)
+            self.nbytes += entry.nbytes
+            budget = self.budget_bytes
+            while len(memo) > self.max_sessions or (budget is not None and self.nbytes > budget):
+                self.nbytes -= memo.popitem(last=False)[1].nbytes
         return keys
 
     def forget(self, session_id: str) -> None:
-        self._memo.pop(session_id, None)
+        dropped = self._memo.pop(session_id, None)
+        if dropped is not None:
+            self.nbytes -= dropped.nbytes
 
 
 # --- vLLM v1's block hash (for relating KV-event hashes to token ids) -------------------------

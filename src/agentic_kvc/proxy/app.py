@@ -206,7 +206,7 @@ class ProxyApp:
         self.block_size = settings.block_size or DEFAULT_BLOCK_SIZE
         self._block_size_known = settings.block_size is not None
         self._capacity_blocks: int | None = None
-        self.hasher = make_hasher(self.block_size)
+        self.hasher = make_hasher(self.block_size, settings.token_memo_mib)
         self.kv_events: KVEventSubscriber | None = None
         # `--tier-view`, for a policy that reads tiers: the HBM estimate grows a model of the
         # engines' tier below HBM when their metrics state it (`_learn_tier`).
@@ -314,7 +314,7 @@ class ProxyApp:
             if m.block_size != self.block_size:
                 # Routes recorded with the wrong block size would never match: start afresh.
                 self.block_size = m.block_size
-                self.hasher = make_hasher(m.block_size)
+                self.hasher = make_hasher(m.block_size, self.settings.token_memo_mib)
                 if estimated:
                     self.state.cache = make_estimated_index(
                         len(self.engines), tiers=self._tier_view

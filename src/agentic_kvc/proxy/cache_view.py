@@ -24,6 +24,7 @@ from agentic_kvc.cache.prefix_index import EstimatedPrefixIndex
 from agentic_kvc.cache.tier_index import TieredPrefixIndex
 from agentic_kvc.cache.tier_store import walk_stores_at_free
 from agentic_kvc.metrics.prometheus import EngineMetrics
+from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB
 
 
 class ProxyBlockHasher(SessionBlockHasher):
@@ -41,8 +42,9 @@ class ProxyBlockHasher(SessionBlockHasher):
         return super().hash(session_id, tokens)
 
 
-def make_hasher(block_size: int) -> SessionBlockHasher:
-    return ProxyBlockHasher(block_size)
+def make_hasher(block_size: int, memo_mib: int = DEFAULT_BUDGET_MIB) -> SessionBlockHasher:
+    """The proxy's hasher; its per-session memo holds at most `memo_mib` MiB."""
+    return ProxyBlockHasher(block_size, budget_bytes=memo_mib << 20)
 
 
 def make_estimated_index(

@@ -170,10 +170,11 @@ def _peer(text: str) -> dict[str, str]:
     default=256,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Memory for each of the two prompt memos: the token ids of recent chat and text "
-    "prompts (a conversation's next turn reuses its last turn's ids up to a special token and "
-    "tokenizes only what it adds) and of large token-id prompts (a next turn's JSON is read "
-    "from where its last turn's ends). Exact either way; docs/proxy.md. 0 turns both off.",
+    help="Memory for each of the proxy's three prompt memos: the token ids of recent chat and "
+    "text prompts (a conversation's next turn reuses its last turn's ids up to a special token "
+    "and tokenizes only what it adds), large token-id prompts (a next turn's JSON is read from "
+    "where its last turn's ends) and each session's last block hashes (a next turn hashes only "
+    "what it adds). Exact: they save time, not change answers; docs/proxy.md. 0 turns them off.",
 )
 @click.option(
     "--block-size",

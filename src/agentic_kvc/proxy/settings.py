@@ -31,8 +31,9 @@ class ProxySettings:
     # Idle keep-alive connections kept per engine after a burst (busy ones are not capped).
     max_idle_connections: int = DEFAULT_MAX_IDLE
     tokenizer: Path | None = None  # dir or tokenizer.json; default: the engine's model dir
-    # MiB for each prompt memo: the token ids of recent chat/text prompts (token_memo.py) and of
-    # large token-id prompts (ids_memo.py), reused by the next turn.
+    # MiB for each prompt memo: the token ids of recent chat/text prompts (token_memo.py), of
+    # large token-id prompts (ids_memo.py) and sessions' last block hashes (cache_view.py),
+    # reused by the next turn.
     token_memo_mib: int = DEFAULT_BUDGET_MIB
     block_size: int | None = None  # router hashing block size; default: the engine's
     roles: list[Role] | None = None  # per engine; default all "combined"
