@@ -68,19 +68,44 @@ def _replay(
     return asyncio.run(replay_async(wl, settings, token_fn(tiny_model)))
 
 
+MEMO_REUSED = "akvc_proxy_prompt_memo_reused_total"
+
+
+def _memo_reused(metrics: str) -> dict[str, float]:
+    """The proxy's prompt memos' reused units, by memo, from its /metrics text."""
+    out = {}
+    for line in metrics.splitlines():
+        if line.startswith(MEMO_REUSED + "{"):
+            labels = parse_labels(line[line.index("{") + 1 : line.rindex("}")])
+            out[labels["memo"]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def _through_proxy(
-    fleet: VllmFleet, policy: str, wl: Workload, tiny_model: Path, tmp: Path, **kw: object
+    fleet: VllmFleet,
+    policy: str,
+    wl: Workload,
+    tiny_model: Path,
+    tmp: Path,
+    memos: dict[str, float] | None = None,
+    **kw: object,
 ) -> tuple[list[RequestRecord], list[float]]:
+    """Replay `wl` through a proxy; `memos`, if given, gets its prompt memos' reuse counts."""
     before = [_hits(u) for u in fleet.urls]
     with ProxyProcess(fleet.urls, policy, tmp, records=tmp / "proxy.jsonl") as proxy:
         recs = _replay(proxy.url, fleet.model_name, wl, tiny_model, **kw)
+        if memos is not None:
+            memos.update(_memo_reused(httpx.get(proxy.url + "/metrics", timeout=30).text))
     grown = [_hits(u) - b for u, b in zip(fleet.urls, before, strict=True)]
     return recs, grown
 
 
 def test_unified_keeps_affinity_and_engine_hits_grow(fleet, tiny_model, tmp_path) -> None:
     wl = Workload([_agent_session("ua", 1_000), _agent_session("ub", 2_000)])
-    recs, grown = _through_proxy(fleet, "unified", wl, tiny_model, tmp_path)
+    memos: dict[str, float] = {}
+    recs, grown = _through_proxy(fleet, "unified", wl, tiny_model, tmp_path, memos)
+    # Later turns' JSON was read from where the last turn's ended, and hashed likewise.
+    assert memos["token_ids"] > 0 and memos["block_hashes"] > 0, memos
     assert all(r.error is None for r in recs), [r.error for r in recs]
     assert all(r.policy == "unified" for r in recs)
     expected = [0.0, 0.0]
@@ -211,7 +236,10 @@ def test_replayed_chat_sessions_get_the_hits_the_router_predicts(
             blocks = tuple(Block(base + j, sizes[j]) for j in range(t + 1))
             reqs.append(Request(f"{sid}-{t}", sid, t, sum(sizes[: t + 1]), 4, blocks))
         sessions.append(Session(sid, reqs))
-    recs, _ = _through_proxy(fleet, "unified", Workload(sessions), tiny_model, tmp_path, api="chat")
+    memos: dict[str, float] = {}
+    wl = Workload(sessions)
+    recs, _ = _through_proxy(fleet, "unified", wl, tiny_model, tmp_path, memos, api="chat")
+    assert memos["tokenizer"] > 0, memos  # later turns tokenized from the last one's end
     assert all(r.error is None for r in recs), [r.error for r in recs]
     assert all(r.input_tokens > r.output_tokens for r in recs)  # the engine's count, from usage
     routed = [json.loads(x) for x in (tmp_path / "proxy.jsonl").read_text().splitlines()]

@@ -362,6 +362,10 @@ def test_long_token_prompts_are_forwarded_intact_and_hashed(
     assert [r["cached_tokens"] for r in recs] == [0, *full]
     assert [r["input_tokens"] for r in recs] == [3_500, 4_000, 4_500]
     assert proxy.app.ids_memo.reused_tokens == (3_500 + 4_000 if memo_mib else 0)
+    metrics = client.get("/metrics").text
+    reused = 'akvc_proxy_prompt_memo_reused_total{memo="token_ids"} '
+    assert f"{reused}{float(3_500 + 4_000 if memo_mib else 0)}" in metrics
+    assert ('akvc_proxy_prompt_memo_bytes{memo="token_ids"} 0.0' in metrics) == (not memo_mib)
 
 
 def test_a_request_routed_while_another_waits_to_connect_sees_its_admission(fakes: Fakes) -> None:

@@ -33,7 +33,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -50,7 +50,7 @@ from agentic_kvc.proxy.asgi import Message, Receive, Scope, Send, run_lifespan
 from agentic_kvc.proxy.cache_view import make_estimated_index, make_hasher, with_engine_tier
 from agentic_kvc.proxy.engine_clients import CONNECTION_ERRORS, EngineClient, EngineMonitor
 from agentic_kvc.proxy.ids_memo import PromptIdsMemo
-from agentic_kvc.proxy.metrics import ProxyMetrics
+from agentic_kvc.proxy.metrics import MemoStats, ProxyMetrics
 from agentic_kvc.proxy.openapi import OPENAPI
 from agentic_kvc.proxy.prompt import PromptTokenizer, parse_request, prompt_tokens
 from agentic_kvc.proxy.records import RecordSink
@@ -236,7 +236,7 @@ class ProxyApp:
         self.ids_memo = PromptIdsMemo(memo)  # a token-id prompt's ids from its last turn's
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
-        self.metrics = ProxyMetrics(settings.policy, self.state, self.engines)
+        self.metrics = ProxyMetrics(settings.policy, self.state, self.engines, self._memo_stats)
         self.records = RecordSink(settings.records, settings.on_record)
         self.monitor = EngineMonitor(
             self.engines,
@@ -445,6 +445,17 @@ class ProxyApp:
             await _respond(send, resp.status, data)
             return
         await _respond(send, 503, error_body("no healthy engine", "service_unavailable", 503))
+
+    def _memo_stats(self) -> Iterator[MemoStats]:
+        """The prompt memos' counters, for /metrics (the hasher and tokenizer may be replaced
+        at startup, once the engines' block size and model are known)."""
+        ids = self.ids_memo
+        yield "token_ids", ids.reused_tokens, ids.read_tokens, ids.nbytes
+        h = self.hasher
+        yield "block_hashes", h.reused_blocks, h.hashed_blocks, h.nbytes
+        if self.tokenizer is not None:
+            m = self.tokenizer.memo
+            yield "tokenizer", m.reused_tokens, m.encoded_tokens, m.nbytes
 
     # ---- generation ------------------------------------------------------------------
 

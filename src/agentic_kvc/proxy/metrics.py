@@ -9,11 +9,11 @@ scraped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from agentic_kvc.policy.fleet import RouterState
@@ -114,8 +114,43 @@ class _CostModelCollector(Collector):
         yield dropped
 
 
+# (memo, units reused, units done anew, bytes held): tokens, or blocks for block_hashes.
+MemoStats = tuple[str, int, int, int]
+
+
+class _MemoCollector(Collector):
+    """The prompt memos (a session's next turn tokenized, read and hashed only where it adds
+    to its last; docs/proxy.md), read when scraped: nothing on the request path."""
+
+    def __init__(self, memos: Callable[[], Iterable[MemoStats]]) -> None:
+        self.memos = memos
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        unit = "tokens (block_hashes: blocks)"
+        reused = CounterMetricFamily(
+            "akvc_proxy_prompt_memo_reused", f"Prompt {unit} a memo saved redoing", labels=["memo"]
+        )
+        new = CounterMetricFamily(
+            "akvc_proxy_prompt_memo_new", f"Prompt {unit} done anew", labels=["memo"]
+        )
+        held = GaugeMetricFamily("akvc_proxy_prompt_memo_bytes", "Memory held", labels=["memo"])
+        for name, n_reused, n_new, nbytes in self.memos():
+            reused.add_metric([name], n_reused)
+            new.add_metric([name], n_new)
+            held.add_metric([name], nbytes)
+        yield reused
+        yield new
+        yield held
+
+
 class ProxyMetrics:
-    def __init__(self, policy: str, state: RouterState, engines: Sequence[EngineClient]) -> None:
+    def __init__(
+        self,
+        policy: str,
+        state: RouterState,
+        engines: Sequence[EngineClient],
+        memos: Callable[[], Iterable[MemoStats]] | None = None,
+    ) -> None:
         self.policy = policy
         self.registry = CollectorRegistry(auto_describe=False)
         self.decisions = Counter(
@@ -145,6 +180,8 @@ class ProxyMetrics:
         )
         self.registry.register(_FleetCollector(state, engines))
         self.registry.register(_CostModelCollector(state))
+        if memos is not None:
+            self.registry.register(_MemoCollector(memos))
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[tuple[str, str], Any] = {}
 
