@@ -193,3 +193,38 @@ def test_any_sequence_of_prompts_reads_as_whole_reads_do(steps: list[Any]) -> No
             raw = json.dumps({"prompt": prompt, "model": "m", "stream": True}).encode()
         _same_as_whole(raw, memo)
         history.append(prompt)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, 10**9),
+            st.integers(0, 3),
+            st.sampled_from(list(b'0123456789,[]{}" :-.eE\\tnul')),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    compact=st.booleans(),
+)
+def test_a_continuation_edited_byte_by_byte_reads_as_whole_reads_do(
+    edits: list[tuple[int, int, int]], compact: bool
+) -> None:
+    """A remembered prompt, then a body that extends it with a few bytes inserted, deleted or
+    replaced anywhere (in the JSON's syntax, the ids, the other fields): the memo's answer,
+    or its error, is the whole read's."""
+    memo = PromptIdsMemo()
+    _same_as_whole(_raw(SYSTEM, compact, stream=True), memo)
+    raw = bytearray(_raw([*SYSTEM, 7, 8, 9], compact, stream=True, user="u"))
+    for where, kind, byte in edits:
+        # Most edits near the end (the new ids, the fields after the array), where the
+        # remembered text still matches and the memo's own checks decide.
+        at = where % (len(raw) + 1) if where % 4 == 0 else max(len(raw) - where % 48, 0)
+        if kind == 0:
+            raw[at:at] = bytes([byte])
+        elif kind == 1 and at < len(raw):
+            del raw[at]
+        elif at < len(raw):
+            raw[at] = byte
+    _same_as_whole(bytes(raw), memo)
