@@ -233,7 +233,7 @@ class ProxyApp:
         self.tokenizer = (
             PromptTokenizer.find(settings.tokenizer, memo_mib=memo) if settings.tokenizer else None
         )
-        self.ids_memo = PromptIdsMemo(memo)  # a token-id prompt's ids from its last turn's
+        self.ids_memo = PromptIdsMemo(memo)  # a token-id turn read from its last turn's end
         # Requests with no session id get one from their prompt (proxy/session.py).
         self.prefix_sessions = PrefixSessions() if settings.prefix_sessions else None
         self.metrics = ProxyMetrics(settings.policy, self.state, self.engines, self._memo_stats)
