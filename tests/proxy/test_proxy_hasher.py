@@ -63,7 +63,8 @@ def test_a_full_digit_table_is_cleared_and_keys_stay_right(
     assert scalar_block_hashes([5, 6, 7, 8], 2) == block_hashes([5, 6, 7, 8], 2)
 
 
-def test_short_sessionless_prompts_skip_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("session", [None, "s"])
+def test_short_prompts_skip_numpy(monkeypatch: pytest.MonkeyPatch, session: str | None) -> None:
     h = make_hasher(16)
     assert isinstance(h, ProxyBlockHasher)
     tokens = list(range(1000, 1000 + SCALAR_MAX_TOKENS))
@@ -73,17 +74,22 @@ def test_short_sessionless_prompts_skip_numpy(monkeypatch: pytest.MonkeyPatch) -
         raise AssertionError("numpy path used")
 
     monkeypatch.setattr(SessionBlockHasher, "hash", numpy_path)
-    assert h.hash(None, tokens) == want
+    assert h.hash(session, tokens) == want
     assert h.hashed_blocks == len(want)
 
 
-def test_sessions_long_prompts_and_arrays_keep_the_memoised_path() -> None:
+def test_long_prompts_and_arrays_keep_the_memoised_path() -> None:
     h, ref = make_hasher(16), SessionBlockHasher(16)
-    turn1 = list(range(40))
+    turn1 = list(range(100))
     turn2 = turn1 + list(range(500, 540))
     for tokens in (turn1, turn2):
         assert h.hash("s", tokens) == ref.hash("s", tokens)
-    assert h.reused_blocks == ref.reused_blocks == 2  # turn 2 reused turn 1's two blocks
+    assert h.reused_blocks == ref.reused_blocks == 6  # turn 2 reused turn 1's six blocks
+    # A short side request of the session leaves its memo: the next long turn still reuses.
+    assert h.hash("s", list(range(20))) == block_hashes(list(range(20)), 16)
+    turn3 = turn2 + list(range(900, 950))
+    assert h.hash("s", turn3) == block_hashes(turn3, 16)
+    assert h.reused_blocks == 6 + 8  # all of turn 2's eight blocks
     long = list(range(SCALAR_MAX_TOKENS + 1))
     assert h.hash(None, long) == block_hashes(long, 16)
     arr = np.arange(32, dtype=np.int64)

@@ -28,13 +28,17 @@ from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB
 
 
 class ProxyBlockHasher(SessionBlockHasher):
-    """`SessionBlockHasher` with the scalar path for short sessionless token lists.
+    """`SessionBlockHasher` with the scalar path for short token lists.
 
-    A session's prompts go through the parent, whose memo lets the next turn reuse this one's
-    blocks; a sessionless prompt has nothing to memoise."""
+    Longer prompts go through the parent, whose memo lets a session's next turn reuse this
+    one's blocks. A short one (at most `SCALAR_MAX_TOKENS`, a few blocks) has little to reuse or
+    to leave for the next turn, and the numpy path's fixed cost made a session's 32-token
+    request take about twice a sessionless one's request path: it is hashed in plain Python and
+    leaves the session's memo as it was (an agent's short side request, such as a title or a
+    quota check, then does not replace its long conversation's memo)."""
 
     def hash(self, session_id: str | None, tokens: Sequence[int] | np.ndarray) -> list[int]:
-        if session_id is None and type(tokens) is list and len(tokens) <= SCALAR_MAX_TOKENS:
+        if type(tokens) is list and len(tokens) <= SCALAR_MAX_TOKENS:
             keys = scalar_block_hashes(tokens, self.block_size)
             if keys is not None:
                 self.hashed_blocks += len(keys)
