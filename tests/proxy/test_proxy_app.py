@@ -368,6 +368,26 @@ def test_long_token_prompts_are_forwarded_intact_and_hashed(
     assert ('akvc_proxy_prompt_memo_bytes{memo="token_ids"} 0.0' in metrics) == (not memo_mib)
 
 
+def test_chat_bodies_do_not_go_through_the_token_id_memo(make_proxy, fakes: Fakes) -> None:
+    # The memo looks for a "prompt" list in the body: a chat body has none, and a search of a
+    # long conversation cost milliseconds, so only /v1/completions consults it.
+    proxy, client = make_proxy(policy="test_most_cached")
+    ids = list(range(5_000, 8_000))
+    assert client.post("/v1/completions", json={"prompt": ids, "max_tokens": 1}).status_code == 200
+    assert len(proxy.app.ids_memo) == 1
+
+    searched: list[int] = []
+    parse = proxy.app.ids_memo.parse
+    proxy.app.ids_memo.parse = lambda raw: searched.append(len(raw)) or parse(raw)  # type: ignore[method-assign]
+    messages = [{"role": "user", "content": "x = [1, 2], {3: 4}, " * 500}]
+    r = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    assert searched == []
+    r = client.post("/v1/completions", json={"prompt": [*ids, 1, 2], "max_tokens": 1})
+    assert r.status_code == 200 and len(searched) == 1
+    assert proxy.app.ids_memo.reused_tokens == len(ids)
+
+
 def test_a_request_routed_while_another_waits_to_connect_sees_its_admission(fakes: Fakes) -> None:
     # A colocated request is admitted once it is written upstream (app._Admission); where it
     # must first open a connection, the admission must come before that wait, or the request

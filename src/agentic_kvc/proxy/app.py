@@ -62,7 +62,8 @@ from agentic_kvc.proxy.upstream import UpstreamAbandoned, UpstreamRefused, Upstr
 log = logging.getLogger("agentic_kvc.proxy")
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on GPUs; replaced by the engine's cache_config_info
-GENERATE_PATHS = frozenset(["/v1/completions", "/v1/chat/completions", MESSAGES_PATH])
+COMPLETIONS = "/v1/completions"  # the endpoint of token-id prompts (proxy/ids_memo.py)
+GENERATE_PATHS = frozenset([COMPLETIONS, "/v1/chat/completions", MESSAGES_PATH])
 JSON = b"application/json"
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
@@ -463,7 +464,7 @@ class ProxyApp:
         t_recv = self.now()
         raw = await _read_body(receive)
         try:
-            body, parsed_tokens = parse_request(raw, self.ids_memo)
+            body, parsed_tokens = parse_request(raw, self.ids_memo if path == COMPLETIONS else None)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # (fuzzing)
             await self._reject(send, path, 400, f"request body is not valid JSON: {exc}")
             return

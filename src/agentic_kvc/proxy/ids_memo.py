@@ -38,10 +38,18 @@ from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB
 WINDOW = 32
 MIN_LEVEL = 12  # texts under 4 KiB are not kept: reading them whole is as fast
 CANDIDATES = 4
-# A top-level or nested key "prompt" whose value is a list: the first one in the body. The
-# quote cannot be an escaped one inside a string, as it must follow "{" or "," (and blanks).
-PROMPT_KEY = re.compile(rb'[{,][ \t\r\n]*"prompt"[ \t\r\n]*:[ \t\r\n]*\[')
+_KEY = b'"prompt"'
+_TO_LIST = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")  # a key's colon, then a list
 _INT64 = np.iinfo(np.int64)
+
+
+def at_int64_bound(ids: np.ndarray) -> bool:
+    """Whether a non-empty id array holds an int64 bound. numpy clamps an integer beyond int64
+    to a bound without a word, so a whole read sends such a prompt the plain way (Python ints,
+    then "out of range", 400, as a short body); a memo's answer must be the same."""
+    return bool(ids.max() == _INT64.max or ids.min() == _INT64.min)
+
+
 _decode_ints = msgspec.json.Decoder(list[int]).decode
 _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode = msgspec.json.Decoder().decode
@@ -61,6 +69,24 @@ class _Entry:
 
 
 _BLANKS = b" \t\r\n"
+
+
+def prompt_list_start(raw: bytes) -> int | None:
+    """Where the list of the body's first key "prompt" whose value is a list starts (its
+    "["), top-level or nested; None if there is none. The key's quote cannot be an escaped one
+    inside a string, as it must follow "{" or "," (and blanks). Found with `bytes.find` (a
+    regex over the whole body took 2.6 ms on a 400 KB chat body)."""
+    pos = raw.find(_KEY)
+    while pos >= 0:
+        before = pos - 1
+        while before >= 0 and raw[before] in _BLANKS:
+            before -= 1
+        if before >= 0 and raw[before] in b"{,":
+            m = _TO_LIST.match(raw, pos + len(_KEY))
+            if m is not None:
+                return m.end() - 1
+        pos = raw.find(_KEY, pos + 1)
+    return None
 
 
 def _through_last_id(raw: bytes, close: int) -> int:
@@ -104,10 +130,9 @@ class PromptIdsMemo:
         caller reads the body whole (and `remember`s its prompt)."""
         if not self._lru:
             return None
-        m = PROMPT_KEY.search(raw)
-        if m is None:
+        start = prompt_list_start(raw)
+        if start is None:
             return None
-        start = m.end() - 1  # the "["
         entry = self._find(raw, start)
         if entry is None:
             return None
@@ -124,7 +149,7 @@ class PromptIdsMemo:
         prompt = fields.get("prompt")
         if prompt is None or bytes(prompt) != self._placeholder:
             return None
-        if len(new) and (new.max() == _INT64.max or new.min() == _INT64.min):
+        if len(new) and at_int64_bound(new):
             return None  # as a whole read: an id at a bound takes the plain path
         body: dict[str, object] = {
             k: msgspec.Raw(memoryview(raw)[start : close + 1]) if k == "prompt" else _decode(v)

@@ -22,7 +22,7 @@ import numpy as np
 
 from agentic_kvc.proxy.anthropic import MESSAGES_PATH, chat_request
 from agentic_kvc.proxy.chat_render import compile_template, engine_messages, render
-from agentic_kvc.proxy.ids_memo import PromptIdsMemo
+from agentic_kvc.proxy.ids_memo import PromptIdsMemo, at_int64_bound
 from agentic_kvc.proxy.token_memo import DEFAULT_BUDGET_MIB, PrefixTokenMemo
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,6 @@ def parse_request(raw: bytes, memo: PromptIdsMemo | None = None) -> tuple[Any, n
     return body, tokens
 
 
-_INT64_EDGES = (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
-
-
 def _int_list(text: bytes) -> np.ndarray | None:
     """A JSON array of integers as int64, or None if `text` is anything else (or holds an id
     at an int64 bound: see below). `text` is valid JSON (msgspec has checked the body)."""
@@ -87,8 +84,7 @@ def _int_list(text: bytes) -> np.ndarray | None:
         return None
     # numpy clamps an integer beyond int64 to a bound, silently; the plain path then refuses
     # it as the short-body path does ("out of range", 400). Real token ids are far from both.
-    lo, hi = _INT64_EDGES
-    if arr.max() == hi or arr.min() == lo:  # (not empty: only "" reads as [], caught above)
+    if at_int64_bound(arr):  # (not empty: only "" reads as [], caught above)
         return None
     return arr
 
