@@ -51,6 +51,11 @@ def test_bad_dependencies_name_line_and_field(tmp_path: Path) -> None:
     dup = [row, row]
     with pytest.raises(WorkloadFormatError, match=r":2: field 'request_id'.*line 1"):
         read_workload(_write(tmp_path, dup), "agentic-mooncake")
+    # A session id that is not a string: named before the dependency check keys by it (it
+    # was a TypeError there; found by tests/reliability/test_fuzz_inputs.py).
+    bad_sid = [row, {**row, "request_id": "y", "session_id": [None]}]
+    with pytest.raises(WorkloadFormatError, match=r":2: field 'session_id'"):
+        read_workload(_write(tmp_path, bad_sid), "agentic-mooncake")
 
 
 def test_native_round_trip_keeps_the_dag(tmp_path: Path) -> None:

@@ -94,6 +94,11 @@ def read_agentic_mooncake(path: Path, *, block_tokens: int | None = None) -> Wor
                 path, f"{rid!r} already used on line {line_of[rid]}", lineno, "request_id"
             )
         line_of[rid] = lineno
+        sid = obj.get("session_id")  # checked here: the dependency check below keys by it
+        if sid is not None and (not isinstance(sid, str) or not sid):
+            raise WorkloadFormatError(
+                path, f"expected a non-empty string, got {sid!r}", lineno, "session_id"
+            )
     # Everything a row waits for: its own wait_for, and the rows naming it in `branches`.
     waits: dict[str, list[str]] = {}
     for lineno, obj in rows:
@@ -122,12 +127,7 @@ def read_agentic_mooncake(path: Path, *, block_tokens: int | None = None) -> Wor
     adjusted = resets = tool_events = 0
     for lineno, obj in rows:
         rid = obj["request_id"]
-        sid = obj.get("session_id")
-        if sid is not None and (not isinstance(sid, str) or not sid):
-            raise WorkloadFormatError(
-                path, f"expected a non-empty string, got {sid!r}", lineno, "session_id"
-            )
-        sid = sid or rid
+        sid = obj.get("session_id") or rid
         n_in = get_int(obj, _first(obj, ("input_length", "input_tokens")), path, lineno)
         n_out = get_int(obj, _first(obj, ("output_length", "output_tokens")), path, lineno)
         ids = get_id_list(obj, "hash_ids", path, lineno) if "hash_ids" in obj else []
